@@ -1,0 +1,27 @@
+"""hpcgpu: scientific workloads on GPU clusters, unchanged from laptop to many GPUs.
+
+Importing hpcgpu loads neither CuPy nor ``numba.cuda`` and creates no CUDA
+context; GPU modules load on first use.
+
+Examples
+--------
+>>> import hpcgpu
+>>> hpcgpu.get_backend("numpy").name
+'numpy'
+"""
+
+from hpcgpu.backends import Backend, backend_info, get_backend
+from hpcgpu.errors import BackendUnavailable, ConfigError, HpcgpuError, UnstableSimulation
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "Backend",
+    "get_backend",
+    "backend_info",
+    "HpcgpuError",
+    "ConfigError",
+    "BackendUnavailable",
+    "UnstableSimulation",
+]

@@ -1,0 +1,60 @@
+"""Exceptions raised by hpcgpu.
+
+Every error a caller may want to catch derives from :class:`HpcgpuError`.
+Messages name the parameter, the value given and what would be valid.
+"""
+
+__all__ = [
+    "HpcgpuError",
+    "ConfigError",
+    "BackendUnavailable",
+    "UnstableSimulation",
+]
+
+
+class HpcgpuError(Exception):
+    """Base class of every error hpcgpu raises on purpose."""
+
+
+class ConfigError(HpcgpuError, ValueError):
+    """A parameter is out of range, of the wrong type, or inconsistent.
+
+    Also a :class:`ValueError`, so generic input handling still catches it.
+    """
+
+
+class BackendUnavailable(HpcgpuError, RuntimeError):
+    """The requested backend cannot run on this machine.
+
+    The message says what was found (driver, devices, packages) and what to
+    do about it.
+    """
+
+
+class UnstableSimulation(HpcgpuError, FloatingPointError):
+    """A run produced non-finite values or exceeded its stability limit.
+
+    Attributes
+    ----------
+    step : int
+        The step at which the problem was detected.
+    field : str
+        The offending field (or ``"cfl"``).
+    cfl : float
+        The CFL number at that step (``nan`` when it could not be computed).
+    """
+
+    def __init__(self, message, *, step, field, cfl):
+        super().__init__(message)
+        self.step = step
+        self.field = field
+        self.cfl = cfl
+
+    def __reduce__(self):
+        # Keyword-only attributes need an explicit reduce to cross processes
+        # (dask re-raises worker exceptions on the client).
+        return (_rebuild_unstable, (self.args[0], self.step, self.field, self.cfl))
+
+
+def _rebuild_unstable(message, step, field, cfl):
+    return UnstableSimulation(message, step=step, field=field, cfl=cfl)

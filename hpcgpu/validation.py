@@ -1,0 +1,120 @@
+"""Input checks shared by the public API.
+
+Each check raises :class:`~hpcgpu.errors.ConfigError` with a message that
+names the parameter, shows the value and states the valid range, so that bad
+input never reaches a kernel.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError
+
+__all__ = [
+    "check_int",
+    "check_float",
+    "check_choice",
+    "check_dtype",
+    "check_finite_array",
+]
+
+FLOAT_DTYPES = ("float32", "float64")
+
+
+def check_int(name, value, *, minimum=None, maximum=None):
+    """Return ``value`` as an int, or raise ConfigError naming ``name``.
+
+    Examples
+    --------
+    >>> check_int("nx", 64, minimum=4)
+    64
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_float(name, value, *, minimum=None, maximum=None, strict_min=False,
+                allow_none=False):
+    """Return ``value`` as a finite float, or raise ConfigError naming ``name``.
+
+    ``strict_min=True`` makes the lower bound exclusive (``> minimum``).
+
+    Examples
+    --------
+    >>> check_float("dt", 0.5, minimum=0.0, strict_min=True)
+    0.5
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be finite, got {value}")
+    if minimum is not None:
+        if strict_min and value <= minimum:
+            raise ConfigError(f"{name} must be > {minimum}, got {value}")
+        if not strict_min and value < minimum:
+            raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_choice(name, value, choices):
+    """Return ``value`` if it is one of ``choices``, else raise ConfigError.
+
+    Examples
+    --------
+    >>> check_choice("boundary", "wall", ("periodic", "wall"))
+    'wall'
+    """
+    if value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ConfigError(f"{name} must be one of {valid}; got {value!r}")
+    return value
+
+
+def check_dtype(name, value):
+    """Return the NumPy float dtype named by ``value`` (float32 or float64).
+
+    Examples
+    --------
+    >>> check_dtype("dtype", "float32")
+    dtype('float32')
+    """
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.name not in FLOAT_DTYPES:
+        raise ConfigError(
+            f"{name} must be one of {', '.join(FLOAT_DTYPES)}; got {value!r}")
+    return dtype
+
+
+def check_finite_array(name, array):
+    """Raise ConfigError if ``array`` (NumPy or CuPy) holds NaN or infinity."""
+    xp = _array_module(array)
+    if not bool(xp.isfinite(array).all()):
+        bad = int((~xp.isfinite(array)).sum())
+        raise ConfigError(f"{name} holds {bad} non-finite value(s) (NaN or inf)")
+
+
+def _array_module(array):
+    module = type(array).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+        return cupy
+    return np

@@ -1,0 +1,8 @@
+"""Compute kernels of hpcgpu, one family per subpackage.
+
+Each family (``stencil``, ...) has one file per backend (``_numpy.py``,
+``_numba.py``, ``_cuda.py``, ``_cupy.py``) exporting the same functions with
+the same signatures on raw arrays, and a public ``__init__.py`` that checks
+input once and dispatches on ``backend=``. Kernels know nothing of dask or of
+the models that use them.
+"""

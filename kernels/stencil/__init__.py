@@ -1,0 +1,300 @@
+"""Stencil kernels on 2D grids: diffusion, Laplacian, shallow-water dynamics.
+
+Public functions check their input once and dispatch to the backend files
+(``_numpy``, ``_numba``, ``_cuda``, ``_cupy``), which share one signature on
+raw arrays. Grids are ``(ny, nx)`` arrays, x along the last axis. The
+shallow-water fields live on an Arakawa C-grid: ``h`` at cell centres, ``u``
+on west faces, ``v`` on south faces (see :mod:`._boundary`).
+
+Boundaries are ``"periodic"`` or ``"wall"`` for both axes, a pair
+``(x, y)``, or a triple ``(x, south, north)`` where south and north may also
+be ``"open"`` (the edge of a partition with a halo; results within the
+stencil reach of an open edge are not valid).
+
+Examples
+--------
+>>> import numpy as np
+>>> from hpcgpu.kernels import stencil
+>>> field = np.zeros((8, 8)); field[4, 4] = 1.0
+>>> lap = stencil.laplacian(field, dx=1.0, dy=1.0, backend="numpy")
+>>> float(lap[4, 4]), float(lap.sum())
+(-4.0, 0.0)
+"""
+
+import numpy as np
+
+from hpcgpu.backends import get_backend
+from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.stencil._boundary import CODES, NAMES, OPEN, PERIODIC
+from hpcgpu.validation import check_float, check_int
+
+__all__ = [
+    "MIN_POINTS",
+    "normalize_boundary",
+    "laplacian",
+    "diffuse",
+    "shallow_water_tendency",
+    "shallow_water_stage",
+]
+
+MIN_POINTS = 4
+"""Smallest number of points along each axis that every kernel accepts."""
+
+
+def normalize_boundary(boundary):
+    """Return boundary codes ``(x, south, north)`` for a boundary spec.
+
+    Parameters
+    ----------
+    boundary : str or tuple
+        ``"periodic"``, ``"wall"``, a pair ``(x, y)`` or a triple
+        ``(x, south, north)``; ``"open"`` is allowed for south and north.
+
+    Raises
+    ------
+    ConfigError
+        Unknown kind, a half-periodic axis, or ``"open"`` along x.
+
+    Examples
+    --------
+    >>> normalize_boundary(("periodic", "wall"))
+    (0, 1, 1)
+    """
+    if isinstance(boundary, str):
+        parts = (boundary, boundary, boundary)
+    elif isinstance(boundary, (tuple, list)) and len(boundary) == 2:
+        parts = (boundary[0], boundary[1], boundary[1])
+    elif isinstance(boundary, (tuple, list)) and len(boundary) == 3:
+        parts = tuple(boundary)
+    else:
+        raise ConfigError(
+            "boundary must be 'periodic', 'wall', a pair (x, y) or a triple (x, south, north); "
+            f"got {boundary!r}")
+    for label, part in zip(("x", "south", "north"), parts):
+        if part not in CODES:
+            raise ConfigError(
+                f"boundary ({label}) must be one of 'periodic', 'wall', 'open'; got {part!r}")
+    x, south, north = (CODES[p] for p in parts)
+    if x == OPEN:
+        raise ConfigError("boundary along x must be 'periodic' or 'wall'; 'open' is only for "
+                          "the south/north edges of a partition")
+    if (south == PERIODIC) != (north == PERIODIC):
+        raise ConfigError(
+            f"boundary in y is periodic on one edge only ({NAMES[south]!r} south, "
+            f"{NAMES[north]!r} north); periodic must hold on both edges")
+    return x, south, north
+
+
+def _fields(backend, names, arrays, dtype=None):
+    """Move arrays to the backend and check they are matching 2D float grids."""
+    out = []
+    shape = None
+    for name, array in zip(names, arrays):
+        if array is None:
+            raise ConfigError(f"{name} must be a 2D array, got None")
+        array = backend.asarray(array)
+        if array.ndim != 2:
+            raise ConfigError(f"{name} must be a 2D array (ny, nx); got shape {array.shape}")
+        if array.dtype.name not in ("float32", "float64"):
+            raise ConfigError(f"{name} must have dtype float32 or float64; got {array.dtype}")
+        if dtype is None:
+            dtype = array.dtype
+        elif array.dtype != dtype:
+            raise ConfigError(f"{name} has dtype {array.dtype} but {names[0]} has {dtype}; "
+                              "all fields of one call must share a dtype")
+        if shape is None:
+            shape = array.shape
+            if min(shape) < MIN_POINTS:
+                raise ConfigError(f"{name} must be at least {MIN_POINTS}x{MIN_POINTS} points; "
+                                  f"got shape {shape}")
+        elif array.shape != shape:
+            raise ConfigError(f"{name} has shape {array.shape} but {names[0]} has {shape}")
+        out.append(array)
+    return out
+
+
+def _spacing(dx, dy):
+    return (check_float("dx", dx, minimum=0.0, strict_min=True),
+            check_float("dy", dy, minimum=0.0, strict_min=True))
+
+
+def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", backend="auto"):
+    """Five-point Laplacian of a cell-centred field.
+
+    Parameters
+    ----------
+    field : array (ny, nx)
+        float32 or float64; NumPy, or CuPy for GPU backends.
+    dx, dy : float
+        Grid spacing (> 0), in the units of the domain (e.g. m).
+    boundary : str or tuple
+        See :func:`normalize_boundary`; walls are no-flux.
+    backend : str or Backend
+
+    Returns
+    -------
+    array (ny, nx)
+        On the backend's device, same dtype, units of field / length**2.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> laplacian(np.ones((6, 6)), backend="numpy").max()
+    np.float64(0.0)
+    """
+    backend = get_backend(backend)
+    (field,) = _fields(backend, ("field",), (field,))
+    dx, dy = _spacing(dx, dy)
+    bc = normalize_boundary(boundary)
+    out = backend.empty(field.shape, field.dtype)
+    return backend.kernels("stencil").laplacian(field, out, 1.0 / dx**2, 1.0 / dy**2, *bc)
+
+
+def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="periodic", backend="auto"):
+    """Advance ``steps`` explicit (forward Euler) steps of the diffusion equation.
+
+    ``f <- f + diffusivity * dt * laplacian(f)`` with the five-point
+    Laplacian. The input is not modified.
+
+    Parameters
+    ----------
+    field : array (ny, nx)
+    diffusivity : float
+        Diffusion coefficient (>= 0), e.g. m**2/s.
+    dt : float
+        Time step (> 0), e.g. s. Stability needs
+        ``diffusivity * dt * (1/dx**2 + 1/dy**2) <= 1/2``.
+    steps : int
+        Number of steps (>= 1).
+    dx, dy, boundary, backend
+        As for :func:`laplacian`.
+
+    Raises
+    ------
+    ConfigError
+        Bad parameters, or a time step above the stability limit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> f = np.zeros((8, 8)); f[4, 4] = 1.0
+    >>> g = diffuse(f, diffusivity=0.1, dt=1.0, steps=10, backend="numpy")
+    >>> round(float(g.sum()), 12)
+    1.0
+    """
+    backend = get_backend(backend)
+    (field,) = _fields(backend, ("field",), (field,))
+    diffusivity = check_float("diffusivity", diffusivity, minimum=0.0)
+    dt = check_float("dt", dt, minimum=0.0, strict_min=True)
+    steps = check_int("steps", steps, minimum=1)
+    dx, dy = _spacing(dx, dy)
+    cx, cy = diffusivity * dt / dx**2, diffusivity * dt / dy**2
+    if cx + cy > 0.5:
+        limit = 0.5 / (diffusivity / dx**2 + diffusivity / dy**2)
+        raise ConfigError(f"dt={dt} is above the explicit diffusion stability limit "
+                          f"{limit:.6g} (diffusivity*dt*(1/dx**2+1/dy**2) must be <= 1/2)")
+    bc = normalize_boundary(boundary)
+    work = backend.xp.array(field, copy=True)
+    other = backend.empty(field.shape, field.dtype)
+    return backend.kernels("stencil").diffuse(work, other, cx, cy, steps, *bc)
+
+
+def _coriolis(backend, f_corner, ny, dtype):
+    if np.isscalar(f_corner):
+        f_value = check_float("f_corner", f_corner)
+        return backend.xp.full(ny + 1, f_value, dtype=dtype)
+    f_corner = backend.asarray(f_corner, dtype=dtype)
+    if f_corner.shape != (ny + 1,):
+        raise ConfigError(f"f_corner must be a scalar or have shape ({ny + 1},) (one value per "
+                          f"corner row); got shape {f_corner.shape}")
+    return f_corner
+
+
+def _sw_parameters(g, dx, dy, viscosity):
+    g = check_float("g", g, minimum=0.0, strict_min=True)
+    dx, dy = _spacing(dx, dy)
+    viscosity = check_float("viscosity", viscosity, minimum=0.0)
+    return g, 1.0 / dx, 1.0 / dy, viscosity
+
+
+def shallow_water_tendency(u, v, h, *, f_corner, g, dx, dy, viscosity=0.0,
+                           boundary="periodic", backend="auto"):
+    """Tendencies of the rotating shallow-water equations on a C-grid.
+
+    Vector-invariant form with the energy- and potential-enstrophy-conserving
+    vorticity flux of Arakawa and Lamb (1981), extended to rectangular cells,
+    plus optional Laplacian viscosity on the velocities.
+
+    Parameters
+    ----------
+    u, v, h : arrays (ny, nx)
+        Velocities on west / south faces (m/s) and layer depth at centres (m).
+    f_corner : float or array (ny + 1,)
+        Coriolis parameter on corner rows 0..ny (1/s).
+    g : float
+        Gravity (m/s**2), > 0.
+    dx, dy : float
+        Grid spacing (m), > 0.
+    viscosity : float
+        Laplacian viscosity (m**2/s), >= 0.
+    boundary, backend
+        See :func:`normalize_boundary`.
+
+    Returns
+    -------
+    du, dv, dh : arrays (ny, nx)
+        Time derivatives (m/s**2, m/s**2, m/s).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> h = np.ones((8, 8)); u = np.zeros((8, 8)); v = np.zeros((8, 8))
+    >>> du, dv, dh = shallow_water_tendency(u, v, h, f_corner=1e-4, g=9.81,
+    ...                                     dx=1e3, dy=1e3, backend="numpy")
+    >>> float(abs(du).max() + abs(dv).max() + abs(dh).max())
+    0.0
+    """
+    backend = get_backend(backend)
+    u, v, h = _fields(backend, ("u", "v", "h"), (u, v, h))
+    g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
+    bc = normalize_boundary(boundary)
+    f_corner = _coriolis(backend, f_corner, h.shape[0], h.dtype)
+    return backend.kernels("stencil").shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, *bc)
+
+
+def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, viscosity=0.0,
+                        boundary="periodic", backend="auto"):
+    """One fused Runge-Kutta stage: ``out = a*state0 + b*state + c*tendency(state)``.
+
+    The whole stage is one pass over memory on the compiled backends; the
+    explicit time steppers of :mod:`hpcgpu.workloads.weather` are built from
+    it (``c`` carries the time step).
+
+    Parameters
+    ----------
+    state0, state, out : tuples ``(u, v, h)`` of arrays (ny, nx)
+        ``state0`` is not read when ``a == 0``. ``out`` must not share
+        memory with ``state`` or ``state0``.
+    a, b, c : float
+        Stage coefficients.
+    f_corner, g, dx, dy, viscosity, boundary, backend
+        As for :func:`shallow_water_tendency`.
+
+    Returns
+    -------
+    out
+    """
+    backend = get_backend(backend)
+    names = ("u0", "v0", "h0", "u", "v", "h", "u_out", "v_out", "h_out")
+    arrays = _fields(backend, names, (*state0, *state, *out))
+    for o_name, o in zip(names[6:], arrays[6:]):
+        for i_name, i in zip(names[:6], arrays[:6]):
+            if backend.xp.may_share_memory(o, i):
+                raise ConfigError(f"{o_name} shares memory with {i_name}; stage outputs must be "
+                                  "separate arrays")
+    a, b, c = (check_float(name, value) for name, value in (("a", a), ("b", b), ("c", c)))
+    g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
+    bc = normalize_boundary(boundary)
+    f_corner = _coriolis(backend, f_corner, arrays[5].shape[0], arrays[5].dtype)
+    backend.kernels("stencil").shallow_water_stage(*arrays, f_corner, g, rdx, rdy, nu, a, b, c, *bc)
+    return tuple(arrays[6:])
