@@ -10,13 +10,19 @@ Examples
 'numpy'
 """
 
+from hpcgpu import schedules
 from hpcgpu.backends import Backend, backend_info, get_backend
 from hpcgpu.errors import BackendUnavailable, ConfigError, HpcgpuError, UnstableSimulation
+from hpcgpu.output import ZarrWriter
+from hpcgpu.simulation import Simulation
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "Simulation",
+    "ZarrWriter",
+    "schedules",
     "Backend",
     "get_backend",
     "backend_info",

@@ -1,0 +1,60 @@
+"""Executors: where and how a model's state is advanced.
+
+The :class:`~hpcgpu.simulation.Simulation` driver is the same for every
+model and every machine; an executor owns the state and knows how to advance
+it, check it and reduce diagnostics. :class:`LocalExecutor` keeps the state
+in this process (on the model's backend, GPU memory included); the
+distributed executor keeps partitions resident on dask workers.
+
+An executor provides ``advance(steps)``, ``health()``, ``diagnostics()``,
+``global_state()`` and ``close()``.
+"""
+
+__all__ = ["LocalExecutor"]
+
+
+class LocalExecutor:
+    """Advance a model's state in this process, reusing work buffers.
+
+    Parameters
+    ----------
+    model
+        A model following the protocol in :mod:`hpcgpu.simulation`.
+    state
+        Initial state on the model's backend.
+    dt : float
+        Time step.
+    """
+
+    def __init__(self, model, state, dt):
+        self.model = model
+        self.dt = dt
+        self._state = state
+        self._stepper = model.stepper(dt)
+
+    def advance(self, steps):
+        """Advance ``steps`` time steps (the state is replaced, buffers reused)."""
+        self._state = self._stepper.advance(self._state, steps)
+
+    def synchronize(self):
+        self.model.backend.synchronize()
+
+    def health(self):
+        """``(bad_field_or_None, cfl)`` of the current state."""
+        cfl = self.model.cfl(self._state, self.dt)
+        bad = None if cfl == cfl else self.model.first_bad_field(self._state)
+        return bad, cfl
+
+    def diagnostics(self):
+        """The model's global diagnostics (dict of floats)."""
+        return self.model.diagnostics(self._state, self.dt)
+
+    def global_state(self):
+        """The whole current state (live: it changes on the next advance)."""
+        return self._state
+
+    def describe(self):
+        return {"executor": "local", "backend": self.model.backend.name}
+
+    def close(self):
+        self._stepper = None

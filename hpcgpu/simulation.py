@@ -1,0 +1,348 @@
+"""The driver: one ``Simulation`` runs every workload, locally or on a cluster.
+
+A model plugs in by providing (see :class:`hpcgpu.workloads.weather.ShallowWater`):
+
+``backend``, ``grid`` (or a size), ``cfl_limit``
+    where it runs and its stability limit;
+``initial_state()``, ``stepper(dt)``, ``warm_up()``
+    its state and time stepping;
+``cfl(state, dt)``, ``first_bad_field(state)``, ``diagnostics(state, dt)``
+    checks and global diagnostics;
+``to_dataset(state, time)``, ``attributes()``
+    output as xarray.
+
+Examples
+--------
+>>> from hpcgpu import Simulation
+>>> from hpcgpu.workloads.weather import ShallowWater
+>>> sim = Simulation(ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy"), stop_steps=5,
+...                  progress=False)
+>>> sim.run().step
+5
+"""
+
+import math
+import time as _time
+
+from hpcgpu.errors import ConfigError, UnstableSimulation
+from hpcgpu.executors import LocalExecutor
+from hpcgpu.schedules import Every, Schedule, as_schedule
+from hpcgpu.validation import check_float, check_int
+
+__all__ = ["Simulation"]
+
+# Longest stretch of steps between two looks at the wall clock, in seconds of work.
+_CHUNK_SECONDS = 0.5
+
+
+class Simulation:
+    """Run a model through time with stop criteria, schedules, checks and output.
+
+    Parameters
+    ----------
+    model
+        A model object, e.g. :class:`hpcgpu.workloads.weather.ShallowWater`.
+    state : optional
+        Initial state; defaults to ``model.initial_state()``.
+    dt : float, optional
+        Time step (model time units, s for the weather model). Defaults to
+        the step at CFL number 0.5.
+    stop_steps : int, optional
+        Stop after this many steps in total.
+    stop_time : float, optional
+        Stop at the first step at or after this model time.
+    wall_time_limit : float, optional
+        Stop cleanly after this many seconds of wall-clock time in ``run``.
+    diagnostics : int or Schedule
+        When to record global diagnostics (default every 10 steps).
+    check : int or Schedule
+        When to check for NaN/inf and the CFL limit (default every 10 steps;
+        also before every diagnostic, callback and writer).
+    progress : bool or None
+        Show a tqdm progress bar; ``None`` shows it only on a terminal.
+    name : str, optional
+        A name for this run (progress bar, output, dashboard).
+    client : distributed.Client, optional
+        Run on a dask cluster (see :mod:`hpcgpu.distributed`).
+    partitions, steps_per_task : int, optional
+        Partitions of the state and time steps per task on the cluster.
+
+    Raises
+    ------
+    ConfigError
+        Invalid parameters, or a ``dt`` whose CFL number at the start is above
+        the model's stable limit.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> sim = Simulation(ShallowWater("rest", nx=8, ny=8, backend="numpy"), dt=60.0,
+    ...                  stop_time=600.0, progress=False)
+    >>> round(sim.run().time, 6)
+    600.0
+    """
+
+    def __init__(self, model, state=None, *, dt=None, stop_steps=None, stop_time=None,
+                 wall_time_limit=None, diagnostics=10, check=10, progress=None, name=None,
+                 client=None, partitions=None, steps_per_task=None):
+        self.model = model
+        state = model.initial_state() if state is None else state
+        if dt is None:
+            dt = model.suggested_dt(state)
+        self.dt = check_float("dt", dt, minimum=0.0, strict_min=True)
+        self.stop_steps = None if stop_steps is None else check_int("stop_steps", stop_steps, minimum=0)
+        self.stop_time = check_float("stop_time", stop_time, minimum=0.0, allow_none=True)
+        self.wall_time_limit = check_float("wall_time_limit", wall_time_limit, minimum=0.0,
+                                           strict_min=True, allow_none=True)
+        self.diagnostics_schedule = as_schedule(diagnostics, "diagnostics")
+        self.check_schedule = as_schedule(check, "check")
+        self.progress = progress
+        self.name = name or f"{model.name}-{getattr(model, 'case', 'run')}"
+        self.step = 0
+        self.time = 0.0
+        self._callbacks = []
+        self._writers = []
+        self._records = []
+        self._warmed_up = False
+        self.timing = {"warmup_s": 0.0, "run_s": 0.0, "advance_s": 0.0, "steps": 0}
+        cfl = model.cfl(state, self.dt)
+        if not cfl <= model.cfl_limit:
+            safe = model.cfl_limit / cfl * self.dt if cfl == cfl and cfl > 0 else float("nan")
+            raise ConfigError(
+                f"dt={self.dt:g} gives a CFL number of {cfl:.3g} at the start, above the stable "
+                f"limit {model.cfl_limit:.3g} of the time stepper; use dt <= {safe:.4g}")
+        self._executor = self._make_executor(state, client, partitions, steps_per_task)
+
+    def _make_executor(self, state, client, partitions, steps_per_task):
+        if client is None:
+            if partitions not in (None, 1) or steps_per_task not in (None, 1):
+                raise ConfigError("partitions and steps_per_task need a dask client (client=...)")
+            return LocalExecutor(self.model, state, self.dt)
+        from hpcgpu.distributed import DistributedExecutor
+        return DistributedExecutor(client, self.model, state, self.dt, partitions=partitions,
+                                   steps_per_task=steps_per_task, name=self.name)
+
+    # -- configuration -------------------------------------------------------
+    def add_callback(self, function, schedule=1, name=None):
+        """Call ``function(simulation)`` on a schedule (an int means every N steps)."""
+        if not callable(function):
+            raise ConfigError(f"callback must be callable; got {function!r}")
+        self._callbacks.append((as_schedule(schedule), function, name or getattr(function, "__name__", "callback")))
+        return self
+
+    def add_writer(self, writer):
+        """Add an output writer (e.g. :class:`hpcgpu.output.ZarrWriter`)."""
+        if not isinstance(getattr(writer, "schedule", None), Schedule) or not callable(getattr(writer, "write", None)):
+            raise ConfigError(f"writer must have a Schedule 'schedule' and a 'write(simulation)' method; got {writer!r}")
+        self._writers.append(writer)
+        return self
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state(self):
+        """The current global state (live; copy it to keep it)."""
+        return self._executor.global_state()
+
+    @property
+    def diagnostics(self):
+        """Recorded diagnostics as an ``xarray.Dataset`` along ``time``."""
+        import xarray as xr
+
+        if not self._records:
+            return xr.Dataset(attrs={"name": self.name})
+        keys = [k for k in self._records[0] if k != "time"]
+        data = {k: ("time", [r[k] for r in self._records]) for k in keys}
+        ds = xr.Dataset(data, coords={"time": [r["time"] for r in self._records]},
+                        attrs={"name": self.name, **_flat(self.model.attributes())})
+        return ds
+
+    def record_diagnostics(self):
+        """Compute and record the model's diagnostics now; returns them."""
+        values = self._executor.diagnostics()
+        values.update(step=self.step, time=self.time, wall_s=self.timing["run_s"])
+        values.setdefault("max_cfl", float("nan"))
+        self._records.append(values)
+        return values
+
+    # -- running -----------------------------------------------------------------
+    def run(self, steps=None, *, stop_time=None, wall_time_limit=None):
+        """Advance until a stop criterion is met; returns the simulation.
+
+        Parameters
+        ----------
+        steps : int, optional
+            Advance this many more steps (overrides ``stop_steps``).
+        stop_time : float, optional
+            Overrides the constructor's ``stop_time``.
+        wall_time_limit : float, optional
+            Overrides the constructor's ``wall_time_limit``.
+
+        Notes
+        -----
+        Order of work:
+
+        1. Once per simulation, the kernels are compiled on a tiny grid
+           (``warmup_s`` in :attr:`timing`, kept apart from step time).
+        2. At step 0, the state is checked, diagnostics are recorded and
+           writers and callbacks that fire at step 0 run.
+        3. Then, repeatedly: the number of steps ``n`` to the next event
+           (a stop, a check, diagnostics, a callback or a writer, and at most
+           about half a second of work) is advanced in one call; ``step``
+           and ``time`` move on; the state is checked for NaN/inf and the
+           CFL limit (raising :class:`~hpcgpu.errors.UnstableSimulation`)
+           whenever anything else fires or the check schedule does; then
+           diagnostics are recorded, then callbacks run in the order added,
+           then writers write; then the progress bar moves and the stop
+           criteria (steps, model time, wall time) are tested.
+        4. Writers are closed (diagnostics written) when the run stops.
+
+        Raises
+        ------
+        UnstableSimulation
+            NaN/inf in a field or a CFL number above the limit; the message
+            names the step, the field and the CFL number.
+        ConfigError
+            No stop criterion given.
+        """
+        target_step = self._target_step(steps, stop_time)
+        wall_limit = wall_time_limit if wall_time_limit is not None else self.wall_time_limit
+        if target_step is None and wall_limit is None:
+            raise ConfigError("run needs a stop criterion: steps, stop_steps, stop_time or wall_time_limit")
+        if not self._warmed_up:
+            start = _time.perf_counter()
+            self.model.warm_up()
+            self.timing["warmup_s"] = _time.perf_counter() - start
+            self._warmed_up = True
+        if self.step == 0 and not self._records:
+            self._events(force_check=True)
+        bar = self._progress_bar(target_step)
+        started = _time.perf_counter()
+        seconds_per_step = None
+        try:
+            while True:
+                elapsed = _time.perf_counter() - started
+                if target_step is not None and self.step >= target_step:
+                    break
+                if wall_limit is not None and elapsed >= wall_limit:
+                    break
+                n = self._steps_to_next_event(target_step, seconds_per_step)
+                tick = _time.perf_counter()
+                self._executor.advance(n)
+                self._executor.synchronize()
+                spent = _time.perf_counter() - tick
+                seconds_per_step = spent / n
+                self.timing["advance_s"] += spent
+                self.timing["steps"] += n
+                self.step += n
+                self.time = self.step * self.dt
+                self.timing["run_s"] += _time.perf_counter() - tick
+                self._events()
+                if bar is not None:
+                    bar.update(n)
+        finally:
+            if bar is not None:
+                bar.close()
+        for writer in self._writers:
+            close = getattr(writer, "close", None)
+            if close is not None:
+                close(self)
+        return self
+
+    def _target_step(self, steps, stop_time):
+        if steps is not None:
+            return self.step + check_int("steps", steps, minimum=0)
+        stop_time = check_float("stop_time", stop_time, minimum=0.0, allow_none=True)
+        stop_time = self.stop_time if stop_time is None else stop_time
+        targets = []
+        if self.stop_steps is not None:
+            targets.append(self.stop_steps)
+        if stop_time is not None:
+            targets.append(math.ceil(stop_time / self.dt - 1e-9))
+        return min(targets) if targets else None
+
+    def _schedules(self):
+        yield self.check_schedule
+        yield self.diagnostics_schedule
+        for schedule, _, _ in self._callbacks:
+            yield schedule
+        for writer in self._writers:
+            yield writer.schedule
+
+    def _steps_to_next_event(self, target_step, seconds_per_step):
+        limit = 10 if seconds_per_step is None else max(1, int(_CHUNK_SECONDS / max(seconds_per_step, 1e-9)))
+        if target_step is not None:
+            limit = min(limit, target_step - self.step)
+        after = self.step + 1
+        for schedule in self._schedules():
+            # steps from the step after this one, plus that one step
+            limit = min(limit, 1 + schedule.steps_until(after, after * self.dt, self.dt))
+        return max(1, limit)
+
+    def _events(self, force_check=False):
+        step, now, dt = self.step, self.time, self.dt
+        diag = self.diagnostics_schedule.fires(step, now, dt)
+        callbacks = [(f, n) for s, f, n in self._callbacks if s.fires(step, now, dt)]
+        writers = [w for w in self._writers if w.schedule.fires(step, now, dt)]
+        if force_check or diag or callbacks or writers or self.check_schedule.fires(step, now, dt):
+            self._check()
+        if diag or force_check:
+            self.record_diagnostics()
+        for function, _ in callbacks:
+            function(self)
+        for writer in writers:
+            writer.write(self)
+
+    def _check(self):
+        bad, cfl = self._executor.health()
+        limit = self.model.cfl_limit
+        if bad is not None or not cfl == cfl:
+            field = bad or "unknown"
+            raise UnstableSimulation(
+                f"{self.name}: step {self.step} (t={self.time:g}): field {field!r} holds NaN/inf or "
+                f"a non-physical value; CFL number {cfl:.3g} (stable limit {limit:.3g}). "
+                f"Reduce dt (now {self.dt:g}) or add viscosity.", step=self.step, field=field, cfl=cfl)
+        if cfl > limit:
+            raise UnstableSimulation(
+                f"{self.name}: step {self.step} (t={self.time:g}): CFL number {cfl:.3g} exceeds the "
+                f"stable limit {limit:.3g}; reduce dt (now {self.dt:g}).",
+                step=self.step, field="cfl", cfl=cfl)
+
+    def _progress_bar(self, target_step):
+        if self.progress is False:
+            return None
+        from tqdm.auto import tqdm
+
+        total = None if target_step is None else target_step - self.step
+        return tqdm(total=total, desc=self.name, unit="step", disable=None if self.progress is None else False,
+                    leave=False)
+
+    # -- reporting -----------------------------------------------------------------
+    def summary(self):
+        """Timing and conservation summary of the run so far (a dict)."""
+        t = dict(self.timing)
+        steps = max(t["steps"], 1)
+        t["steps_per_s"] = t["steps"] / t["advance_s"] if t["advance_s"] > 0 else float("nan")
+        points = getattr(getattr(self.model, "grid", None), "nx", 0) * getattr(getattr(self.model, "grid", None), "ny", 0)
+        t["point_updates_per_s"] = t["steps_per_s"] * points
+        t["seconds_per_step"] = t["advance_s"] / steps
+        out = {"name": self.name, "step": self.step, "time": self.time, "dt": self.dt, **t}
+        if len(self._records) >= 1:
+            first, last = self._records[0], self.record_diagnostics() if self._records[-1]["step"] != self.step else self._records[-1]
+            for key in ("mass", "energy", "enstrophy"):
+                if key in first and first[key]:
+                    out[f"{key}_relative_change"] = (last[key] - first[key]) / abs(first[key])
+            out["max_cfl"] = last.get("max_cfl")
+        out.update(self._executor.describe())
+        return out
+
+    def close(self):
+        """Release the executor's resources (cluster-side state included)."""
+        self._executor.close()
+
+    def __repr__(self):
+        return (f"Simulation(name={self.name!r}, model={self.model!r}, dt={self.dt:g}, step={self.step}, "
+                f"time={self.time:g})")
+
+
+def _flat(attrs):
+    return {k: (v if isinstance(v, (int, float, str)) else str(v)) for k, v in attrs.items()}

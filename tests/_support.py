@@ -1,0 +1,50 @@
+"""Helpers shared by the tests (tolerances, tier detection, sizes)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from hpcgpu import _gpu_probe
+from hpcgpu.backends import backend_status, get_backend
+
+REQUIRE_GPU = os.environ.get("HPCGPU_REQUIRE_GPU", "0") not in ("", "0")
+
+# Largest relative difference from the numpy reference (max |diff| / max |ref|),
+# keyed by backend and dtype. Compiled backends reorder and contract
+# operations, so they differ from NumPy by rounding only.
+TOLERANCE = {
+    ("numpy", "float64"): 0.0,
+    ("numpy", "float32"): 0.0,
+    ("numba", "float64"): 1e-12,
+    ("numba", "float32"): 2e-5,
+    ("cuda", "float64"): 1e-12,
+    ("cuda", "float32"): 2e-5,
+    ("cupy", "float64"): 1e-12,
+    ("cupy", "float32"): 2e-5,
+}
+
+
+def simulated():
+    return _gpu_probe.simulator_enabled()
+
+
+def tolerance(backend, dtype):
+    """Relative tolerance of ``backend`` against numpy for ``dtype``."""
+    name = backend if isinstance(backend, str) else backend.name
+    return TOLERANCE[(name, np.dtype(dtype).name)]
+
+
+def usable_backend(name):
+    """The Backend ``name``, or skip (fail under HPCGPU_REQUIRE_GPU=1) if unusable."""
+    status = backend_status(name)
+    if not status.usable:
+        if REQUIRE_GPU:
+            pytest.fail(f"HPCGPU_REQUIRE_GPU=1 but backend {name!r} is unusable: {status.detail}")
+        pytest.skip(f"backend {name!r} unusable here: {status.detail}")
+    return get_backend(name)
+
+
+def small(backend, full, tiny):
+    """Problem size: ``tiny`` under the CUDA simulator, else ``full``."""
+    return tiny if backend.simulated else full

@@ -1,0 +1,195 @@
+"""Stencil kernels: every backend against the numpy reference, and their properties."""
+
+import numpy as np
+import pytest
+from _support import small, tolerance
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.kernels import stencil
+
+BOUNDARIES = [
+    "periodic",
+    "wall",
+    ("periodic", "wall"),
+    ("wall", "periodic"),
+    ("periodic", "open", "open"),
+    ("periodic", "wall", "open"),
+    ("wall", "open", "wall"),
+]
+
+
+def relative_error(result, reference, backend):
+    result = backend.to_host(result)
+    scale = np.abs(reference).max()
+    assert np.isfinite(result).all()
+    return float(np.abs(result.astype(np.float64) - reference).max() / scale)
+
+
+def random_state(rng, shape, dtype, boundary):
+    """Random u, v, h with wall-normal velocities zeroed as the grid requires."""
+    bc = stencil.normalize_boundary(boundary)
+    h = (1.0 + 0.2 * rng.random(shape)).astype(dtype)
+    u = rng.standard_normal(shape).astype(dtype)
+    v = rng.standard_normal(shape).astype(dtype)
+    if bc[0] == 1:
+        u[:, 0] = 0
+    if bc[1] == 1:
+        v[0, :] = 0
+    return u, v, h
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_laplacian_matches_numpy(fast_backend, dtype, boundary, rng):
+    shape = small(fast_backend, (37, 50), (9, 12))
+    field = rng.standard_normal(shape).astype(dtype)
+    ref = stencil.laplacian(field, dx=0.5, dy=0.25, boundary=boundary, backend="numpy")
+    got = stencil.laplacian(fast_backend.asarray(field), dx=0.5, dy=0.25, boundary=boundary,
+                            backend=fast_backend)
+    assert got.dtype == dtype
+    assert relative_error(got, ref, fast_backend) <= max(tolerance(fast_backend, dtype), 1e-15) * 8
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_diffuse_matches_numpy(fast_backend, dtype, boundary, rng):
+    shape = small(fast_backend, (40, 33), (8, 11))
+    field = rng.standard_normal(shape).astype(dtype)
+    kwargs = dict(diffusivity=0.3, dt=0.2, steps=small(fast_backend, 7, 3), dx=1.0, dy=0.8,
+                  boundary=boundary)
+    ref = stencil.diffuse(field, backend="numpy", **kwargs)
+    got = stencil.diffuse(fast_backend.asarray(field), backend=fast_backend, **kwargs)
+    assert relative_error(got, ref, fast_backend) <= max(tolerance(fast_backend, dtype), 1e-15) * 8
+    # the input is left untouched
+    np.testing.assert_array_equal(fast_backend.to_host(fast_backend.asarray(field)), field)
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+@pytest.mark.parametrize("shape", [(16, 24), (17, 13)], ids=["even", "odd"])
+def test_shallow_water_tendency_matches_numpy(fast_backend, dtype, boundary, shape, rng):
+    if fast_backend.simulated:
+        shape = (shape[0] // 2 + 1, shape[1] // 2 + 2)
+    u, v, h = random_state(rng, shape, dtype, boundary)
+    f_corner = rng.uniform(0.5, 2.0, shape[0] + 1).astype(dtype)
+    kwargs = dict(f_corner=f_corner, g=9.81, dx=0.7, dy=1.3, viscosity=0.05, boundary=boundary)
+    reference = stencil.shallow_water_tendency(u, v, h, backend="numpy", **kwargs)
+    result = stencil.shallow_water_tendency(*(fast_backend.asarray(x) for x in (u, v, h)),
+                                            backend=fast_backend, **kwargs)
+    for name, got, ref in zip("uvh", result, reference):
+        err = relative_error(got, ref, fast_backend)
+        assert err <= tolerance(fast_backend, dtype) * 50 + 1e-15, f"d{name}: {err}"
+
+
+@pytest.mark.parametrize("coefficients", [(0.0, 1.0, 0.3), (0.75, 0.25, 0.075)], ids=["first", "later"])
+def test_shallow_water_stage_matches_numpy(fast_backend, dtype, coefficients, rng):
+    shape = small(fast_backend, (24, 20), (9, 10))
+    boundary = ("periodic", "wall")
+    state0 = random_state(rng, shape, dtype, boundary)
+    state = random_state(rng, shape, dtype, boundary)
+    a, b, c = coefficients
+    kwargs = dict(a=a, b=b, c=c, f_corner=1.5, g=2.0, dx=1.0, dy=1.0, viscosity=0.01,
+                  boundary=boundary)
+    out_ref = tuple(np.empty(shape, dtype) for _ in range(3))
+    stencil.shallow_water_stage(state0, state, out_ref, backend="numpy", **kwargs)
+    dev = fast_backend.asarray
+    out = tuple(fast_backend.empty(shape, dtype) for _ in range(3))
+    stencil.shallow_water_stage(tuple(map(dev, state0)), tuple(map(dev, state)), out,
+                                backend=fast_backend, **kwargs)
+    for got, ref in zip(out, out_ref):
+        assert relative_error(got, ref, fast_backend) <= tolerance(fast_backend, dtype) * 50 + 1e-15
+
+
+def test_rest_state_has_no_tendency(backend, dtype):
+    """A flat layer at rest stays at rest on every backend and boundary."""
+    shape = small(backend, (12, 10), (6, 5))
+    for boundary in ("periodic", "wall"):
+        zeros = backend.zeros(shape, dtype)
+        h = backend.xp.full(shape, 3.0, dtype=dtype)
+        du, dv, dh = stencil.shallow_water_tendency(zeros, zeros, h, f_corner=1e-4, g=9.81,
+                                                    dx=10.0, dy=10.0, viscosity=1.0,
+                                                    boundary=boundary, backend=backend)
+        for d in (du, dv, dh):
+            assert float(abs(backend.to_host(d)).max()) == 0.0
+
+
+def test_tendency_conserves_mass_exactly(dtype, rng):
+    """The height tendency is a flux divergence: it sums to zero."""
+    u, v, h = random_state(rng, (20, 30), dtype, ("periodic", "wall"))
+    _, _, dh = stencil.shallow_water_tendency(u, v, h, f_corner=1.0, g=1.0, dx=1.0, dy=1.0,
+                                              boundary=("periodic", "wall"), backend="numpy")
+    assert abs(float(dh.astype(np.float64).sum())) <= 1e-4 * float(abs(dh).sum()) * np.finfo(dtype).eps * 1e3
+
+
+def _energy(u, v, h, g, bc):
+    hx = 0.5 * (h + np.roll(h, 1, axis=1))
+    hy = 0.5 * (h + np.roll(h, 1, axis=0))
+    return float((0.5 * hx * u * u + 0.5 * hy * v * v + 0.5 * g * h * h).sum())
+
+
+def _enstrophy(u, v, h, f):
+    zeta = (v - np.roll(v, 1, axis=1)) - (u - np.roll(u, 1, axis=0))
+    hq = 0.25 * (h + np.roll(h, 1, 1) + np.roll(h, 1, 0) + np.roll(np.roll(h, 1, 0), 1, 1))
+    q = (f + zeta) / hq
+    return float((0.5 * hq * q * q).sum())
+
+
+@pytest.mark.parametrize("dx,dy", [(1.0, 1.0), (0.6, 1.4)], ids=["square", "rectangular"])
+def test_semi_discrete_energy_and_enstrophy_conservation(dx, dy, rng):
+    """The rate of change of energy and potential enstrophy is zero (Arakawa-Lamb).
+
+    Checked through the directional derivative along the tendency, which is
+    exact for the semi-discrete scheme (no time-stepping error).
+    """
+    shape = (18, 22)
+    u, v, h = random_state(rng, shape, np.float64, "periodic")
+    f = 3.0
+    du, dv, dh = stencil.shallow_water_tendency(u, v, h, f_corner=f, g=2.0, dx=dx, dy=dy,
+                                                boundary="periodic", backend="numpy")
+    eps = 1e-6
+
+    def rate(quantity):
+        plus = quantity(u + eps * du, v + eps * dv, h + eps * dh)
+        minus = quantity(u - eps * du, v - eps * dv, h - eps * dh)
+        return (plus - minus) / (2 * eps)
+
+    def enstrophy(uu, vv, hh):
+        zeta = (vv - np.roll(vv, 1, axis=1)) / dx - (uu - np.roll(uu, 1, axis=0)) / dy
+        hq = 0.25 * (hh + np.roll(hh, 1, 1) + np.roll(hh, 1, 0) + np.roll(np.roll(hh, 1, 0), 1, 1))
+        q = (f + zeta) / hq
+        return float((0.5 * hq * q * q).sum())
+
+    def energy(uu, vv, hh):
+        return _energy(uu, vv, hh, 2.0, None)
+
+    # scale: the rate each quantity would have from one term alone
+    energy_scale = float(np.abs(u * du).sum() + np.abs(h * dh).sum() * 2.0)
+    enstrophy_scale = abs(enstrophy(u, v, h))
+    assert abs(rate(energy)) <= 1e-8 * energy_scale
+    assert abs(rate(enstrophy)) <= 1e-8 * enstrophy_scale
+
+
+def test_bad_input_names_the_parameter():
+    good = np.ones((8, 8))
+    with pytest.raises(ConfigError, match="dx"):
+        stencil.laplacian(good, dx=0.0, backend="numpy")
+    with pytest.raises(ConfigError, match="at least 4x4"):
+        stencil.laplacian(np.ones((2, 8)), backend="numpy")
+    with pytest.raises(ConfigError, match="2D"):
+        stencil.laplacian(np.ones(8), backend="numpy")
+    with pytest.raises(ConfigError, match="float32 or float64"):
+        stencil.laplacian(np.ones((8, 8), dtype=np.int64), backend="numpy")
+    with pytest.raises(ConfigError, match="boundary"):
+        stencil.laplacian(good, boundary="sticky", backend="numpy")
+    with pytest.raises(ConfigError, match="periodic on one edge"):
+        stencil.laplacian(good, boundary=("wall", "periodic", "wall"), backend="numpy")
+    with pytest.raises(ConfigError, match="stability limit"):
+        stencil.diffuse(good, diffusivity=1.0, dt=1.0, backend="numpy")
+    with pytest.raises(ConfigError, match="steps"):
+        stencil.diffuse(good, diffusivity=0.1, dt=0.1, steps=0, backend="numpy")
+    with pytest.raises(ConfigError, match="h has dtype float32"):
+        stencil.shallow_water_tendency(good, good, good.astype(np.float32), f_corner=0.0, g=1.0,
+                                       dx=1.0, dy=1.0, backend="numpy")
+    with pytest.raises(ConfigError, match="f_corner"):
+        stencil.shallow_water_tendency(good, good, good, f_corner=np.zeros(3), g=1.0,
+                                       dx=1.0, dy=1.0, backend="numpy")
+    with pytest.raises(ConfigError, match="shares memory"):
+        stencil.shallow_water_stage((good, good, good), (good, good, good), (good, np.ones((8, 8)), np.ones((8, 8))),
+                                    a=0, b=1, c=1, f_corner=0.0, g=1.0, dx=1.0, dy=1.0, backend="numpy")
