@@ -40,9 +40,9 @@ class LocalExecutor:
         self.model.backend.synchronize()
 
     def health(self):
-        """``(bad_field_or_None, cfl)`` of the current state."""
+        """``(bad_fields, cfl)`` of the current state (``[]`` when all finite)."""
         cfl = self.model.cfl(self._state, self.dt)
-        bad = None if cfl == cfl else self.model.first_bad_field(self._state)
+        bad = [] if cfl == cfl else self.model.bad_fields(self._state)
         return bad, cfl
 
     def diagnostics(self):

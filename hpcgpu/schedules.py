@@ -66,12 +66,14 @@ class TimeInterval(Schedule):
         object.__setattr__(self, "interval",
                            check_float("interval", self.interval, minimum=0.0, strict_min=True))
 
+    def _index(self, time, dt):
+        # Tolerate rounding of time = step * dt so that exact multiples count.
+        return math.floor((time + 1e-9 * dt) / self.interval)
+
     def steps_until(self, step, time, dt):
-        # Tolerate rounding of time = step * dt so that exact multiples fire.
-        slack = 1e-9 * dt
-        k = math.ceil((time - slack) / self.interval)
-        target = k * self.interval
-        return max(0, math.ceil((target - time - slack) / dt))
+        # Fires at step n when (t_{n-1}, t_n] holds a multiple of the interval.
+        target = (self._index(time - dt, dt) + 1) * self.interval
+        return max(0, math.ceil((target - time - 1e-9 * dt) / dt))
 
 
 def as_schedule(value, name="schedule"):

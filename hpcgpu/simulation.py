@@ -6,7 +6,7 @@ A model plugs in by providing (see :class:`hpcgpu.workloads.weather.ShallowWater
     where it runs and its stability limit;
 ``initial_state()``, ``stepper(dt)``, ``warm_up()``
     its state and time stepping;
-``cfl(state, dt)``, ``first_bad_field(state)``, ``diagnostics(state, dt)``
+``cfl(state, dt)``, ``bad_fields(state)``, ``diagnostics(state, dt)``
     checks and global diagnostics;
 ``to_dataset(state, time)``, ``attributes()``
     output as xarray.
@@ -26,7 +26,7 @@ import time as _time
 
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.executors import LocalExecutor
-from hpcgpu.schedules import Every, Schedule, as_schedule
+from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Simulation"]
@@ -295,10 +295,10 @@ class Simulation:
     def _check(self):
         bad, cfl = self._executor.health()
         limit = self.model.cfl_limit
-        if bad is not None or not cfl == cfl:
-            field = bad or "unknown"
+        if bad or not cfl == cfl:
+            field = ", ".join(bad) or "unknown"
             raise UnstableSimulation(
-                f"{self.name}: step {self.step} (t={self.time:g}): field {field!r} holds NaN/inf or "
+                f"{self.name}: step {self.step} (t={self.time:g}): field(s) {field} hold NaN/inf or "
                 f"a non-physical value; CFL number {cfl:.3g} (stable limit {limit:.3g}). "
                 f"Reduce dt (now {self.dt:g}) or add viscosity.", step=self.step, field=field, cfl=cfl)
         if cfl > limit:

@@ -251,15 +251,14 @@ class ShallowWater:
         wave = math.sqrt(self.params.g * h_max) * math.sqrt(1 / g.dx**2 + 1 / g.dy**2)
         return dt * (u_max / g.dx + v_max / g.dy + wave)
 
-    def first_bad_field(self, state):
-        """Name of the first field holding NaN/inf (or negative depth), else None."""
+    def bad_fields(self, state):
+        """Names of the fields holding NaN/inf (or a non-positive depth h)."""
         xp = self.backend.xp
-        for name, array in zip(self.field_names, state.arrays()):
-            if not bool(xp.isfinite(array).all()):
-                return name
-        if float(state.h.min()) <= 0:
-            return "h"
-        return None
+        bad = [name for name, array in zip(self.field_names, state.arrays())
+               if not bool(xp.isfinite(array).all())]
+        if "h" not in bad and float(state.h.min()) <= 0:
+            bad.append("h")
+        return bad
 
     def diagnostics(self, state, dt=None):
         """Global diagnostics as a dict of floats (host).

@@ -53,12 +53,32 @@ def _window(padded, j0, j1, i0, i1, width=GHOST):
     return padded[j0 + width:j1 + width, i0 + width:i1 + width]
 
 
+def _fill_padded(padded, field, bc_x, bc_s, bc_n):
+    """Copy ``field`` into ``padded`` (one ghost cell each side) and set the ghosts.
+
+    In place, so repeated diffusion steps allocate nothing: this is what
+    keeps the NumPy baseline honest in benchmarks.
+    """
+    padded[1:-1, 1:-1] = field
+    if bc_s == PERIODIC:
+        padded[0, 1:-1] = field[-1]
+        padded[-1, 1:-1] = field[0]
+    else:
+        padded[0, 1:-1] = field[0]
+        padded[-1, 1:-1] = field[-1]
+    if bc_x == PERIODIC:
+        padded[:, 0] = padded[:, -2]
+        padded[:, -1] = padded[:, 1]
+    else:
+        padded[:, 0] = padded[:, 1]
+        padded[:, -1] = padded[:, -2]
+
+
 def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
     """Five-point Laplacian of a cell-centred field into ``out``.
 
     ``rdx2`` and ``rdy2`` are ``1/dx**2`` and ``1/dy**2``. Walls are no-flux.
     """
-    ny, nx = field.shape
     p = pad(field, bc_x, bc_s, bc_n, width=1)
     out[...] = ((p[1:-1, :-2] + p[1:-1, 2:] - 2 * field) * rdx2
                 + (p[:-2, 1:-1] + p[2:, 1:-1] - 2 * field) * rdy2)
@@ -72,11 +92,22 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
     (``cx = nu*dt/dx**2``). Returns whichever of ``field`` and ``work`` holds
     the result; both are overwritten.
     """
+    xp = _xp(field)
+    ny, nx = field.shape
+    padded = xp.empty((ny + 2, nx + 2), field.dtype)
+    tmp = xp.empty_like(field)
+    t = field.dtype.type
+    centre, cx, cy = t(1 - 2 * cx - 2 * cy), t(cx), t(cy)
     src, dst = field, work
     for _ in range(steps):
-        p = pad(src, bc_x, bc_s, bc_n, width=1)
-        dst[...] = (src + cx * (p[1:-1, :-2] + p[1:-1, 2:] - 2 * src)
-                    + cy * (p[:-2, 1:-1] + p[2:, 1:-1] - 2 * src))
+        _fill_padded(padded, src, bc_x, bc_s, bc_n)
+        xp.add(padded[1:-1, :-2], padded[1:-1, 2:], out=tmp)
+        tmp *= cx
+        xp.multiply(src, centre, out=dst)
+        dst += tmp
+        xp.add(padded[:-2, 1:-1], padded[2:, 1:-1], out=tmp)
+        tmp *= cy
+        dst += tmp
         src, dst = dst, src
     return src
 

@@ -1,0 +1,110 @@
+"""The benchmark harness every ``hpcgpu bench`` suite shares.
+
+Each result is one JSON object on its own line (stdout) with at least
+``suite``, ``case``, ``backend``, ``dtype``, ``size``, ``metric``, ``value``,
+``unit``, ``median_s``, ``repeats`` and ``ratio_to_numpy`` (the same case on
+the ``numpy`` backend in the same run, or null). Timings are medians over
+repeats after a warm-up call, with the device synchronised inside the timed
+region. Speed is reported, never asserted: machines are shared and noisy.
+"""
+
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["measure", "Recorder", "copy_bandwidth"]
+
+
+def measure(function, *, synchronize, repeats=None, warmup=1, budget_s=20.0, min_repeats=3, max_repeats=20):
+    """Time ``function()`` and return the list of durations (s).
+
+    ``synchronize()`` runs inside the timed region (GPU work is asynchronous).
+    Without ``repeats``, the number of repeats fits ``budget_s`` from the
+    warm-up time, between ``min_repeats`` and ``max_repeats``.
+    """
+    first = None
+    for _ in range(max(warmup, 1)):
+        start = time.perf_counter()
+        function()
+        synchronize()
+        first = time.perf_counter() - start
+    if repeats is None:
+        repeats = int(min(max_repeats, max(min_repeats, budget_s // max(first, 1e-9))))
+    durations = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        synchronize()
+        durations.append(time.perf_counter() - start)
+    return durations
+
+
+class Recorder:
+    """Collect results, fill in ``ratio_to_numpy`` and print JSON lines.
+
+    Parameters
+    ----------
+    suite : str
+    stream : file, optional
+        Where JSON lines go (default stdout).
+    """
+
+    def __init__(self, suite, stream=None):
+        self.suite = suite
+        self.stream = stream or sys.stdout
+        self.results = []
+
+    def add(self, *, case, backend, dtype, size, metric, value, unit, durations, **extra):
+        """Record one result and print it as a JSON line; returns the dict."""
+        result = {
+            "suite": self.suite, "case": case, "backend": backend, "dtype": str(dtype),
+            "size": size, "metric": metric, "value": float(value), "unit": unit,
+            "median_s": float(np.median(durations)), "repeats": len(durations),
+            "ratio_to_numpy": None,
+        }
+        for other in self.results:
+            if (other["backend"] == "numpy" and other["case"] == case and other["dtype"] == result["dtype"]
+                    and other["size"] == size and other["metric"] == metric and other["value"] > 0):
+                result["ratio_to_numpy"] = result["value"] / other["value"]
+        if backend == "numpy":
+            result["ratio_to_numpy"] = 1.0
+        result.update({k: _jsonable(v) for k, v in extra.items()})
+        self.results.append(result)
+        print(json.dumps(result), file=self.stream, flush=True)
+        return result
+
+
+def _jsonable(value):
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def copy_bandwidth(backend, nbytes, repeats=5):
+    """Measured device-memory copy bandwidth (bytes read + written per second).
+
+    Copies an array of ``nbytes / 2`` bytes into another, with the backend's
+    natural copy: one NumPy thread for ``numpy``, a parallel Numba loop on
+    all threads for ``numba``, a device-to-device copy for GPU backends.
+    Size it like the working set of the kernel it is compared with, so that
+    both see the same level of the memory hierarchy.
+    """
+    elements = max(1, int(nbytes // 2 // 4))
+    xp = backend.xp
+    src = xp.ones(elements, dtype=np.float32)
+    dst = xp.empty_like(src)
+    if backend.name == "numba":
+        from hpcgpu.bench._copy import parallel_copy as copy
+    elif backend.on_gpu:
+        def copy(a, b):
+            b[...] = a
+    else:
+        def copy(a, b):
+            np.copyto(b, a)
+    durations = measure(lambda: copy(src, dst), synchronize=backend.synchronize, repeats=repeats, warmup=2)
+    return 2 * src.nbytes / float(np.median(durations))

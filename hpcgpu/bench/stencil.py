@@ -1,0 +1,90 @@
+"""``hpcgpu bench stencil``: diffusion and shallow-water kernels per backend.
+
+Cases
+-----
+``diffusion``
+    ``steps`` explicit five-point diffusion steps (periodic) per call.
+    Effective traffic: one read and one write of the field per point per step.
+``shallow_water``
+    One SSP-RK3 step of the shallow-water equations: three fused stages
+    (Arakawa-Lamb tendencies plus the Runge-Kutta update in one pass each).
+    ``gb_per_s`` counts one read and one write of u, v and h per point per
+    step (the issue's "effective" figure); ``traffic_gb_per_s`` counts the
+    bytes the three stages must move at least (6 + 9 + 9 field passes).
+
+Each line also carries the copy bandwidth measured in the same run on a
+working set of the same size, and the kernel's fraction of it.
+"""
+
+import numpy as np
+
+from hpcgpu.bench.harness import copy_bandwidth, measure
+
+__all__ = ["run"]
+
+_RK3 = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
+
+
+def _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw):
+    kernels = backend.kernels("stencil")
+    rng = np.random.default_rng(1)
+    field = backend.asarray(rng.random((n, n)), dtype=dtype)
+    work = backend.empty((n, n), dtype)
+    cx = cy = 0.2
+
+    def call():
+        kernels.diffuse(field, work, cx, cy, steps, 0, 0, 0)
+
+    durations = measure(call, synchronize=backend.synchronize, budget_s=budget_s, min_repeats=2)
+    median = float(np.median(durations))
+    updates = n * n * steps / median
+    gbs = 2 * np.dtype(dtype).itemsize * n * n * steps / median / 1e9
+    recorder.add(case="diffusion", backend=backend.name, dtype=np.dtype(dtype).name, size=n,
+                 metric="point_updates_per_s", value=updates, unit="1/s", durations=durations,
+                 steps_per_call=steps, seconds_per_step=median / steps, gb_per_s=gbs,
+                 copy_gb_per_s=copy_bw / 1e9, fraction_of_copy=gbs * 1e9 / copy_bw)
+
+
+def _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw):
+    kernels = backend.kernels("stencil")
+    rng = np.random.default_rng(2)
+    dev = lambda a: backend.asarray(a, dtype=dtype)  # noqa: E731
+    y0 = (dev(rng.standard_normal((n, n))), dev(rng.standard_normal((n, n))),
+          dev(1000.0 + rng.random((n, n))))
+    bufs = [tuple(backend.empty((n, n), dtype) for _ in range(3)) for _ in range(2)]
+    f = backend.asarray(np.full(n + 1, 1e-4), dtype=dtype)
+    dt, spacing = 10.0, 1.0 / 1.0e4
+
+    def call():
+        first, second = bufs
+        for (a, b, c), src, dst in zip(_RK3, (y0, first, second), (first, second, first)):
+            kernels.shallow_water_stage(*y0, *src, *dst, f, 9.81, spacing, spacing, 10.0,
+                                        a, b, c * dt, 0, 0, 0)
+
+    durations = measure(call, synchronize=backend.synchronize, budget_s=budget_s, min_repeats=2)
+    median = float(np.median(durations))
+    item = np.dtype(dtype).itemsize
+    gbs = 6 * item * n * n / median / 1e9
+    traffic = (6 + 9 + 9) * item * n * n / median / 1e9
+    recorder.add(case="shallow_water", backend=backend.name, dtype=np.dtype(dtype).name, size=n,
+                 metric="point_updates_per_s", value=n * n / median, unit="1/s", durations=durations,
+                 seconds_per_step=median, gb_per_s=gbs, traffic_gb_per_s=traffic,
+                 copy_gb_per_s=copy_bw / 1e9, fraction_of_copy=traffic * 1e9 / copy_bw,
+                 scheme="Arakawa-Lamb C-grid, SSP-RK3 (3 fused stages)")
+
+
+def run(recorder, backends, *, sizes=(4096,), dtypes=("float32",), steps=100, budget_s=20.0,
+        cases=("diffusion", "shallow_water")):
+    """Run the stencil suite; results go to ``recorder`` (numpy first for ratios)."""
+    order = sorted(backends, key=lambda b: b.name != "numpy")
+    for n in sizes:
+        for dtype in dtypes:
+            item = np.dtype(dtype).itemsize
+            for backend in order:
+                if "diffusion" in cases:
+                    copy_bw = copy_bandwidth(backend, 2 * item * n * n)
+                    _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw)
+                if "shallow_water" in cases:
+                    copy_bw = copy_bandwidth(backend, 12 * item * n * n)
+                    _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw)
+    return recorder.results

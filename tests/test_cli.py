@@ -1,0 +1,66 @@
+"""The command line, end to end in subprocesses."""
+
+import json
+import os
+import subprocess
+import sys
+
+import xarray as xr
+
+HPCGPU = [sys.executable, "-m", "hpcgpu.cli"]
+
+
+def run(*args, timeout=600):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([*HPCGPU, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_info_json_lists_backends():
+    result = run("info", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert [b["name"] for b in info["backends"]] == ["numpy", "numba", "cuda", "cupy"]
+    assert info["auto"] in ("numba", "cuda")
+
+
+def test_run_weather_writes_fields_picture_and_summary(tmp_path):
+    out = tmp_path / "jet"
+    result = run("run", "weather", "--case", "unstable_jet", "--nx", "48", "--ny", "24", "--steps", "60",
+                 "--snapshots", "3", "--out", str(out), "--backend", "numba", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "grid-point updates/s" in result.stdout and "mass change" in result.stdout
+    fields = xr.open_zarr(out / "fields.zarr")
+    assert fields.sizes["time"] == 4 and fields["h"].shape[1:] == (24, 48)
+    diagnostics = xr.open_zarr(out / "fields.zarr", group="diagnostics")
+    assert diagnostics.sizes["time"] >= 2
+    png = (out / "final.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 60 and abs(summary["mass_relative_change"]) < 1e-12
+    assert summary["point_updates_per_s"] > 0
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):
+    for args, word in ((("--nx", "2"), "nx"), (("--dt", "-1"), "dt"), (("--backend", "tpu"), "backend"),
+                       (("--dt", "1e5"), "CFL")):
+        result = run("run", "weather", *args, "--steps", "2", "--out", str(tmp_path / "x"), "--no-progress")
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert word in result.stderr
+
+
+def test_bench_stencil_prints_json_lines():
+    result = run("bench", "stencil", "--size", "64", "--steps", "3", "--budget", "0.05",
+                 "--backend", "numpy", "--backend", "numba")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert {(r["case"], r["backend"]) for r in lines} == {
+        ("diffusion", "numpy"), ("diffusion", "numba"), ("shallow_water", "numpy"), ("shallow_water", "numba")}
+    required = {"suite", "case", "backend", "dtype", "size", "metric", "value", "unit", "median_s",
+                "repeats", "ratio_to_numpy"}
+    for r in lines:
+        assert required <= set(r)
+        assert r["metric"] == "point_updates_per_s" and r["value"] > 0 and r["repeats"] >= 2
+        assert r["fraction_of_copy"] > 0
+        if r["backend"] == "numba":
+            assert r["ratio_to_numpy"] > 0

@@ -1,0 +1,101 @@
+"""The driver: schedules, stop criteria, output, timing."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from hpcgpu import Simulation, ZarrWriter
+from hpcgpu.errors import ConfigError
+from hpcgpu.output import open_output
+from hpcgpu.schedules import Every, TimeInterval
+from hpcgpu.workloads.weather import ShallowWater
+
+
+@pytest.fixture
+def model():
+    return ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy")
+
+
+def test_callbacks_fire_on_their_schedules(model):
+    sim = Simulation(model, dt=100.0, stop_steps=25, progress=False)
+    every_step, every_seven, every_hour = [], [], []
+    sim.add_callback(lambda s: every_step.append(s.step), 1)
+    sim.add_callback(lambda s: every_seven.append(s.step), Every(7))
+    sim.add_callback(lambda s: every_hour.append(s.step), TimeInterval(1000.0))
+    sim.run()
+    assert every_step == list(range(26))
+    assert every_seven == [0, 7, 14, 21]
+    assert every_hour == [0, 10, 20]
+    assert sim.step == 25 and sim.time == pytest.approx(2500.0)
+
+
+def test_time_interval_not_a_multiple_of_dt_fires_at_first_step_after(model):
+    sim = Simulation(model, dt=300.0, stop_time=3000.0, progress=False)
+    fired = []
+    sim.add_callback(lambda s: fired.append(s.step), TimeInterval(1000.0))
+    sim.run()
+    assert fired == [0, 4, 7, 10]
+    assert sim.step == 10
+
+
+def test_stop_by_time_steps_and_wall_time(model):
+    sim = Simulation(model, dt=100.0, stop_time=1234.0, progress=False)
+    assert sim.run().step == 13  # first step at or after the stop time
+    assert sim.run(steps=5).step == 18
+    clock = Simulation(model, dt=1.0, wall_time_limit=0.3, progress=False, diagnostics=1000)
+    clock.run()
+    assert clock.step > 0
+    assert clock.timing["run_s"] < 3.0
+
+
+def test_diagnostics_are_recorded_as_xarray(model):
+    sim = Simulation(model, dt=100.0, stop_steps=20, diagnostics=5, progress=False).run()
+    ds = sim.diagnostics
+    assert isinstance(ds, xr.Dataset)
+    assert list(ds["step"].values) == [0, 5, 10, 15, 20]
+    np.testing.assert_allclose(ds["mass"], ds["mass"][0], rtol=1e-13)
+    assert set(ds.data_vars) >= {"mass", "energy", "enstrophy", "max_cfl"}
+
+
+def test_warm_up_is_timed_apart_from_steps(model):
+    sim = Simulation(model, dt=100.0, stop_steps=10, progress=False).run()
+    assert sim.timing["warmup_s"] > 0
+    assert sim.timing["steps"] == 10
+    summary = sim.summary()
+    assert summary["steps_per_s"] > 0 and summary["point_updates_per_s"] == pytest.approx(
+        summary["steps_per_s"] * 16 * 8)
+    assert abs(summary["mass_relative_change"]) < 1e-13
+
+
+def test_zarr_output_is_readable_with_coordinates_and_units(model, tmp_path):
+    path = tmp_path / "run.zarr"
+    sim = Simulation(model, dt=100.0, stop_steps=10, progress=False)
+    sim.add_writer(ZarrWriter(path, Every(5)))
+    sim.run()
+    fields, diagnostics = open_output(path)
+    assert fields.sizes["time"] == 3
+    assert list(fields["step"].values) == [0, 5, 10]
+    assert fields["h"].dims == ("time", "y", "x")
+    assert fields["u"].dims == ("time", "y", "x_face")
+    assert fields["h"].attrs["units"] == "m" and fields["x"].attrs["units"] == "m"
+    assert fields.attrs["case"] == "gravity_wave"
+    np.testing.assert_allclose(fields["h"].isel(time=-1).values, sim.state.h)
+    assert diagnostics is not None and diagnostics.sizes["time"] >= 2
+
+
+def test_progress_bar_stays_quiet_when_not_a_terminal(model, capsys):
+    Simulation(model, dt=100.0, stop_steps=5).run()
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_bad_schedules_and_writers(model):
+    sim = Simulation(model, dt=100.0, stop_steps=5, progress=False)
+    with pytest.raises(ConfigError, match="schedule must be >= 1"):
+        sim.add_callback(print, 0)
+    with pytest.raises(ConfigError, match="callable"):
+        sim.add_callback("not a function")
+    with pytest.raises(ConfigError, match="interval must be > 0"):
+        TimeInterval(-1.0)
+    with pytest.raises(ConfigError, match="writer"):
+        sim.add_writer(object())

@@ -1,0 +1,88 @@
+"""``hpcgpu run weather``: the shallow-water model from the command line."""
+
+import json
+import math
+import os
+import sys
+import time
+
+from hpcgpu.schedules import Every
+
+HELP = "rotating shallow-water model (weather)"
+DESCRIPTION = ("Run the rotating shallow-water model on a named case and write fields and "
+               "diagnostics to Zarr plus a PNG of the final height and vorticity.")
+
+
+def add_arguments(parser):
+    """Add the weather options to an argparse parser."""
+    from hpcgpu.workloads.weather import CASES
+
+    parser.add_argument("--case", default="unstable_jet", choices=sorted(CASES),
+                        help="initial condition (default: unstable_jet)")
+    parser.add_argument("--nx", type=int, help="cells along x (default: the case's)")
+    parser.add_argument("--ny", type=int, help="cells along y (default: the case's)")
+    parser.add_argument("--steps", type=int, help="number of time steps (default: run to the case's stop time)")
+    parser.add_argument("--stop-time", type=float, help="model time to stop at, s (default: the case's)")
+    parser.add_argument("--dt", type=float, help="time step, s (default: CFL number --cfl)")
+    parser.add_argument("--cfl", type=float, default=0.5, help="CFL number for the default dt (default 0.5)")
+    parser.add_argument("--backend", default="auto", help="auto, numpy, numba, cuda or cupy (default auto)")
+    parser.add_argument("--dtype", default="float64", choices=("float32", "float64"))
+    parser.add_argument("--out", help="output directory (default: hpcgpu-output/weather-CASE)")
+    parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args):
+    """Run the model as the parsed ``args`` say; prints a summary; returns 0."""
+    from hpcgpu.output import ZarrWriter
+    from hpcgpu.plotting import save_panels
+    from hpcgpu.simulation import Simulation
+    from hpcgpu.workloads.weather import CASES, ShallowWater
+
+    model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)
+    state = model.initial_state()
+    dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
+    stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
+    steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
+    out = args.out or os.path.join("hpcgpu-output", f"weather-{args.case}")
+    os.makedirs(out, exist_ok=True)
+    sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
+                     diagnostics=max(1, steps // 200))
+    zarr_path = os.path.join(out, "fields.zarr")
+    sim.add_writer(ZarrWriter(zarr_path, Every(max(1, steps // max(1, args.snapshots)))))
+    print(f"hpcgpu: {model!r}, dt={dt:.4g} s, {steps} steps to t={steps * dt:.4g} s", file=sys.stderr)
+    started = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - started
+    summary = sim.summary()
+    summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path),
+                   grid=f"{model.grid.nx}x{model.grid.ny}", backend=model.backend.name, dtype=model.dtype.name,
+                   case=args.case)
+    png = os.path.join(out, "final.png")
+    g = model.grid
+    extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
+    save_panels(png, [
+        dict(data=model.backend.to_host(sim.state.h), label="layer depth h (m)", extent=extent,
+             xlabel="x (km)", ylabel="y (km)"),
+        dict(data=model.vorticity(sim.state), label="relative vorticity (1/s)", extent=extent,
+             cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
+    ], title=f"shallow water, {args.case}, t = {sim.time / 3600:.1f} h")
+    summary["png"] = os.path.abspath(png)
+    with open(os.path.join(out, "summary.json"), "w") as stream:
+        json.dump(summary, stream, indent=2, default=str)
+    _print_summary(summary)
+    return 0
+
+
+def _print_summary(s):
+    print(f"weather/{s['case']} on {s['backend']} ({s['dtype']}, grid {s['grid']}): "
+          f"{s['step']} steps to t = {s['time']:.6g} s in {s['wall_s']:.2f} s wall")
+    print(f"  speed:        {s['steps_per_s']:.1f} steps/s, {s['point_updates_per_s'] / 1e6:.1f} M grid-point updates/s "
+          f"(JIT warm-up {s['warmup_s']:.2f} s, not counted)")
+    for key, label in (("mass", "mass"), ("energy", "energy"), ("enstrophy", "potential enstrophy")):
+        value = s.get(f"{key}_relative_change")
+        if value is not None:
+            print(f"  {label + ' change:':<27} {value:+.3e} (relative)")
+    print(f"  max CFL:      {s.get('max_cfl', float('nan')):.3f}")
+    print(f"  output:       {s['zarr']} (xarray.open_zarr)")
+    print(f"  picture:      {s['png']}")
