@@ -25,6 +25,19 @@ TOLERANCE = {
 }
 
 
+# Boundary combinations every stencil backend is checked on: all kinds per
+# axis, walls on one side only, and the open edges of partitions.
+BOUNDARIES = [
+    "periodic",
+    "wall",
+    ("periodic", "wall"),
+    ("wall", "periodic"),
+    ("periodic", "open", "open"),
+    ("periodic", "wall", "open"),
+    ("wall", "open", "wall"),
+]
+
+
 def simulated():
     return _gpu_probe.simulator_enabled()
 

@@ -2,20 +2,11 @@
 
 import numpy as np
 import pytest
-from _support import small, tolerance
+from _support import BOUNDARIES, small, tolerance
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import stencil
 
-BOUNDARIES = [
-    "periodic",
-    "wall",
-    ("periodic", "wall"),
-    ("wall", "periodic"),
-    ("periodic", "open", "open"),
-    ("periodic", "wall", "open"),
-    ("wall", "open", "wall"),
-]
 
 
 def relative_error(result, reference, backend):

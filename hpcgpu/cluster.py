@@ -1,0 +1,193 @@
+"""Start or connect to a dask cluster: one call from a laptop to many GPU nodes.
+
+``cluster()`` returns a :class:`distributed.Client`:
+
+* by default a local cluster on this machine: ``dask_cuda.LocalCUDACluster``
+  with one worker per GPU (each worker sees its GPU as device 0) when GPUs
+  are usable, else ``distributed.LocalCluster`` with one single-threaded
+  worker process per core;
+* ``address="tcp://host:8786"`` connects to a running scheduler, which is how
+  many nodes are used (``dask scheduler`` on one node, ``dask cuda worker``
+  or ``dask worker`` on each node);
+* ``jobqueue={...}`` starts workers as batch jobs through dask-jobqueue.
+
+The scheduler and dashboard listen on 127.0.0.1 unless ``host`` says
+otherwise: dask moves pickled data and runs what it is sent, so a scheduler
+must never be reachable by untrusted users.
+
+Examples
+--------
+>>> import hpcgpu
+>>> client = hpcgpu.cluster(workers=2, quiet=True)   # doctest: +SKIP
+>>> client.close()                                    # doctest: +SKIP
+"""
+
+import os
+import sys
+
+from hpcgpu.errors import ClusterError, ConfigError
+from hpcgpu.validation import check_float, check_int
+
+__all__ = ["cluster", "slurm_cluster", "worker_backends"]
+
+
+def _cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto", host="127.0.0.1",
+            dashboard_address="127.0.0.1:8787", protocol=None, rmm_pool_size=None,
+            device_memory_limit=None, jobqueue=None, security=None, timeout=20, quiet=False):
+    """Return a dask ``Client`` on a new local cluster, a running scheduler or a batch system.
+
+    Parameters
+    ----------
+    address : str, optional
+        Scheduler address (``tcp://host:8786``, ``tls://...``, ``ucx://...``)
+        to connect to instead of starting a cluster.
+    workers : int, optional
+        Local workers: default one per GPU, else one per core. With
+        ``jobqueue``, the number of batch jobs.
+    threads_per_worker : int, optional
+        Threads per CPU worker (also the Numba thread count inside it);
+        default: the cores divided among the workers.
+    gpus : "auto", bool
+        ``"auto"`` uses dask-cuda when a GPU is usable; ``False`` forces a
+        CPU cluster; ``True`` requires GPUs.
+    host : str
+        Interface the scheduler and workers listen on (default 127.0.0.1).
+    dashboard_address : str
+        Where the dashboard listens (default 127.0.0.1:8787; ``":0"`` picks a
+        free port).
+    protocol : str, optional
+        ``"tcp"``, ``"tls"`` or, with dask-cuda and UCX installed, ``"ucx"``
+        (NVLink and InfiniBand).
+    rmm_pool_size : str or int, optional
+        GPU workers: size of an RMM memory pool shared by CuPy and Numba
+        (e.g. ``"20GB"``).
+    device_memory_limit : str, int or float, optional
+        GPU workers: device memory above which dask-cuda spills to host.
+    jobqueue : dict, optional
+        Start workers as Slurm jobs: keyword arguments of
+        ``dask_jobqueue.SLURMCluster`` (``queue``, ``account``, ``cores``,
+        ``memory``, ``walltime``, ``job_extra_directives``, ...).
+    security : distributed.Security, optional
+        TLS certificates for the scheduler, workers and client.
+    timeout : float
+        Seconds to wait for a scheduler before giving up (default 20).
+    quiet : bool
+        Do not print the dashboard link.
+
+    Raises
+    ------
+    ClusterError
+        The scheduler cannot be reached in time, or GPUs were required but
+        none is usable.
+    ConfigError
+        Invalid parameters.
+    """
+    timeout = check_float("timeout", timeout, minimum=0.0, strict_min=True)
+    if workers is not None:
+        workers = check_int("workers", workers, minimum=1)
+    if threads_per_worker is not None:
+        threads_per_worker = check_int("threads_per_worker", threads_per_worker, minimum=1)
+    if gpus not in ("auto", True, False):
+        raise ConfigError(f"gpus must be 'auto', True or False; got {gpus!r}")
+    if address is not None and jobqueue is not None:
+        raise ConfigError("give either address (connect to a scheduler) or jobqueue (start one), not both")
+
+    from distributed import Client
+
+    if address is not None:
+        client = _connect(Client, address, timeout, security)
+    elif jobqueue is not None:
+        job_cluster = slurm_cluster(**jobqueue)
+        job_cluster.scale(jobs=workers or 1)
+        client = Client(job_cluster, timeout=timeout)
+    else:
+        client = Client(_local_cluster(workers, threads_per_worker, gpus, host, dashboard_address,
+                                       protocol, rmm_pool_size, device_memory_limit, security),
+                        timeout=timeout, security=security)
+    if not quiet:
+        print(f"hpcgpu: dask dashboard at {client.dashboard_link}", file=sys.stderr)
+    return client
+
+
+def _connect(Client, address, timeout, security):
+    if not isinstance(address, str) or "://" not in address and ":" not in address:
+        raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r}")
+    try:
+        return Client(address, timeout=timeout, security=security)
+    except (OSError, TimeoutError) as error:
+        raise ClusterError(
+            f"could not reach a dask scheduler at {address!r} within {timeout:g} s ({error}). "
+            "Start one with 'dask scheduler' and check the address, port and firewall.") from None
+
+
+def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, protocol,
+                   rmm_pool_size, device_memory_limit, security):
+    from hpcgpu.backends import backend_status
+
+    gpu_usable = backend_status("cupy").usable and not os.environ.get("NUMBA_ENABLE_CUDASIM")
+    if gpus is True and not gpu_usable:
+        raise ClusterError(f"gpus=True but no GPU is usable: {backend_status('cupy').detail}")
+    if gpus is not False and gpu_usable:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError as error:
+            raise ClusterError("a GPU is usable but dask-cuda is not installed: "
+                               "pip install 'hpcgpu[cuda]'") from error
+        kwargs = dict(n_workers=workers, host=host, dashboard_address=dashboard_address,
+                      protocol=protocol, security=security)
+        if rmm_pool_size is not None:
+            # One pool for both libraries: CuPy and Numba allocate through RMM.
+            kwargs.update(rmm_pool_size=rmm_pool_size, rmm_allocator_external_lib_list=["cupy", "numba"])
+        if device_memory_limit is not None:
+            kwargs["device_memory_limit"] = device_memory_limit
+        return LocalCUDACluster(**{k: v for k, v in kwargs.items() if v is not None})
+    if rmm_pool_size is not None or device_memory_limit is not None:
+        raise ConfigError("rmm_pool_size and device_memory_limit apply to GPU clusters only; "
+                          "no GPU is in use here")
+    from distributed import LocalCluster
+
+    cores = _cpu_count()
+    workers = workers or cores
+    threads = threads_per_worker or max(1, cores // workers)
+    # Numba sizes its thread pool at import: one per worker thread avoids
+    # oversubscribing the cores when every worker runs parallel kernels.
+    env = {"NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+                        dashboard_address=dashboard_address, protocol=protocol, security=security,
+                        env=env, silence_logs=40)
+
+
+def slurm_cluster(**kwargs):
+    """A ``dask_jobqueue.SLURMCluster`` whose workers run hpcgpu (not started).
+
+    Keyword arguments go to SLURMCluster; ``cores`` defaults to 1 and
+    ``memory`` to ``"4GB"``. Inspect the batch script with ``.job_script()``.
+
+    Raises
+    ------
+    ClusterError
+        dask-jobqueue is not installed (``pip install 'hpcgpu[jobqueue]'``).
+    """
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError as error:
+        raise ClusterError("jobqueue needs dask-jobqueue: pip install 'hpcgpu[jobqueue]'") from error
+    kwargs.setdefault("cores", 1)
+    kwargs.setdefault("memory", "4GB")
+    env = list(kwargs.pop("job_script_prologue", []))
+    env.append(f"export NUMBA_NUM_THREADS={kwargs['cores']}")
+    return SLURMCluster(job_script_prologue=env, **kwargs)
+
+
+def worker_backends(client):
+    """``{worker address: backend 'auto' resolves to there}``, asked of each worker."""
+    from hpcgpu.backends import get_backend
+
+    return client.run(lambda: get_backend("auto").name)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One session on a lent GPU machine: install, run the GPU test tier, run the
+# benchmarks and a weather run; results go under $OUT (see docs/benchmarks.md).
+#
+# The GPU image has numpy, numba, numba-cuda and cupy but not dask or zarr:
+# carry their wheels in .whl (../shared/tools/gpu-wheelhouse.sh).
+set -u
+OUT=${OUT:-/tmp/hpcgpu-device}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . || exit 1
+# -P: do not put the source tree first on sys.path (its hpcgpu/ lacks the mapped subpackages)
+PY="python3 -P"
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv;
+  $PY -m pip list 2>/dev/null | grep -iE "numba|cupy|numpy|dask|distributed|zarr|xarray";
+  $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
+cat "$OUT/info.txt"
+echo "== GPU test tier"
+HPCGPU_REQUIRE_GPU=1 timeout ${GPU_TESTS_S:-240} $PY -m pytest tests -m gpu -q -p no:cacheprovider \
+    -o addopts="--import-mode=importlib" 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+echo "== benchmarks"
+timeout ${BENCH_S:-200} $PY -m hpcgpu.cli bench stencil --size 4096 --budget 2 > "$OUT/bench.jsonl" 2> "$OUT/bench.err"
+timeout ${BENCH_S:-200} $PY -m hpcgpu.cli bench stencil --size 8192 --dtype float32 --dtype float64 \
+    --backend cuda --backend cupy --budget 2 >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+$PY - "$OUT/bench.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(f"{r['case']:14s} {r['backend']:6s} {r['dtype']:8s} {r['size']:5d} {r['value']/1e9:9.2f} Gpt/s "
+          f"x{(r['ratio_to_numpy'] or 0):7.1f}  {r.get('gb_per_s', 0):8.1f} GB/s eff  "
+          f"{r.get('fraction_of_copy', 0)*100:5.1f}% of copy ({r.get('copy_gb_per_s', 0):.0f} GB/s)")
+PY
+echo "== weather on the GPU"
+timeout ${RUN_S:-90} $PY -m hpcgpu.cli run weather --nx 2048 --ny 1024 --dtype float32 --backend cuda \
+    --stop-time 345600 --snapshots 2 --no-progress --out /tmp/weather > "$OUT/weather.txt" 2>&1
+cat "$OUT/weather.txt"; cp /tmp/weather/final.png /tmp/weather/summary.json "$OUT/" 2>/dev/null
+echo "== CPU tier on this machine"
+timeout ${CPU_TESTS_S:-150} $PY -m pytest tests -m "not gpu" -q -x -p no:cacheprovider \
+    -o addopts="--import-mode=importlib" 2>&1 | tee "$OUT/cpu-tests.log" | tail -5
