@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "BackendUnavailable",
     "UnstableSimulation",
+    "ClusterError",
 ]
 
 
@@ -29,6 +30,10 @@ class BackendUnavailable(HpcgpuError, RuntimeError):
     The message says what was found (driver, devices, packages) and what to
     do about it.
     """
+
+
+class ClusterError(HpcgpuError, RuntimeError):
+    """A dask cluster cannot be started or reached, or lost a worker mid-run."""
 
 
 class UnstableSimulation(HpcgpuError, FloatingPointError):
