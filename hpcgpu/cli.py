@@ -58,6 +58,9 @@ def _bench(args):
           f"dtypes {args.dtype}", file=sys.stderr)
     module.run(recorder, backends, sizes=args.size, dtypes=args.dtype, steps=args.steps,
                budget_s=args.budget)
+    if recorder.errors:
+        print(f"hpcgpu bench: {len(recorder.errors)} case(s) failed (see the 'error' lines)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,7 +15,7 @@ from hpcgpu.errors import BackendUnavailable, ConfigError
 def _python(code, **env):
     environment = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     environment.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                           env=environment, timeout=120)
 
 

@@ -7,7 +7,8 @@ import sys
 
 import xarray as xr
 
-HPCGPU = [sys.executable, "-m", "hpcgpu.cli"]
+# -P: the source tree must not shadow the installed package
+HPCGPU = [sys.executable, "-P", "-m", "hpcgpu.cli"]
 
 
 def run(*args, timeout=600):

@@ -56,6 +56,7 @@ class Recorder:
         self.suite = suite
         self.stream = stream or sys.stdout
         self.results = []
+        self.errors = []
 
     def add(self, *, case, backend, dtype, size, metric, value, unit, durations, **extra):
         """Record one result and print it as a JSON line; returns the dict."""
@@ -73,6 +74,16 @@ class Recorder:
             result["ratio_to_numpy"] = 1.0
         result.update({k: _jsonable(v) for k, v in extra.items()})
         self.results.append(result)
+        print(json.dumps(result), file=self.stream, flush=True)
+        return result
+
+
+    def error(self, *, case, backend, dtype, size, error):
+        """Record a case that failed on a backend, print it, and carry on."""
+        result = {"suite": self.suite, "case": case, "backend": backend, "dtype": str(dtype), "size": size,
+                  "metric": None, "value": None, "unit": None, "median_s": None, "repeats": 0,
+                  "ratio_to_numpy": None, "error": f"{type(error).__name__}: {error}"}
+        self.errors.append(result)
         print(json.dumps(result), file=self.stream, flush=True)
         return result
 

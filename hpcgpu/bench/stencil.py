@@ -81,10 +81,16 @@ def run(recorder, backends, *, sizes=(4096,), dtypes=("float32",), steps=100, bu
         for dtype in dtypes:
             item = np.dtype(dtype).itemsize
             for backend in order:
-                if "diffusion" in cases:
-                    copy_bw = copy_bandwidth(backend, 2 * item * n * n)
-                    _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw)
-                if "shallow_water" in cases:
-                    copy_bw = copy_bandwidth(backend, 12 * item * n * n)
-                    _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw)
+                for case in cases:
+                    # One failing backend must not hide the others' numbers.
+                    try:
+                        if case == "diffusion":
+                            copy_bw = copy_bandwidth(backend, 2 * item * n * n)
+                            _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw)
+                        else:
+                            copy_bw = copy_bandwidth(backend, 12 * item * n * n)
+                            _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw)
+                    except Exception as error:  # noqa: BLE001 - reported, then re-raised by the CLI's status
+                        recorder.error(case=case, backend=backend.name, dtype=np.dtype(dtype).name,
+                                       size=n, error=error)
     return recorder.results

@@ -28,10 +28,15 @@ import functools
 
 import numba
 import numpy as np
-from numba import cuda
 
-from hpcgpu.kernels.stencil import _physics
-from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL
+from hpcgpu._compat import numpy_aliases_for_numba_cuda
+
+numpy_aliases_for_numba_cuda()
+
+from numba import cuda  # noqa: E402
+
+from hpcgpu.kernels.stencil import _physics  # noqa: E402
+from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL  # noqa: E402
 
 TX, TY = 32, 8
 """Threads per block along x and y, for every kernel here."""

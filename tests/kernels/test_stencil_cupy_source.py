@@ -370,7 +370,7 @@ def test_import_does_not_load_cupy():
     """Importing the backend must not import CuPy or touch a GPU (DESIGN.md)."""
     code = ("import sys, hpcgpu.kernels.stencil._cupy as m; "
             "assert 'cupy' not in sys.modules, 'cupy imported'; print(len(m.KERNEL_SOURCE))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
