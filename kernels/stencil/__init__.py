@@ -276,7 +276,8 @@ def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, vis
         ``state0`` is not read when ``a == 0``. ``out`` must not share
         memory with ``state`` or ``state0``.
     a, b, c : float
-        Stage coefficients.
+        Stage coefficients; ``a`` is 0 or ``1 - b`` (evaluated as
+        ``state0 + b*(state - state0)``, which keeps float32 mass exact).
     f_corner, g, dx, dy, viscosity, boundary, backend
         As for :func:`shallow_water_tendency`.
 
@@ -293,6 +294,8 @@ def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, vis
                 raise ConfigError(f"{o_name} shares memory with {i_name}; stage outputs must be "
                                   "separate arrays")
     a, b, c = (check_float(name, value) for name, value in (("a", a), ("b", b), ("c", c)))
+    if a != 0 and abs(a + b - 1) > 1e-12:
+        raise ConfigError(f"a must be 0 or 1 - b (a convex combination); got a={a}, b={b}")
     g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
     bc = normalize_boundary(boundary)
     f_corner = _coriolis(backend, f_corner, arrays[5].shape[0], arrays[5].dtype)

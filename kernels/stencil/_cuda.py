@@ -287,9 +287,14 @@ def _stage_kernel(dtype_name):
             if bc_s == WALL and j == 0:
                 dv = zero
             if a != zero:
-                u_out[j, i] = a * u0[j, i] + b * u_c + c * du
-                v_out[j, i] = a * v0[j, i] + b * v_c + c * dv
-                h_out[j, i] = a * h0[j, i] + b * sh[p, s] + c * dh
+                # x0 + b (x - x0), not a x0 + b x: a + b rounds to 1 + 3e-8 in
+                # float32 for RK3's 1/3, 2/3, which would drift the mass.
+                base = u0[j, i]
+                u_out[j, i] = base + b * (u_c - base) + c * du
+                base = v0[j, i]
+                v_out[j, i] = base + b * (v_c - base) + c * dv
+                base = h0[j, i]
+                h_out[j, i] = base + b * (sh[p, s] - base) + c * dh
             else:
                 u_out[j, i] = b * u_c + c * du
                 v_out[j, i] = b * v_c + c * dv

@@ -318,9 +318,12 @@ __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ 
 
     const long long k = (long long)j * nx + i;
     if (a != T(0)) {
-        u_out[k] = a * u0[k] + b * U[2][2] + c * du;
-        v_out[k] = a * v0[k] + b * V[2][2] + c * dv;
-        h_out[k] = a * h0[k] + b * H[2][2] + c * dh;
+        // x0 + b (x - x0) rather than a x0 + b x: a + b rounds to 1 + 3e-8
+        // in float for RK3's 1/3, 2/3, which would drift the mass.
+        const T u_base = u0[k], v_base = v0[k], h_base = h0[k];
+        u_out[k] = u_base + b * (U[2][2] - u_base) + c * du;
+        v_out[k] = v_base + b * (V[2][2] - v_base) + c * dv;
+        h_out[k] = h_base + b * (H[2][2] - h_base) + c * dh;
     } else {
         u_out[k] = b * U[2][2] + c * du;
         v_out[k] = b * V[2][2] + c * dv;

@@ -194,9 +194,11 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
                 dv[:] = 0
             if use_base:
                 for i in range(nx):
-                    u_out[jo, i] = a * u0[jo, i] + b * u[jo, i] + c * du[i + GHOST]
-                    v_out[jo, i] = a * v0[jo, i] + b * v[jo, i] + c * dv[i + GHOST]
-                    h_out[jo, i] = a * h0[jo, i] + b * h[jo, i] + c * dh[i + GHOST]
+                    # x0 + b (x - x0), not a x0 + b x: a + b rounds to 1 + 3e-8 in
+                    # float32 for RK3's 1/3, 2/3, which would drift the mass.
+                    u_out[jo, i] = u0[jo, i] + b * (u[jo, i] - u0[jo, i]) + c * du[i + GHOST]
+                    v_out[jo, i] = v0[jo, i] + b * (v[jo, i] - v0[jo, i]) + c * dv[i + GHOST]
+                    h_out[jo, i] = h0[jo, i] + b * (h[jo, i] - h0[jo, i]) + c * dh[i + GHOST]
             else:
                 for i in range(nx):
                     u_out[jo, i] = b * u[jo, i] + c * du[i + GHOST]

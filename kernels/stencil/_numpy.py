@@ -203,11 +203,15 @@ def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
                         f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
     """One fused Runge-Kutta stage: ``out = a*state0 + b*state + c*tendency(state)``.
 
-    With ``a == 0`` the ``*0`` arrays are not read. ``c`` carries the time step.
+    ``a`` is 0 or ``1 - b`` (a convex combination, as in every SSP Runge-Kutta
+    method), and the combination is evaluated as ``state0 + b*(state -
+    state0)``: written as ``a*x0 + b*x``, float32 rounds RK3's ``1/3 + 2/3``
+    to ``1 + 3e-8`` and the mass drifts by that much per step. With
+    ``a == 0`` the ``*0`` arrays are not read. ``c`` carries the time step.
     """
     du, dv, dh = shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n)
     for out, x0, x, dx in ((u_out, u0, u, du), (v_out, v0, v, dv), (h_out, h0, h, dh)):
         if a == 0:
             out[...] = b * x + c * dx
         else:
-            out[...] = a * x0 + b * x + c * dx
+            out[...] = x0 + b * (x - x0) + c * dx
