@@ -6,8 +6,11 @@ it, check it and reduce diagnostics. :class:`LocalExecutor` keeps the state
 in this process (on the model's backend, GPU memory included); the
 distributed executor keeps partitions resident on dask workers.
 
-An executor provides ``advance(steps)``, ``health()``, ``diagnostics()``,
-``global_state()`` and ``close()``.
+An executor provides ``advance(steps)`` (which may return before the work is
+done), ``synchronize()``, ``request_health(step)`` and
+``request_diagnostics(step)`` whose results come back from ``collect()``
+when ready (so checks never stall a pipeline of supersteps),
+``global_state()``, ``granularity`` (steps per task) and ``close()``.
 """
 
 __all__ = ["LocalExecutor"]
@@ -26,11 +29,14 @@ class LocalExecutor:
         Time step.
     """
 
+    granularity = 1
+
     def __init__(self, model, state, dt):
         self.model = model
         self.dt = dt
         self._state = state
         self._stepper = model.stepper(dt)
+        self._ready = []
 
     def advance(self, steps):
         """Advance ``steps`` time steps (the state is replaced, buffers reused)."""
@@ -48,6 +54,17 @@ class LocalExecutor:
     def diagnostics(self):
         """The model's global diagnostics (dict of floats)."""
         return self.model.diagnostics(self._state, self.dt)
+
+    def request_health(self, step):
+        self._ready.append(("health", step, self.health()))
+
+    def request_diagnostics(self, step):
+        self._ready.append(("diagnostics", step, self.diagnostics()))
+
+    def collect(self, block=False):
+        """Results of the requests so far, in order: ``(kind, step, value)``."""
+        ready, self._ready = self._ready, []
+        return ready
 
     def global_state(self):
         """The whole current state (live: it changes on the next advance)."""

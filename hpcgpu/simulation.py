@@ -53,11 +53,12 @@ class Simulation:
         Stop at the first step at or after this model time.
     wall_time_limit : float, optional
         Stop cleanly after this many seconds of wall-clock time in ``run``.
-    diagnostics : int or Schedule
-        When to record global diagnostics (default every 10 steps).
-    check : int or Schedule
-        When to check for NaN/inf and the CFL limit (default every 10 steps;
-        also before every diagnostic, callback and writer).
+    diagnostics : int or Schedule, optional
+        When to record global diagnostics (default every 10 steps, rounded
+        up to whole tasks on a cluster).
+    check : int or Schedule, optional
+        When to check for NaN/inf and the CFL limit (default as for
+        diagnostics; also before every diagnostic, callback and writer).
     progress : bool or None
         Show a tqdm progress bar; ``None`` shows it only on a terminal.
     name : str, optional
@@ -66,6 +67,9 @@ class Simulation:
         Run on a dask cluster (see :mod:`hpcgpu.distributed`).
     partitions, steps_per_task : int, optional
         Partitions of the state and time steps per task on the cluster.
+    weights : sequence of float or "calibrate", optional
+        Relative partition sizes on the cluster (see
+        :class:`hpcgpu.distributed.DistributedExecutor`).
 
     Raises
     ------
@@ -83,8 +87,8 @@ class Simulation:
     """
 
     def __init__(self, model, state=None, *, dt=None, stop_steps=None, stop_time=None,
-                 wall_time_limit=None, diagnostics=10, check=10, progress=None, name=None,
-                 client=None, partitions=None, steps_per_task=None):
+                 wall_time_limit=None, diagnostics=None, check=None, progress=None, name=None,
+                 client=None, partitions=None, steps_per_task=None, weights=None):
         self.model = model
         state = model.initial_state() if state is None else state
         if dt is None:
@@ -94,8 +98,6 @@ class Simulation:
         self.stop_time = check_float("stop_time", stop_time, minimum=0.0, allow_none=True)
         self.wall_time_limit = check_float("wall_time_limit", wall_time_limit, minimum=0.0,
                                            strict_min=True, allow_none=True)
-        self.diagnostics_schedule = as_schedule(diagnostics, "diagnostics")
-        self.check_schedule = as_schedule(check, "check")
         self.progress = progress
         self.name = name or f"{model.name}-{getattr(model, 'case', 'run')}"
         self.step = 0
@@ -104,23 +106,29 @@ class Simulation:
         self._writers = []
         self._records = []
         self._warmed_up = False
-        self.timing = {"warmup_s": 0.0, "run_s": 0.0, "advance_s": 0.0, "steps": 0}
+        self.timing = {"warmup_s": 0.0, "run_s": 0.0, "steps": 0}
         cfl = model.cfl(state, self.dt)
         if not cfl <= model.cfl_limit:
             safe = model.cfl_limit / cfl * self.dt if cfl == cfl and cfl > 0 else float("nan")
             raise ConfigError(
                 f"dt={self.dt:g} gives a CFL number of {cfl:.3g} at the start, above the stable "
                 f"limit {model.cfl_limit:.3g} of the time stepper; use dt <= {safe:.4g}")
-        self._executor = self._make_executor(state, client, partitions, steps_per_task)
+        self._executor = self._make_executor(state, client, partitions, steps_per_task, weights)
+        # Defaults every 10 steps, rounded up to whole tasks so that checks never split a superstep.
+        granularity = self._executor.granularity
+        default = granularity * -(-10 // granularity)
+        self.diagnostics_schedule = as_schedule(default if diagnostics is None else diagnostics, "diagnostics")
+        self.check_schedule = as_schedule(default if check is None else check, "check")
+        self._latest_cfl = (None, float("nan"))
 
-    def _make_executor(self, state, client, partitions, steps_per_task):
+    def _make_executor(self, state, client, partitions, steps_per_task, weights):
         if client is None:
-            if partitions not in (None, 1) or steps_per_task not in (None, 1):
-                raise ConfigError("partitions and steps_per_task need a dask client (client=...)")
+            if partitions not in (None, 1) or steps_per_task not in (None, 1) or weights is not None:
+                raise ConfigError("partitions, steps_per_task and weights need a dask client (client=...)")
             return LocalExecutor(self.model, state, self.dt)
         from hpcgpu.distributed import DistributedExecutor
         return DistributedExecutor(client, self.model, state, self.dt, partitions=partitions,
-                                   steps_per_task=steps_per_task, name=self.name)
+                                   steps_per_task=steps_per_task, weights=weights, name=self.name)
 
     # -- configuration -------------------------------------------------------
     def add_callback(self, function, schedule=1, name=None):
@@ -148,6 +156,7 @@ class Simulation:
         """Recorded diagnostics as an ``xarray.Dataset`` along ``time``."""
         import xarray as xr
 
+        self._flush()
         if not self._records:
             return xr.Dataset(attrs={"name": self.name})
         keys = [k for k in self._records[0] if k != "time"]
@@ -158,11 +167,10 @@ class Simulation:
 
     def record_diagnostics(self):
         """Compute and record the model's diagnostics now; returns them."""
-        values = self._executor.diagnostics()
-        values.update(step=self.step, time=self.time, wall_s=self.timing["run_s"])
-        values.setdefault("max_cfl", float("nan"))
-        self._records.append(values)
-        return values
+        self._flush()
+        self._executor.request_diagnostics(self.step)
+        self._flush()
+        return self._records[-1]
 
     # -- running -----------------------------------------------------------------
     def run(self, steps=None, *, stop_time=None, wall_time_limit=None):
@@ -217,7 +225,7 @@ class Simulation:
             self._events(force_check=True)
         bar = self._progress_bar(target_step)
         started = _time.perf_counter()
-        seconds_per_step = None
+        steps_at_start = self.step
         try:
             while True:
                 elapsed = _time.perf_counter() - started
@@ -225,23 +233,22 @@ class Simulation:
                     break
                 if wall_limit is not None and elapsed >= wall_limit:
                     break
+                done = self.step - steps_at_start
+                seconds_per_step = elapsed / done if done else None
                 n = self._steps_to_next_event(target_step, seconds_per_step)
-                tick = _time.perf_counter()
                 self._executor.advance(n)
-                self._executor.synchronize()
-                spent = _time.perf_counter() - tick
-                seconds_per_step = spent / n
-                self.timing["advance_s"] += spent
-                self.timing["steps"] += n
                 self.step += n
                 self.time = self.step * self.dt
-                self.timing["run_s"] += _time.perf_counter() - tick
                 self._events()
                 if bar is not None:
                     bar.update(n)
+            self._executor.synchronize()
+            self._flush(block=True)
         finally:
             if bar is not None:
                 bar.close()
+            self.timing["run_s"] += _time.perf_counter() - started
+            self.timing["steps"] += self.step - steps_at_start
         for writer in self._writers:
             close = getattr(writer, "close", None)
             if close is not None:
@@ -269,7 +276,11 @@ class Simulation:
             yield writer.schedule
 
     def _steps_to_next_event(self, target_step, seconds_per_step):
-        limit = 10 if seconds_per_step is None else max(1, int(_CHUNK_SECONDS / max(seconds_per_step, 1e-9)))
+        granularity = self._executor.granularity
+        if seconds_per_step is None:
+            limit = max(10, granularity)
+        else:
+            limit = max(granularity, int(_CHUNK_SECONDS / max(seconds_per_step, 1e-9)))
         if target_step is not None:
             limit = min(limit, target_step - self.step)
         after = self.step + 1
@@ -284,28 +295,44 @@ class Simulation:
         callbacks = [(f, n) for s, f, n in self._callbacks if s.fires(step, now, dt)]
         writers = [w for w in self._writers if w.schedule.fires(step, now, dt)]
         if force_check or diag or callbacks or writers or self.check_schedule.fires(step, now, dt):
-            self._check()
+            self._executor.request_health(step)
         if diag or force_check:
-            self.record_diagnostics()
+            self._executor.request_diagnostics(step)
+        # Callbacks and writers see the state: every check up to now must pass first,
+        # so that nothing is written from a run that has blown up.
+        self._flush(block=bool(callbacks or writers))
         for function, _ in callbacks:
             function(self)
         for writer in writers:
             writer.write(self)
 
-    def _check(self):
-        bad, cfl = self._executor.health()
+    def _flush(self, block=False):
+        """Take in finished checks and diagnostics; raise on the first failed check."""
+        for kind, step, value in self._executor.collect(block=block):
+            if kind == "health":
+                self._check(step, *value)
+            else:
+                value.update(step=step, time=step * self.dt, wall_s=self.timing["run_s"])
+                if "max_cfl" not in value:
+                    value["max_cfl"] = self._latest_cfl[1] if self._latest_cfl[0] == step else float("nan")
+                self._records.append(value)
+
+    def _check(self, step, bad, cfl):
         limit = self.model.cfl_limit
+        if self._records and self._records[-1]["step"] == step:
+            self._records[-1]["max_cfl"] = cfl
+        self._latest_cfl = (step, cfl)
+        when = f"step {step} (t={step * self.dt:g})"
         if bad or not cfl == cfl:
             field = ", ".join(bad) or "unknown"
             raise UnstableSimulation(
-                f"{self.name}: step {self.step} (t={self.time:g}): field(s) {field} hold NaN/inf or "
-                f"a non-physical value; CFL number {cfl:.3g} (stable limit {limit:.3g}). "
-                f"Reduce dt (now {self.dt:g}) or add viscosity.", step=self.step, field=field, cfl=cfl)
+                f"{self.name}: {when}: field(s) {field} hold NaN/inf or a non-physical value; CFL number "
+                f"{cfl:.3g} (stable limit {limit:.3g}). Reduce dt (now {self.dt:g}) or add viscosity.",
+                step=step, field=field, cfl=cfl)
         if cfl > limit:
             raise UnstableSimulation(
-                f"{self.name}: step {self.step} (t={self.time:g}): CFL number {cfl:.3g} exceeds the "
-                f"stable limit {limit:.3g}; reduce dt (now {self.dt:g}).",
-                step=self.step, field="cfl", cfl=cfl)
+                f"{self.name}: {when}: CFL number {cfl:.3g} exceeds the stable limit {limit:.3g}; "
+                f"reduce dt (now {self.dt:g}).", step=step, field="cfl", cfl=cfl)
 
     def _progress_bar(self, target_step):
         if self.progress is False:
@@ -321,10 +348,10 @@ class Simulation:
         """Timing and conservation summary of the run so far (a dict)."""
         t = dict(self.timing)
         steps = max(t["steps"], 1)
-        t["steps_per_s"] = t["steps"] / t["advance_s"] if t["advance_s"] > 0 else float("nan")
+        t["steps_per_s"] = t["steps"] / t["run_s"] if t["run_s"] > 0 else float("nan")
         points = getattr(getattr(self.model, "grid", None), "nx", 0) * getattr(getattr(self.model, "grid", None), "ny", 0)
         t["point_updates_per_s"] = t["steps_per_s"] * points
-        t["seconds_per_step"] = t["advance_s"] / steps
+        t["seconds_per_step"] = t["run_s"] / steps
         out = {"name": self.name, "step": self.step, "time": self.time, "dt": self.dt, **t}
         if len(self._records) >= 1:
             first, last = self._records[0], self.record_diagnostics() if self._records[-1]["step"] != self.step else self._records[-1]

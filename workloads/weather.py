@@ -28,6 +28,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.grid import Grid
 from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import _numpy as reference
+from hpcgpu.kernels.stencil._boundary import OPEN, WALL
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _weather_cases as cases
 
@@ -155,6 +156,8 @@ class ShallowWater:
                          boundary=spec.boundary if boundary is None else boundary)
         self.dtype = check_dtype("dtype", dtype)
         self.backend = get_backend(backend)
+        # What was asked for: workers of a cluster resolve "auto" on their own hardware.
+        self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self._spec = spec
         self._f_corner = None
 
@@ -267,43 +270,80 @@ class ShallowWater:
         potential energy, m**5/s**2), ``enstrophy`` (potential enstrophy,
         m/s**2), ``max_cfl`` (if ``dt`` is given).
         """
-        xp = self.backend.xp
-        g = self.grid
-        u, v, h = (a.astype(np.float64) for a in state.arrays())
-        area = g.cell_area
-        mean_depth = float(h.mean())
-        h_u = 0.5 * (h + xp.roll(h, 1, axis=1))
-        h_v = 0.5 * (h + xp.roll(h, 1, axis=0))
-        kinetic = 0.5 * float((h_u * u * u).sum() + (h_v * v * v).sum())
-        potential = 0.5 * self.params.g * float(((h - mean_depth) ** 2).sum())
-        out = {
-            "mass": float(h.sum()) * area,
-            "energy": (kinetic + potential) * area,
-            "enstrophy": self._potential_enstrophy(u, v, h) * area,
-        }
+        south = None if self.grid.wall_y else self.take_rows(state, self.grid.ny - 1, self.grid.ny)
+        out = self.combine_sums([self.row_sums(state, 0, south)])
         if dt is not None:
             out["max_cfl"] = self.cfl(state, dt)
         return out
 
-    def _potential_enstrophy(self, u, v, h):
-        """Sum over corners of h q**2 / 2, wall corners with half weight."""
+    def row_sums(self, state, start, south=None):
+        """Partial sums for the diagnostics over the rows of ``state``.
+
+        ``state`` holds global rows ``start .. start + rows - 1``; ``south``
+        is the one-row state just south of it, or None at a south wall.
+        Corners on a wall count half (trapezoidal rule along y). Partial
+        sums from row blocks add up to the global ones, so a partitioned
+        model reduces diagnostics where its partitions live.
+        """
         xp = self.backend.xp
-        bc_x, bc_s, bc_n = self.grid.codes
-        H = reference.pad(h, bc_x, bc_s, bc_n, width=1)
-        U = reference.pad(u, bc_x, bc_s, bc_n, normal="x", width=1)
-        V = reference.pad(v, bc_x, bc_s, bc_n, normal="y", width=1)
-        rows = self.grid.ny + (1 if self.grid.wall_y else 0)
-        nx = self.grid.nx
-        # corners (j, i) for j in 0..rows-1, i in 0..nx-1, padded offset 1
-        zeta = ((V[1:rows + 1, 1:nx + 1] - V[1:rows + 1, 0:nx]) / self.grid.dx
-                - (U[1:rows + 1, 1:nx + 1] - U[0:rows, 1:nx + 1]) / self.grid.dy)
-        h_q = 0.25 * (H[0:rows, 0:nx] + H[0:rows, 1:nx + 1] + H[1:rows + 1, 0:nx] + H[1:rows + 1, 1:nx + 1])
-        f = xp.asarray(self.coriolis_corners()[:rows])[:, None]
+        g = self.grid
+        u, v, h = (xp.asarray(a).astype(np.float64) for a in state.arrays())
+        if south is None:
+            # South wall: scalars and tangential velocity are mirrored, v beyond is 0.
+            su, sv, sh = u[:1], xp.zeros_like(v[:1]), h[:1]
+        else:
+            su, sv, sh = (xp.asarray(a).astype(np.float64) for a in south.arrays())
+        rows = h.shape[0]
+        north_wall = g.wall_y and start + rows == g.ny
+        tail = [(u[-1:], xp.zeros_like(v[-1:]), h[-1:])] if north_wall else []
+        U = xp.concatenate([su, u] + [t[0] for t in tail])
+        V = xp.concatenate([sv, v] + [t[1] for t in tail])
+        H = xp.concatenate([sh, h] + [t[2] for t in tail])
+        bc_x = g.codes[0]
+        # One ghost column each side by the x boundary rule (no y padding: rows are explicit).
+        Hx = reference.pad(H, bc_x, WALL, WALL, width=1)[1:-1]
+        Ux = reference.pad(U, bc_x, WALL, WALL, normal="x", width=1)[1:-1]
+        Vx = reference.pad(V, bc_x, WALL, WALL, width=1)[1:-1]
+        nx = g.nx
+        h_u = 0.5 * (Hx[1:rows + 1, 0:nx] + Hx[1:rows + 1, 1:nx + 1])
+        h_v = 0.5 * (H[0:rows] + H[1:rows + 1])
+        kinetic = float((h_u * u * u).sum() + (h_v * v * v).sum())
+        deviation = h - self.params.mean_depth
+        corners = rows + (1 if north_wall else 0)
+        zeta = ((Vx[1:corners + 1, 1:nx + 1] - Vx[1:corners + 1, 0:nx]) / g.dx
+                - (Ux[1:corners + 1, 1:nx + 1] - Ux[0:corners, 1:nx + 1]) / g.dy)
+        h_q = 0.25 * (Hx[0:corners, 0:nx] + Hx[0:corners, 1:nx + 1]
+                      + Hx[1:corners + 1, 0:nx] + Hx[1:corners + 1, 1:nx + 1])
+        f = xp.asarray(self.coriolis_rows(start, start + corners - 1))[:, None]
         density = 0.5 * (f + zeta) ** 2 / h_q
-        if self.grid.wall_y:
+        if south is None and start == 0:
             density[0] *= 0.5
+        if north_wall:
             density[-1] *= 0.5
-        return float(density.sum())
+        return {"cells": int(h.size), "depth": float(h.sum()), "deviation": float(deviation.sum()),
+                "deviation2": float((deviation * deviation).sum()), "kinetic2": kinetic,
+                "enstrophy": float(density.sum())}
+
+    def combine_sums(self, parts):
+        """Diagnostics (see :meth:`diagnostics`) from :meth:`row_sums` of all rows."""
+        total = {key: sum(p[key] for p in parts) for key in parts[0]}
+        area = self.grid.cell_area
+        offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
+        # APE about the actual mean depth, summed about the rest depth without cancellation
+        potential = 0.5 * self.params.g * (total["deviation2"] - total["cells"] * offset * offset)
+        return {"mass": total["depth"] * area,
+                "energy": (0.5 * total["kinetic2"] + potential) * area,
+                "enstrophy": total["enstrophy"] * area}
+
+    def coriolis_rows(self, first, last):
+        """Coriolis parameter on global corner rows ``first..last`` (host, float64).
+
+        Rows outside 0..ny wrap on a periodic grid and are clamped otherwise,
+        as the kernels' ghost rules do.
+        """
+        rows = np.arange(first, last + 1)
+        rows = rows % self.grid.ny if not self.grid.wall_y else np.clip(rows, 0, self.grid.ny)
+        return self.coriolis_corners()[rows]
 
     def vorticity(self, state):
         """Relative vorticity dv/dx - du/dy on corners (1/s), host array (ny, nx)."""
@@ -315,6 +355,72 @@ class ShallowWater:
         zeta = ((V[1:ny + 1, 1:nx + 1] - V[1:ny + 1, 0:nx]) / self.grid.dx
                 - (U[1:ny + 1, 1:nx + 1] - U[0:ny, 1:nx + 1]) / self.grid.dy)
         return self.backend.to_host(xp.asarray(zeta))
+
+    # -- decomposition into row blocks (used by hpcgpu.distributed) -----------
+    def decomposition_rows(self):
+        """Number of rows the state is split along (the grid's ny)."""
+        return self.grid.ny
+
+    def periodic_rows(self):
+        """True when the decomposed axis wraps around."""
+        return not self.grid.wall_y
+
+    def halo_rows(self, steps):
+        """Rows ``(south, north)`` that ``steps`` steps read beyond a row block.
+
+        One tendency reads 2 rows south (dv needs the coefficients of the
+        cell row below, which need potential vorticity a row further) and 1
+        row north; SSP-RK3 evaluates it three times per step.
+        """
+        return 6 * steps, 3 * steps
+
+    def take_rows(self, state, start, stop):
+        """Rows ``start:stop`` of a state, as independent arrays on the same device."""
+        return ShallowWaterState(*(a[start:stop].copy() for a in state.arrays()))
+
+    def concat_rows(self, states):
+        """Row blocks stacked south to north, moved to this model's backend."""
+        xp = self.backend.xp
+        return ShallowWaterState(*(
+            xp.concatenate([self.backend.asarray(s.arrays()[k], dtype=self.dtype) for s in states])
+            for k in range(3)))
+
+    def to_host(self, state):
+        """The state with NumPy arrays (for gathering to a client without a GPU)."""
+        return ShallowWaterState(*(self.backend.to_host(a) for a in state.arrays()))
+
+    def advance_rows(self, state, dt, steps, first_row, south_open, north_open):
+        """Advance a row block whose first row is global row ``first_row``.
+
+        Open edges (partition halos) use the kernels' ``open`` rule; results
+        within ``halo_rows(steps)`` of an open edge are not valid. Closed
+        edges are the grid's own boundary.
+        """
+        bc_x, bc_s, bc_n = self.grid.codes
+        rows = state.h.shape[0]
+        boundary = (bc_x, OPEN if south_open else bc_s, OPEN if north_open else bc_n)
+        f_corner = self.backend.asarray(self.coriolis_rows(first_row, first_row + rows), dtype=self.dtype)
+        return self.stepper(dt, boundary=boundary, f_corner=f_corner).advance(state, steps)
+
+    def row_health(self, state):
+        """Extremes and non-finite fields of a row block (host scalars)."""
+        xp = self.backend.xp
+        return {"u_max": float(xp.abs(state.u).max()), "v_max": float(xp.abs(state.v).max()),
+                "h_min": float(state.h.min()), "h_max": float(state.h.max()),
+                "bad": self.bad_fields(state)}
+
+    def combine_health(self, parts, dt):
+        """``(bad_fields, cfl)`` from :meth:`row_health` of every row block."""
+        bad = sorted({name for p in parts for name in p["bad"]}, key=self.field_names.index)
+        h_min = min(p["h_min"] for p in parts)
+        h_max = max(p["h_max"] for p in parts)
+        if bad or not h_min > 0 or not math.isfinite(h_max):
+            return bad or ["h"], math.nan
+        g = self.grid
+        wave = math.sqrt(self.params.g * h_max) * math.sqrt(1 / g.dx**2 + 1 / g.dy**2)
+        u_max = max(p["u_max"] for p in parts)
+        v_max = max(p["v_max"] for p in parts)
+        return [], dt * (u_max / g.dx + v_max / g.dy + wave)
 
     # -- output --------------------------------------------------------------
     def to_dataset(self, state, time=None):

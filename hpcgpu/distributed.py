@@ -1,0 +1,383 @@
+"""Partitioned execution on a dask cluster: resident row blocks, halo exchange, K-step tasks.
+
+The state is split into P blocks of rows that stay on the workers between
+supersteps (CuPy arrays on GPU workers). A superstep submits, for each block,
+one task that advances it K time steps; before it, two small tasks cut the
+rows its neighbours need (``halo_rows(K)`` wide) where those neighbours live,
+so only halos move between workers. The client holds futures only: it never
+gathers the state while stepping. Diagnostics and stability checks are
+reduced on the workers and only scalars travel, without stalling the
+pipeline: their results are read when they are ready. Supersteps are
+submitted ahead, so the scheduler's latency overlaps the compute.
+
+Larger K means fewer scheduler round trips per step (what lets a task graph
+keep up with MPI codes) and more redundant work in the halos. Results equal
+the single-block run bitwise: every point is computed by the same operations,
+only the open edges differ and they are cut away.
+
+A model plugs in with ``decomposition_rows``, ``periodic_rows``,
+``halo_rows``, ``take_rows``, ``concat_rows``, ``to_host``, ``advance_rows``,
+``row_sums``/``combine_sums`` and ``row_health``/``combine_health`` (see
+:class:`hpcgpu.workloads.weather.ShallowWater`).
+"""
+
+import functools
+import time
+import uuid
+from collections import deque
+
+import numpy as np
+
+from hpcgpu.errors import ClusterError, ConfigError
+from hpcgpu.validation import check_int
+
+__all__ = ["DistributedExecutor", "split_rows", "calibrate_workers"]
+
+# Seconds to wait for results before calling a cluster stuck.
+RESULT_TIMEOUT_S = 600.0
+# Supersteps submitted ahead of the oldest unfinished one: enough to hide the
+# scheduler's latency, few enough to bound memory and wall-time overshoot.
+MAX_AHEAD = 4
+
+
+def split_rows(rows, weights, minimum=1):
+    """Split ``rows`` into contiguous blocks proportional to ``weights``.
+
+    Largest-remainder rounding, so each block is within one row of its exact
+    share. Raises ConfigError when a block would be smaller than ``minimum``.
+
+    Examples
+    --------
+    >>> split_rows(10, [3, 1])
+    [(0, 8), (8, 10)]
+    """
+    weights = np.asarray(weights, dtype=float)
+    if weights.ndim != 1 or len(weights) == 0 or not np.all(weights > 0) or not np.all(np.isfinite(weights)):
+        raise ConfigError(f"weights must be positive finite numbers, one per partition; got {weights.tolist()}")
+    exact = rows * weights / weights.sum()
+    sizes = np.floor(exact).astype(int)
+    for index in np.argsort(-(exact - sizes), kind="stable")[: rows - sizes.sum()]:
+        sizes[index] += 1
+    if sizes.min() < minimum:
+        raise ConfigError(
+            f"partitions={len(weights)} gives a block of {int(sizes.min())} rows, fewer than the "
+            f"{minimum} the halo needs; use fewer partitions (at most {rows // minimum}) "
+            "or fewer steps_per_task")
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+# -- tasks: module-level functions, so they pickle by reference ---------------
+
+@functools.lru_cache(maxsize=8)
+def _resolved(model_bytes):
+    import pickle
+
+    model = pickle.loads(model_bytes)
+    # "auto" resolves on the worker's own hardware (its GPU, or Numba).
+    if getattr(model, "backend_request", None) == "auto":
+        model = model.with_backend("auto")
+    return model
+
+
+def _on_worker(model):
+    import pickle
+
+    return _resolved(pickle.dumps(model))
+
+
+def _advance_block(model, dt, steps, block, south, north, first_row):
+    model = _on_worker(model)
+    pieces = [piece for piece in (south, block, north) if piece is not None]
+    assembled = model.concat_rows(pieces)
+    skip = 0 if south is None else south.h.shape[0]
+    result = model.advance_rows(assembled, dt, steps, first_row - skip,
+                                south_open=south is not None, north_open=north is not None)
+    return model.take_rows(result, skip, skip + block.h.shape[0])
+
+
+def _first_rows(model, block, count):
+    return _on_worker(model).take_rows(block, 0, count)
+
+
+def _last_rows(model, block, count):
+    rows = block.h.shape[0]
+    return _on_worker(model).take_rows(block, rows - count, rows)
+
+
+def _row_sums(model, block, start, south):
+    model = _on_worker(model)
+    return model.row_sums(model.concat_rows([block]), start, south)
+
+
+def _row_health(model, block):
+    model = _on_worker(model)
+    return model.row_health(model.concat_rows([block]))
+
+
+def _to_host(model, block):
+    return _on_worker(model).to_host(block)
+
+
+def _calibration_rate(model, rows=256, seconds=0.3):
+    """Steps per second of this worker on a small grid of the model."""
+    model = _on_worker(model)
+    from hpcgpu.grid import Grid  # noqa: F401 - model types stay on the worker
+
+    state = model.initial_state()
+    block = model.take_rows(state, 0, min(rows, model.decomposition_rows()))
+    dt = model.suggested_dt(state, 0.3)
+    model.advance_rows(block, dt, 1, 0, False, False)  # compile
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        block = model.advance_rows(block, dt, 2, 0, False, False)
+        steps += 2
+    model.backend.synchronize()
+    return steps / (time.perf_counter() - start)
+
+
+def calibrate_workers(client, model):
+    """``{worker address: steps/s}`` from a short run of ``model`` on every worker."""
+    workers = sorted(client.scheduler_info()["workers"])
+    futures = {w: client.submit(_calibration_rate, model, key=f"{model.name}-calibrate-{uuid.uuid4().hex}",
+                                workers=[w], allow_other_workers=False, pure=False)
+               for w in workers}
+    return {w: float(f.result(timeout=RESULT_TIMEOUT_S)) for w, f in futures.items()}
+
+
+class DistributedExecutor:
+    """Advance a row-partitioned model on a dask cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    model
+        A model with the row-decomposition methods listed in the module doc.
+    state
+        Initial global state (on the client; it is split and scattered once).
+    dt : float
+    partitions : int, optional
+        Number of row blocks P (default: one per worker).
+    steps_per_task : int, optional
+        Time steps K per task (default 1).
+    weights : sequence of float or "calibrate", optional
+        Relative block sizes, one per partition, or ``"calibrate"`` to size
+        blocks by each worker's measured step rate.
+    name : str
+        Run name (dashboard span and task keys).
+
+    Raises
+    ------
+    ConfigError
+        P larger than the grid allows or a halo wider than a block.
+    ClusterError
+        The cluster has no workers.
+    """
+
+    def __init__(self, client, model, state, dt, *, partitions=None, steps_per_task=None, weights=None,
+                 name="run"):
+        self.client = client
+        self.model = model
+        self.dt = dt
+        self.name = name
+        workers = sorted(client.scheduler_info()["workers"])
+        if not workers:
+            raise ClusterError("the dask cluster has no workers")
+        self.workers = workers
+        partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1)
+        self.steps_per_task = 1 if steps_per_task is None else check_int("steps_per_task", steps_per_task,
+                                                                         minimum=1)
+        rows = model.decomposition_rows()
+        if partitions > rows:
+            raise ConfigError(f"partitions must be <= {rows} (the grid's rows); got {partitions}")
+        self.owner = [workers[p % len(workers)] for p in range(partitions)]
+        if weights is None:
+            weights = [1.0] * partitions
+        elif isinstance(weights, str):
+            if weights != "calibrate":
+                raise ConfigError(f"weights must be a sequence of numbers or 'calibrate'; got {weights!r}")
+            rates = calibrate_workers(client, model)
+            self.rates = rates
+            weights = [rates[w] for w in self.owner]
+        elif len(weights) != partitions:
+            raise ConfigError(f"weights must have one entry per partition ({partitions}); got {len(weights)}")
+        self.weights = [float(w) for w in weights]
+        minimum = max(model.halo_rows(self.steps_per_task)) if partitions > 1 else 1
+        self.bounds = split_rows(rows, self.weights, minimum)
+        self.token = uuid.uuid4().hex[:12]
+        self.superstep = 0
+        self.step = 0
+        self._model = client.scatter(model, broadcast=True, hash=False)
+        host = model.to_host(state)
+        self.blocks = [client.scatter(model.take_rows(host, a, b), workers=[w], hash=False)
+                       for (a, b), w in zip(self.bounds, self.owner)]
+        self._pending = []
+        self._in_flight = deque()
+
+    @property
+    def partitions(self):
+        return len(self.bounds)
+
+    @property
+    def granularity(self):
+        """Steps per task: the driver aligns its default schedules to it."""
+        return self.steps_per_task
+
+    def _key(self, phase, *index):
+        return (f"{self.model.name}-{phase}-{self.token}", *index)
+
+    def _submit(self, function, *args, key, worker):
+        return self.client.submit(function, *args, key=key, workers=[worker], allow_other_workers=True,
+                                  pure=False)
+
+    def _neighbours(self, p):
+        periodic = self.model.periodic_rows()
+        count = self.partitions
+        south = (p - 1) % count if (p > 0 or periodic) else None
+        north = (p + 1) % count if (p < count - 1 or periodic) else None
+        return south, north
+
+    def advance(self, steps):
+        """Submit ``steps`` time steps as supersteps of at most K steps; returns at once."""
+        from distributed import span
+
+        with span(self.name):
+            remaining = steps
+            while remaining > 0:
+                k = min(self.steps_per_task, remaining)
+                self._superstep(k)
+                remaining -= k
+                self._in_flight.append(self.blocks)
+                if len(self._in_flight) > MAX_AHEAD:
+                    self._wait(self._in_flight.popleft())
+
+    def _superstep(self, steps):
+        model, blocks = self._model, self.blocks
+        self.superstep += 1
+        n = self.superstep
+        if self.partitions == 1:
+            self.blocks = [self._submit(_advance_block, model, self.dt, steps, blocks[0], None, None, 0,
+                                        key=self._key("advance", n, 0), worker=self.owner[0])]
+            self.step += steps
+            return
+        south_width, north_width = self.model.halo_rows(steps)
+        new = []
+        for p, (start, _) in enumerate(self.bounds):
+            south, north = self._neighbours(p)
+            south_halo = None if south is None else self._submit(
+                _last_rows, model, blocks[south], south_width, key=self._key("halo", n, p, "south"),
+                worker=self.owner[south])
+            north_halo = None if north is None else self._submit(
+                _first_rows, model, blocks[north], north_width, key=self._key("halo", n, p, "north"),
+                worker=self.owner[north])
+            new.append(self._submit(_advance_block, model, self.dt, steps, blocks[p], south_halo, north_halo,
+                                    start, key=self._key("advance", n, p), worker=self.owner[p]))
+        self.blocks = new
+        self.step += steps
+
+    # -- results that only carry scalars -------------------------------------------
+    def request_health(self, step):
+        futures = [self._submit(_row_health, self._model, block, key=self._key("health", self.superstep, p),
+                                worker=self.owner[p]) for p, block in enumerate(self.blocks)]
+        self._pending.append(("health", step, futures))
+
+    def request_diagnostics(self, step):
+        futures = []
+        for p, block in enumerate(self.blocks):
+            south, _ = self._neighbours(p)
+            south_row = None if south is None else self._submit(
+                _last_rows, self._model, self.blocks[south], 1, key=self._key("diag-row", self.superstep, p),
+                worker=self.owner[south])
+            futures.append(self._submit(_row_sums, self._model, block, self.bounds[p][0], south_row,
+                                        key=self._key("diagnostics", self.superstep, p), worker=self.owner[p]))
+        self._pending.append(("diagnostics", step, futures))
+
+    def collect(self, block=False):
+        """Finished health checks and diagnostics, in submission order.
+
+        Returns a list of ``(kind, step, value)``: for ``"health"`` the value
+        is ``(bad_fields, cfl)``, for ``"diagnostics"`` a dict. With
+        ``block=True`` waits for all of them.
+        """
+        done = []
+        while self._pending:
+            kind, step, futures = self._pending[0]
+            if not block and not all(f.done() for f in futures):
+                break
+            parts = self._gather(futures)
+            self._pending.pop(0)
+            if kind == "health":
+                done.append((kind, step, self.model.combine_health(parts, self.dt)))
+            else:
+                done.append((kind, step, self.model.combine_sums(parts)))
+        return done
+
+    def _gather(self, futures):
+        from distributed import TimeoutError as DaskTimeoutError
+
+        try:
+            return self.client.gather(futures, errors="raise", direct=None) if futures else []
+        except (DaskTimeoutError, TimeoutError) as error:
+            raise ClusterError(f"{self.name}: no result from the cluster within {RESULT_TIMEOUT_S:g} s") from error
+        except Exception as error:  # noqa: BLE001 - translated below when it is a lost worker
+            if _is_lost_worker(error):
+                raise ClusterError(
+                    f"{self.name}: a worker was lost during the run ({type(error).__name__}: {error}); the "
+                    "partitions it held are gone. Restart the run (checkpoint/resume comes in a later "
+                    "release).") from error
+            raise
+
+    def synchronize(self):
+        """Wait until every submitted superstep has finished (raises on a lost worker)."""
+        self._wait(self.blocks)
+        self._in_flight.clear()
+
+    def _wait(self, futures):
+        from distributed import wait
+
+        try:
+            wait(futures, timeout=RESULT_TIMEOUT_S, return_when="ALL_COMPLETED")
+        except Exception as error:  # noqa: BLE001
+            raise ClusterError(f"{self.name}: waiting for the cluster failed ({error})") from error
+        for future in futures:
+            if future.status == "error":
+                self._gather([future])
+            elif future.status in ("cancelled", "lost"):
+                raise ClusterError(f"{self.name}: a partition was {future.status}: a worker was lost during "
+                                   "the run; restart it (checkpoint/resume comes in a later release).")
+
+    def health(self):
+        """Blocking health check of the current state: ``(bad_fields, cfl)``."""
+        self.request_health(self.step)
+        return [value for kind, _, value in self.collect(block=True) if kind == "health"][-1]
+
+    def diagnostics(self):
+        """Blocking global diagnostics of the current state (dict of floats)."""
+        self.request_diagnostics(self.step)
+        values = [value for kind, _, value in self.collect(block=True) if kind == "diagnostics"][-1]
+        values["max_cfl"] = self.health()[1]
+        return values
+
+    def global_state(self):
+        """Gather the whole state to the client (for output; not used while stepping)."""
+        hosts = self._gather([self._submit(_to_host, self._model, block, key=self._key("gather", self.superstep, p),
+                                           worker=self.owner[p]) for p, block in enumerate(self.blocks)])
+        state = self.model.concat_rows(hosts)
+        return state
+
+    def describe(self):
+        return {"executor": "distributed", "backend": self.model.backend_request,
+                "partitions": self.partitions, "steps_per_task": self.steps_per_task,
+                "workers": len(self.workers), "rows_per_partition": [b - a for a, b in self.bounds]}
+
+    def close(self):
+        self.blocks = []
+        self._pending = []
+
+
+def _is_lost_worker(error):
+    from distributed.scheduler import KilledWorker
+
+    text = f"{type(error).__name__}: {error}".lower()
+    return isinstance(error, KilledWorker) or any(
+        word in text for word in ("lost", "cancelled", "killedworker", "commclosed", "worker died"))
