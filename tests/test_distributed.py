@@ -1,0 +1,195 @@
+"""Partitioned runs on a real dask cluster: same answer as one block, state stays on workers."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from dask.sizeof import sizeof
+
+from hpcgpu import Simulation
+from hpcgpu.cluster import cluster
+from hpcgpu.distributed import split_rows
+from hpcgpu.errors import ClusterError, ConfigError
+from hpcgpu.workloads.weather import ShallowWater
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real two-process LocalCluster, one single-threaded worker each."""
+    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    yield client
+    cluster_object = client.cluster
+    client.close()
+    cluster_object.close()
+
+
+def _reference(model, state, dt, steps):
+    return Simulation(model, state, dt=dt, stop_steps=steps, progress=False).run()
+
+
+def _assert_same(result, reference):
+    for name in ("u", "v", "h"):
+        np.testing.assert_array_equal(getattr(result.state, name), getattr(reference.state, name), err_msg=name)
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 3, 4])
+def test_partitions_reproduce_the_single_block_run_bitwise(client, partitions):
+    # 61 rows: uneven blocks for 2, 3 and 4 partitions
+    model = ShallowWater("unstable_jet", nx=40, ny=61, backend="numba")
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    reference = _reference(model, state, dt, 200)
+    sim = Simulation(model, state, dt=dt, stop_steps=200, progress=False, client=client,
+                     partitions=partitions, steps_per_task=2)
+    sim.run()
+    _assert_same(sim, reference)
+    rows = sim.summary()["rows_per_partition"]
+    assert sum(rows) == 61 and max(rows) - min(rows) <= 1
+    diagnostics, expected = sim.diagnostics, reference.diagnostics.sel(time=sim.diagnostics.time)
+    for key in ("mass", "energy", "enstrophy", "max_cfl"):
+        np.testing.assert_allclose(diagnostics[key], expected[key], rtol=1e-12)
+
+
+@pytest.mark.parametrize("steps_per_task", [1, 4, 16])
+def test_steps_per_task_reproduce_the_single_block_run_bitwise(client, steps_per_task):
+    # 16 steps per task read 96 rows south of a block: 4 blocks need >= 384 rows.
+    model = ShallowWater("turbulence", nx=24, ny=401, backend="numba", Lx=2.4e5, Ly=4.01e6)
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    reference = _reference(model, state, dt, 203)  # not a multiple of K: a last, shorter superstep
+    sim = Simulation(model, state, dt=dt, stop_steps=203, progress=False, client=client,
+                     partitions=4, steps_per_task=steps_per_task)
+    sim.run()
+    _assert_same(sim, reference)
+
+
+def test_periodic_channel_and_walls_both_partition(client):
+    for case in ("gravity_wave", "rest"):
+        model = ShallowWater(case, nx=24, ny=40, backend="numba")
+        state = model.initial_state()
+        dt = model.suggested_dt(state) if case != "rest" else 60.0
+        reference = _reference(model, state, dt, 30)
+        sim = Simulation(model, state, dt=dt, stop_steps=30, progress=False, client=client, partitions=3,
+                         steps_per_task=2).run()
+        _assert_same(sim, reference)
+
+
+def test_state_is_not_moved_to_the_client_during_a_run(client):
+    model = ShallowWater("unstable_jet", nx=64, ny=64, backend="numba")
+    state = model.initial_state()
+    field_bytes = state.h.nbytes
+    received = []
+    original = client.gather
+
+    def counting_gather(futures, *args, **kwargs):
+        result = original(futures, *args, **kwargs)
+        received.append((sizeof(result), _holds_array(result)))
+        return result
+
+    client.gather = counting_gather
+    try:
+        sim = Simulation(model, state, dt=model.suggested_dt(state), stop_steps=120, progress=False,
+                         client=client, partitions=2, steps_per_task=4, diagnostics=8, check=4)
+        sim.run()
+        assert len(sim.diagnostics["time"]) >= 10
+    finally:
+        client.gather = original
+    assert received, "diagnostics and checks travel to the client"
+    assert not any(holds for _, holds in received), "an array reached the client"
+    largest = max(size for size, _ in received)
+    assert largest < 4096 < field_bytes, f"the client received {largest} bytes at once"
+
+
+def _holds_array(value):
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_array(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_array(v) for v in value)
+    return hasattr(value, "arrays")
+
+
+def test_weighted_partitions_follow_the_weights():
+    assert split_rows(101, [3, 1]) == [(0, 76), (76, 101)]
+    for rows in (100, 101, 257):
+        (a, b), (c, d) = split_rows(rows, [3.0, 1.0])
+        assert abs((b - a) - 3 * (d - c)) <= 4  # within one row of 3:1 each
+        assert abs((b - a) - 0.75 * rows) <= 1
+
+
+def test_weights_reach_the_partitions(client):
+    model = ShallowWater("unstable_jet", nx=16, ny=80, backend="numba")
+    sim = Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, partitions=2,
+                     weights=[3, 1])
+    assert sim.summary()["rows_per_partition"] == [60, 20]
+    calibrated = Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, partitions=2,
+                            weights="calibrate")
+    rates = calibrated._executor.rates
+    assert len(rates) == 2 and all(rate > 0 for rate in rates.values())
+    assert sum(calibrated.summary()["rows_per_partition"]) == 80
+
+
+def test_dashboard_names_tasks_and_the_run(client):
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numba")
+    Simulation(model, dt=100.0, stop_steps=6, progress=False, client=client, partitions=2, steps_per_task=3,
+               name="named-jet-run").run()
+
+    def names(dask_scheduler):
+        spans = dask_scheduler.extensions["spans"]
+        return sorted(dask_scheduler.task_prefixes), sorted({s.name[-1] for s in spans.spans.values()})
+
+    prefixes, spans = client.run_on_scheduler(names)
+    assert {"weather-advance", "weather-halo", "weather-health", "weather-diagnostics"} <= set(prefixes)
+    assert "named-jet-run" in spans
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(partitions=41), "partitions must be <= 40"),
+    (dict(partitions=4, steps_per_task=4), "fewer than the 24 the halo needs"),
+    (dict(partitions=0), "partitions must be >= 1"),
+    (dict(partitions=2, steps_per_task=0), "steps_per_task must be >= 1"),
+    (dict(partitions=2, weights=[1, 2, 3]), "one entry per partition"),
+    (dict(partitions=2, weights=[1, -1]), "weights must be positive"),
+])
+def test_bad_partitioning_names_the_parameter(client, kwargs, match):
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numba")
+    with pytest.raises(ConfigError, match=match):
+        Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, **kwargs)
+
+
+def test_partitions_without_a_client_is_a_config_error():
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    with pytest.raises(ConfigError, match="need a dask client"):
+        Simulation(model, dt=100.0, partitions=2)
+
+
+def test_unreachable_scheduler_fails_fast_with_a_clear_error():
+    start = time.perf_counter()
+    with pytest.raises(ClusterError, match="could not reach a dask scheduler at 'tcp://127.0.0.1:9'"):
+        cluster("tcp://127.0.0.1:9", timeout=3, quiet=True)
+    assert time.perf_counter() - start < 30
+
+
+def test_losing_a_worker_ends_the_run_with_a_clear_error():
+    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        model = ShallowWater("unstable_jet", nx=64, ny=64, backend="numba")
+        sim = Simulation(model, stop_steps=100000, progress=False, client=client, partitions=2, steps_per_task=2)
+        pids = client.run(os.getpid)
+
+        def kill_one(simulation):
+            if simulation.step == 20:
+                os.kill(sorted(pids.values())[-1], signal.SIGKILL)
+
+        sim.add_callback(kill_one, 10)
+        start = time.perf_counter()
+        with pytest.raises(ClusterError, match="worker was lost|lost|cluster"):
+            sim.run()
+        assert time.perf_counter() - start < 120
+    finally:
+        cluster_object = client.cluster
+        client.close()
+        cluster_object.close()
