@@ -12,7 +12,8 @@ Examples
 
 from hpcgpu import schedules
 from hpcgpu.backends import Backend, backend_info, get_backend
-from hpcgpu.errors import BackendUnavailable, ConfigError, HpcgpuError, UnstableSimulation
+from hpcgpu.cluster import cluster
+from hpcgpu.errors import BackendUnavailable, ClusterError, ConfigError, HpcgpuError, UnstableSimulation
 from hpcgpu.output import ZarrWriter
 from hpcgpu.simulation import Simulation
 
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "Simulation",
+    "cluster",
     "ZarrWriter",
     "schedules",
     "Backend",
@@ -30,4 +32,5 @@ __all__ = [
     "ConfigError",
     "BackendUnavailable",
     "UnstableSimulation",
+    "ClusterError",
 ]

@@ -23,7 +23,9 @@ __all__ = ["main"]
 WORKLOADS = {
     "weather": "hpcgpu.workloads.weather_cli",
 }
-SUITES = ("stencil",)
+SUITES = ("stencil", "scaling")
+# Per suite: (grid points per side, steps) defaults.
+SUITE_DEFAULTS = {"stencil": (4096, 100), "scaling": (2048, 16)}
 
 
 def _info(args):
@@ -54,10 +56,17 @@ def _bench(args):
     backends = [get_backend(n) for n in names]
     recorder = Recorder(args.suite)
     module = importlib.import_module(f"hpcgpu.bench.{args.suite}")
+    size, steps = SUITE_DEFAULTS[args.suite]
+    args.size = args.size or [size]
+    args.steps = args.steps or steps
     print(f"hpcgpu bench {args.suite}: backends {', '.join(names)}; sizes {args.size}; "
           f"dtypes {args.dtype}", file=sys.stderr)
+    extra = {}
+    if args.suite == "scaling":
+        backends = backends[-1:]  # the fastest usable backend scales out
+        extra = dict(workload=args.workload, max_workers=args.workers)
     module.run(recorder, backends, sizes=args.size, dtypes=args.dtype, steps=args.steps,
-               budget_s=args.budget)
+               budget_s=args.budget, **extra)
     if recorder.errors:
         print(f"hpcgpu bench: {len(recorder.errors)} case(s) failed (see the 'error' lines)", file=sys.stderr)
         return 1
@@ -84,12 +93,17 @@ def build_parser():
 
     bench = sub.add_parser("bench", help="run benchmarks (one JSON object per result line)")
     bench.add_argument("suite", choices=SUITES, help="benchmark suite")
+    bench.add_argument("workload", nargs="?", default="weather",
+                       help="workload of the scaling suite (default: weather)")
     bench.add_argument("--backend", action="append", choices=("numpy", "numba", "cuda", "cupy"),
                        help="backend to measure (repeatable; default: every usable one)")
-    bench.add_argument("--size", type=int, action="append", help="grid points per side (repeatable; default 4096)")
+    bench.add_argument("--size", type=int, action="append",
+                       help="grid points per side (per worker for scaling; repeatable; default 4096, scaling 2048)")
     bench.add_argument("--dtype", action="append", choices=("float32", "float64"),
                        help="dtype (repeatable; default float32)")
-    bench.add_argument("--steps", type=int, default=100, help="diffusion steps per timed call (default 100)")
+    bench.add_argument("--steps", type=int,
+                       help="diffusion steps per timed call (default 100); for scaling, steps per task K (default 16)")
+    bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs)")
     bench.add_argument("--budget", type=float, default=20.0,
                        help="seconds of repeats per case and backend (default 20)")
     bench.set_defaults(handler=_bench)
@@ -101,7 +115,6 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bench":
-        args.size = args.size or [4096]
         args.dtype = args.dtype or ["float32"]
     try:
         return args.handler(args)

@@ -164,11 +164,19 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
                         env=env, silence_logs=40)
 
 
-def slurm_cluster(**kwargs):
-    """A ``dask_jobqueue.SLURMCluster`` whose workers run hpcgpu (not started).
+def slurm_cluster(*, gpus=0, **kwargs):
+    """A ``dask_jobqueue.SLURMCluster`` whose workers run hpcgpu (not yet scaled).
 
-    Keyword arguments go to SLURMCluster; ``cores`` defaults to 1 and
-    ``memory`` to ``"4GB"``. Inspect the batch script with ``.job_script()``.
+    Parameters
+    ----------
+    gpus : int
+        GPUs per job: asks Slurm for them (``--gres=gpu:N``) and starts
+        ``dask cuda worker`` (one worker per GPU) instead of ``dask worker``.
+    **kwargs
+        Passed to SLURMCluster (``queue``, ``account``, ``cores``, ``memory``,
+        ``walltime``, ``job_extra_directives``, ...); ``cores`` defaults to 1
+        and ``memory`` to ``"4GB"``. Inspect the batch script with
+        ``.job_script()``, start jobs with ``.scale(jobs=N)``.
 
     Raises
     ------
@@ -179,11 +187,16 @@ def slurm_cluster(**kwargs):
         from dask_jobqueue import SLURMCluster
     except ImportError as error:
         raise ClusterError("jobqueue needs dask-jobqueue: pip install 'hpcgpu[jobqueue]'") from error
+    gpus = check_int("gpus", gpus, minimum=0)
     kwargs.setdefault("cores", 1)
     kwargs.setdefault("memory", "4GB")
-    env = list(kwargs.pop("job_script_prologue", []))
-    env.append(f"export NUMBA_NUM_THREADS={kwargs['cores']}")
-    return SLURMCluster(job_script_prologue=env, **kwargs)
+    prologue = list(kwargs.pop("job_script_prologue", []))
+    prologue.append(f"export NUMBA_NUM_THREADS={kwargs['cores']}")
+    if gpus:
+        kwargs["job_extra_directives"] = [*kwargs.get("job_extra_directives", []), f"--gres=gpu:{gpus}"]
+        # dask-cuda's worker command: one worker process per GPU, each seeing its GPU as device 0.
+        kwargs.setdefault("worker_command", "dask_cuda.cli")
+    return SLURMCluster(job_script_prologue=prologue, **kwargs)
 
 
 def worker_backends(client):

@@ -360,6 +360,8 @@ class DistributedExecutor:
 
     def global_state(self):
         """Gather the whole state to the client (for output; not used while stepping)."""
+        if not self.blocks:
+            raise ClusterError(f"{self.name}: the run was closed; its state is no longer on the cluster")
         hosts = self._gather([self._submit(_to_host, self._model, block, key=self._key("gather", self.superstep, p),
                                            worker=self.owner[p]) for p, block in enumerate(self.blocks)])
         state = self.model.concat_rows(hosts)
@@ -371,8 +373,11 @@ class DistributedExecutor:
                 "workers": len(self.workers), "rows_per_partition": [b - a for a, b in self.bounds]}
 
     def close(self):
+        """Release the partitions and the model held on the workers."""
         self.blocks = []
         self._pending = []
+        self._in_flight.clear()
+        self._model = None
 
 
 def _is_lost_worker(error):

@@ -65,3 +65,29 @@ def test_bench_stencil_prints_json_lines():
         assert r["fraction_of_copy"] > 0
         if r["backend"] == "numba":
             assert r["ratio_to_numpy"] > 0
+
+
+def test_run_weather_on_a_local_cluster(tmp_path):
+    out = tmp_path / "cluster"
+    result = run("run", "weather", "--nx", "32", "--ny", "48", "--steps", "24", "--workers", "2",
+                 "--steps-per-task", "3", "--out", str(out), "--backend", "numba", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "2 workers, 2 partitions of [24, 24] rows, 3 steps per task" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["executor"] == "distributed" and summary["step"] == 24
+    assert abs(summary["mass_relative_change"]) < 1e-12
+
+
+def test_bench_scaling_prints_efficiency_and_baseline():
+    result = run("bench", "scaling", "weather", "--size", "64", "--steps", "2", "--workers", "2",
+                 "--backend", "numba")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    metrics = {(r["case"], r["metric"]) for r in lines}
+    assert ("weak-scaling", "parallel_efficiency") in metrics
+    assert ("strong-scaling", "parallel_efficiency") in metrics
+    assert ("map_overlap-baseline", "speedup_vs_map_overlap") in metrics
+    for r in lines:
+        assert r["value"] > 0
+        if r["metric"] == "seconds_per_step" and "scheduler_share" in r:
+            assert 0 <= r["scheduler_share"] <= 1

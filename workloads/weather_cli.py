@@ -30,6 +30,12 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output directory (default: hpcgpu-output/weather-CASE)")
     parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cluster = parser.add_argument_group("cluster (default: in-process, no dask)")
+    cluster.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
+    cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS (tcp://host:8786)")
+    cluster.add_argument("--partitions", type=int, help="row blocks of the state (default: one per worker)")
+    cluster.add_argument("--steps-per-task", type=int, default=1, help="time steps per task, K (default 1)")
+    cluster.add_argument("--weights", help="'calibrate' or comma-separated partition weights")
 
 
 def run(args):
@@ -46,13 +52,30 @@ def run(args):
     steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
     out = args.out or os.path.join("hpcgpu-output", f"weather-{args.case}")
     os.makedirs(out, exist_ok=True)
+    client = None
+    if args.workers is not None or args.scheduler is not None:
+        from hpcgpu.cluster import cluster
+
+        client = cluster(args.scheduler, workers=args.workers)
+    weights = None
+    if args.weights:
+        weights = args.weights if args.weights == "calibrate" else [float(w) for w in args.weights.split(",")]
+    granularity = args.steps_per_task if client is not None else 1
+    every = granularity * -(-max(1, steps // 200) // granularity)
     sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-                     diagnostics=max(1, steps // 200))
+                     diagnostics=every, client=client, partitions=args.partitions,
+                     steps_per_task=args.steps_per_task if client is not None else None, weights=weights)
     zarr_path = os.path.join(out, "fields.zarr")
-    sim.add_writer(ZarrWriter(zarr_path, Every(max(1, steps // max(1, args.snapshots)))))
+    snapshot_every = max(1, steps // max(1, args.snapshots))
+    sim.add_writer(ZarrWriter(zarr_path, Every(granularity * -(-snapshot_every // granularity))))
     print(f"hpcgpu: {model!r}, dt={dt:.4g} s, {steps} steps to t={steps * dt:.4g} s", file=sys.stderr)
     started = time.perf_counter()
-    sim.run()
+    try:
+        sim.run()
+        final = sim.state  # gathered once from a cluster, for the picture
+    finally:
+        if client is not None:
+            sim.close()
     wall = time.perf_counter() - started
     summary = sim.summary()
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path),
@@ -62,15 +85,20 @@ def run(args):
     g = model.grid
     extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
     save_panels(png, [
-        dict(data=model.backend.to_host(sim.state.h), label="layer depth h (m)", extent=extent,
+        dict(data=model.backend.to_host(final.h), label="layer depth h (m)", extent=extent,
              xlabel="x (km)", ylabel="y (km)"),
-        dict(data=model.vorticity(sim.state), label="relative vorticity (1/s)", extent=extent,
+        dict(data=model.vorticity(final), label="relative vorticity (1/s)", extent=extent,
              cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
     ], title=f"shallow water, {args.case}, t = {sim.time / 3600:.1f} h")
     summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)
     _print_summary(summary)
+    if client is not None:
+        local = getattr(client, "cluster", None) if args.scheduler is None else None
+        client.close()
+        if local is not None:
+            local.close()
     return 0
 
 
@@ -84,5 +112,8 @@ def _print_summary(s):
         if value is not None:
             print(f"  {label + ' change:':<27} {value:+.3e} (relative)")
     print(f"  max CFL:      {s.get('max_cfl', float('nan')):.3f}")
+    if s.get("executor") == "distributed":
+        print(f"  cluster:      {s['workers']} workers, {s['partitions']} partitions of "
+              f"{s['rows_per_partition']} rows, {s['steps_per_task']} steps per task")
     print(f"  output:       {s['zarr']} (xarray.open_zarr)")
     print(f"  picture:      {s['png']}")

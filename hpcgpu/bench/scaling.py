@@ -1,0 +1,205 @@
+"""``hpcgpu bench scaling weather``: strong and weak scaling on a dask cluster.
+
+For 1..N workers (N: the cores here, or the GPUs), each worker gets one
+core (or one GPU). Lines (metric):
+
+``seconds_per_step``
+    wall time per time step, with the superstep split from dask's task
+    stream: ``compute_s`` (the slowest block's advance task),
+    ``halo_s`` (halo cuts and transfers on the critical path) and
+    ``scheduler_share`` (the rest of the superstep: scheduling, latency).
+``parallel_efficiency``
+    weak scaling (``per_worker`` x ``per_worker`` points per worker):
+    t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
+    t(1) / (N t(N)).
+``speedup_vs_map_overlap``
+    the same model stepped by ``dask.array.map_overlap`` once per time step
+    (one graph per step, submitted and waited on), on the same workers and
+    grid, over the time per step of hpcgpu's partitioned engine.
+"""
+
+import os
+import pickle
+import time
+
+import numpy as np
+
+from hpcgpu.distributed import DistributedExecutor, _on_worker
+
+__all__ = ["run"]
+
+
+def _cluster(workers, gpus):
+    from hpcgpu.cluster import cluster
+
+    if gpus:
+        return cluster(workers=workers, gpus=True, dashboard_address="127.0.0.1:0", quiet=True)
+    return cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
+                   quiet=True)
+
+
+def _model(nx, ny, dtype, backend):
+    from hpcgpu.workloads.weather import ShallowWater
+
+    return ShallowWater("unstable_jet", nx=nx, ny=ny, dtype=dtype, backend=backend, Lx=2.0e4 * nx,
+                        Ly=2.0e4 * ny)
+
+
+def _split(stream, wall, supersteps):
+    """Critical-path compute and halo time per superstep from task-stream records."""
+    compute, halo = {}, {}
+    for record in stream:
+        key = record["key"]
+        if not isinstance(key, tuple) or len(key) < 3:
+            continue
+        prefix, index = str(key[0]), key[1]
+        for event in record.get("startstops", ()):
+            duration = event["stop"] - event["start"]
+            if "-advance-" in prefix:
+                if event["action"] == "compute":
+                    compute.setdefault(index, {}).setdefault(key[2], 0.0)
+                    compute[index][key[2]] += duration
+                elif event["action"] == "transfer":
+                    halo.setdefault(index, {}).setdefault(key[2], 0.0)
+                    halo[index][key[2]] += duration
+            elif "-halo-" in prefix and event["action"] == "compute":
+                halo.setdefault(index, {}).setdefault(key[2], 0.0)
+                halo[index][key[2]] += duration
+    steps = sorted(compute)
+    critical_compute = np.mean([max(compute[s].values()) for s in steps]) if steps else float("nan")
+    critical_halo = np.mean([max(halo.get(s, {0: 0.0}).values()) for s in steps]) if steps else 0.0
+    per_superstep = wall / supersteps
+    share = max(0.0, per_superstep - critical_compute - critical_halo) / per_superstep
+    return critical_compute, critical_halo, share
+
+
+def _time_engine(client, model, workers, steps_per_task, supersteps):
+    from distributed import get_task_stream
+
+    state = model.initial_state()
+    dt = model.suggested_dt(state, 0.4)
+    executor = DistributedExecutor(client, model, state, dt, partitions=workers, steps_per_task=steps_per_task,
+                                   name="bench-scaling")
+    executor.advance(steps_per_task)  # compiles the kernels on every worker
+    executor.synchronize()
+    with get_task_stream(client) as stream:
+        start = time.perf_counter()
+        executor.advance(steps_per_task * supersteps)
+        executor.synchronize()
+        wall = time.perf_counter() - start
+    compute, halo, share = _split(stream.data, wall, supersteps)
+    executor.close()
+    return wall / (steps_per_task * supersteps), compute, halo, share
+
+
+def _overlap_step(block, block_info=None, *, model_bytes, dt, starts, south_depth, periodic):
+    from hpcgpu.workloads.weather import ShallowWaterState
+
+    model = _on_worker(pickle.loads(model_bytes))
+    location = block_info[0]["chunk-location"][1]
+    chunks = len(starts)
+    south_open = periodic or location > 0
+    north_open = periodic or location < chunks - 1
+    first_row = starts[location] - (south_depth if south_open else 0)
+    state = ShallowWaterState(*(model.backend.asarray(block[k]) for k in range(3)))
+    new = model.advance_rows(state, dt, 1, first_row, south_open, north_open)
+    return np.stack([model.backend.to_host(a) for a in new.arrays()])
+
+
+def _time_map_overlap(client, model, workers, steps):
+    """Seconds per step when each step is one dask.array.map_overlap graph."""
+    import dask.array as da
+    from distributed import wait
+
+    state = model.to_host(model.initial_state())
+    dt = model.suggested_dt(model.initial_state(), 0.4)
+    rows = model.decomposition_rows()
+    bounds = np.linspace(0, rows, workers + 1).astype(int)
+    chunks = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
+    stacked = da.from_array(np.stack(state.arrays()), chunks=(3, chunks, model.grid.nx))
+    stacked = client.persist(stacked)
+    wait(stacked)
+    south, north = model.halo_rows(1)
+    periodic = model.periodic_rows()
+    depth = {0: 0, 1: south if periodic else (south, north), 2: 0}
+    boundary = {0: "none", 1: "periodic" if periodic else "none", 2: "none"}
+    kwargs = dict(model_bytes=pickle.dumps(model), dt=dt, starts=list(bounds[:-1]), south_depth=south,
+                  periodic=periodic)
+
+    def step(array):
+        out = array.map_overlap(_overlap_step, depth=depth, boundary=boundary, dtype=array.dtype, **kwargs)
+        out = client.persist(out)
+        wait(out)
+        return out
+
+    stacked = step(stacked)  # compile and warm up
+    start = time.perf_counter()
+    for _ in range(steps):
+        stacked = step(stacked)
+    return (time.perf_counter() - start) / steps
+
+
+def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, budget_s=20.0,
+        workload="weather", max_workers=None, supersteps=3):
+    """Run the scaling suite; ``sizes`` are points per side per worker, ``steps`` is K."""
+    if workload != "weather":
+        from hpcgpu.errors import ConfigError
+
+        raise ConfigError(f"workload must be 'weather' for the scaling suite; got {workload!r}")
+    backend = backends[0] if backends else None
+    gpus = backend is not None and backend.on_gpu and not backend.simulated
+    if gpus:
+        from hpcgpu._gpu_probe import probe_driver
+
+        available = len(probe_driver().devices)
+    else:
+        available = len(os.sched_getaffinity(0))
+    top = max(1, min(available, max_workers or available))
+    backend_name = "auto" if backend is None else backend.name
+    counts = sorted({1, top} | ({2} if top >= 2 else set()))
+    for per_worker in sizes:
+        for dtype in dtypes:
+            weak, strong = {}, {}
+            for workers in counts:
+                client = _cluster(workers, gpus)
+                try:
+                    for kind, ny in (("weak", per_worker * workers), ("strong", per_worker)):
+                        if kind == "strong" and workers == 1:
+                            strong[1] = weak[1]
+                            continue
+                        model = _model(per_worker, ny, dtype, backend_name)
+                        k = steps if min(model.halo_rows(steps)) * 2 <= ny // workers else 1
+                        seconds, compute, halo, share = _time_engine(client, model, workers, k, supersteps)
+                        (weak if kind == "weak" else strong)[workers] = seconds
+                        recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype,
+                                     size=per_worker, metric="seconds_per_step", value=seconds, unit="s",
+                                     durations=[seconds * k * supersteps], workers=workers,
+                                     grid=[per_worker, ny], steps_per_task=k, compute_s=compute / k,
+                                     halo_s=halo / k, scheduler_share=share)
+                    if workers == top:
+                        model = _model(per_worker, per_worker * workers, dtype, backend_name)
+                        if k > 1:
+                            seconds1, _, _, share1 = _time_engine(client, model, workers, 1, supersteps * 4)
+                            recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
+                                         metric="seconds_per_step", value=seconds1, unit="s",
+                                         durations=[seconds1 * supersteps * 4], workers=workers,
+                                         grid=[per_worker, per_worker * workers], steps_per_task=1,
+                                         scheduler_share=share1)
+                        baseline = _time_map_overlap(client, model, workers, max(3, supersteps))
+                        recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype,
+                                     size=per_worker, metric="speedup_vs_map_overlap",
+                                     value=baseline / weak[workers], unit="x", durations=[baseline],
+                                     workers=workers, map_overlap_seconds_per_step=baseline,
+                                     hpcgpu_seconds_per_step=weak[workers])
+                finally:
+                    local = client.cluster
+                    client.close()
+                    local.close()
+            for workers in counts[1:]:
+                recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
+                             metric="parallel_efficiency", value=weak[1] / weak[workers], unit="1",
+                             durations=[weak[workers]], workers=workers)
+                recorder.add(case="strong-scaling", backend=backend_name, dtype=dtype, size=per_worker,
+                             metric="parallel_efficiency", value=strong[1] / (workers * strong[workers]),
+                             unit="1", durations=[strong[workers]], workers=workers)
+    return recorder.results

@@ -1,0 +1,109 @@
+"""Clusters: local CPU and GPU clusters, connecting by address, batch scripts."""
+
+import os
+
+import pytest
+from _support import usable_backend
+
+import hpcgpu
+from hpcgpu import Simulation
+from hpcgpu.cluster import cluster, slurm_cluster
+from hpcgpu.errors import ClusterError, ConfigError
+from hpcgpu.workloads.weather import ShallowWater
+
+
+def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys):
+    client = hpcgpu.cluster(workers=2, gpus=False, dashboard_address="127.0.0.1:0")
+    try:
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        workers = client.scheduler_info()["workers"]
+        assert len(workers) == 2 and all(w.startswith("tcp://127.0.0.1:") for w in workers)
+        assert "127.0.0.1" in client.dashboard_link
+        assert client.dashboard_link in capsys.readouterr().err
+        threads = client.run(lambda: os.environ["NUMBA_NUM_THREADS"])
+        assert set(threads.values()) == {str(max(1, len(os.sched_getaffinity(0)) // 2))}
+    finally:
+        local = client.cluster
+        client.close()
+        local.close()
+
+
+def test_connect_to_a_running_scheduler_by_address():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=":0",
+                      host="127.0.0.1") as running:
+        assert running.scheduler_address.startswith("tcp://")
+        client = cluster(running.scheduler_address, quiet=True)
+        try:
+            assert client.submit(sum, [1, 2, 3]).result() == 6
+        finally:
+            client.close()
+
+
+def test_bad_cluster_requests():
+    with pytest.raises(ConfigError, match="rmm_pool_size and device_memory_limit apply to GPU clusters"):
+        cluster(gpus=False, rmm_pool_size="1GB", quiet=True)
+    with pytest.raises(ConfigError, match="workers must be >= 1"):
+        cluster(workers=0, quiet=True)
+    with pytest.raises(ConfigError, match="gpus must be"):
+        cluster(gpus="some", quiet=True)
+    with pytest.raises(ConfigError, match="address must look like"):
+        cluster("nowhere", quiet=True)
+    with pytest.raises(ConfigError, match="either address"):
+        cluster("tcp://127.0.0.1:8786", jobqueue={}, quiet=True)
+
+
+def test_gpus_required_without_a_gpu_is_a_cluster_error():
+    from hpcgpu.backends import backend_status
+
+    if backend_status("cupy").usable:
+        pytest.skip("a GPU is usable here")
+    with pytest.raises(ClusterError, match="no GPU is usable"):
+        cluster(gpus=True, quiet=True)
+
+
+def test_slurm_job_script_for_cpu_and_gpu_nodes():
+    cpu = slurm_cluster(queue="compute", account="climate", cores=8, memory="32GB", walltime="02:00:00")
+    try:
+        script = cpu.job_script()
+    finally:
+        cpu.close()
+    assert "#SBATCH -p compute" in script and "#SBATCH -A climate" in script
+    assert "#SBATCH -t 02:00:00" in script and "export NUMBA_NUM_THREADS=8" in script
+    assert "distributed.cli.dask_worker" in script
+    gpu = slurm_cluster(gpus=4, queue="gpu", cores=16, memory="128GB")
+    try:
+        script = gpu.job_script()
+    finally:
+        gpu.close()
+    assert "#SBATCH --gres=gpu:4" in script and "-m dask_cuda.cli" in script
+
+
+@pytest.mark.gpu
+def test_gpu_cluster_runs_partitions_on_the_gpu_with_an_rmm_pool():
+    backend = usable_backend("cuda")
+    if backend.simulated:
+        pytest.skip("the CUDA simulator is not a GPU")
+    pytest.importorskip("dask_cuda")
+    rmm = pytest.importorskip("rmm")
+    client = cluster(rmm_pool_size="2GB", dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        assert set(client.run(lambda: hpcgpu.get_backend("auto").name).values()) == {"cuda"}
+        assert all(v.endswith("0") or v == "0" for v in client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0]).values())
+        assert set(client.run(lambda: type(rmm.mr.get_current_device_resource()).__name__).values()) <= {
+            "PoolMemoryResource", "StatisticsResourceAdaptor", "TrackingResourceAdaptor"}
+        model = ShallowWater("unstable_jet", nx=256, ny=128, backend="auto", dtype="float64")
+        state = model.initial_state()
+        dt = model.suggested_dt(state)
+        local = ShallowWater("unstable_jet", nx=256, ny=128, backend="cuda", dtype="float64")
+        expected = Simulation(local, local.initial_state(), dt=dt, stop_steps=60, progress=False).run()
+        sim = Simulation(model, state, dt=dt, stop_steps=60, progress=False, client=client, partitions=2,
+                         steps_per_task=4).run()
+        got = sim.state
+        for name in ("u", "v", "h"):
+            assert (backend.to_host(getattr(got, name)) == backend.to_host(getattr(expected.state, name))).all()
+    finally:
+        local_cluster = client.cluster
+        client.close()
+        local_cluster.close()
