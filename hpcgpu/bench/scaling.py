@@ -12,6 +12,10 @@ core (or one GPU). Lines (metric):
     weak scaling (``per_worker`` x ``per_worker`` points per worker):
     t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
     t(1) / (N t(N)).
+``imbalance`` (case ``balance``)
+    a mixed cluster of a fast worker (several Numba threads) and a slow one
+    (one thread): the slowest block's compute time per superstep over the
+    fastest's, with equal blocks and with blocks sized by calibration.
 ``speedup_vs_map_overlap``
     the same model stepped by ``dask.array.map_overlap`` once per time step
     (one graph per step, submitted and waited on), on the same workers and
@@ -71,6 +75,63 @@ def _split(stream, wall, supersteps):
     per_superstep = wall / supersteps
     share = max(0.0, per_superstep - critical_compute - critical_halo) / per_superstep
     return critical_compute, critical_halo, share
+
+
+def _mixed_cluster(fast_threads):
+    """Two CPU workers, one with ``fast_threads`` Numba threads and one with a single thread."""
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    def worker(threads):
+        return {"cls": Nanny, "options": {"nthreads": 1, "env": {"NUMBA_NUM_THREADS": str(threads)}}}
+
+    spec = SpecCluster(scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}},
+                       workers={"fast": worker(fast_threads), "slow": worker(1)}, silence_logs=40)
+    return Client(spec)
+
+
+def _block_compute_times(stream):
+    """Mean compute time per superstep of each block (by partition index)."""
+    times = {}
+    for record in stream:
+        key = record["key"]
+        if isinstance(key, tuple) and len(key) >= 3 and "-advance-" in str(key[0]):
+            for event in record.get("startstops", ()):
+                if event["action"] == "compute":
+                    times.setdefault(key[2], []).append(event["stop"] - event["start"])
+    return {p: float(np.mean(v)) for p, v in sorted(times.items())}
+
+
+def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
+    """Equal vs calibrated blocks on a fast + slow worker pair."""
+    from distributed import get_task_stream
+
+    fast = max(2, len(os.sched_getaffinity(0)) // 2)
+    client = _mixed_cluster(fast)
+    try:
+        client.wait_for_workers(2)
+        model = _model(per_worker, 2 * per_worker, dtype, "numba")
+        state = model.initial_state()
+        dt = model.suggested_dt(state, 0.4)
+        for weights in (None, "calibrate"):
+            executor = DistributedExecutor(client, model, state, dt, partitions=2, steps_per_task=steps_per_task,
+                                           weights=weights, name="bench-balance")
+            executor.advance(steps_per_task)
+            executor.synchronize()
+            with get_task_stream(client) as stream:
+                executor.advance(steps_per_task * supersteps)
+                executor.synchronize()
+            times = _block_compute_times(stream.data)
+            rows = [b - a for a, b in executor.bounds]
+            recorder.add(case="balance", backend="numba", dtype=dtype, size=per_worker, metric="imbalance",
+                         value=max(times.values()) / min(times.values()), unit="1",
+                         durations=list(times.values()), weights=weights or "equal",
+                         rows_per_partition=rows, fast_threads=fast,
+                         rates=getattr(executor, "rates", None) and list(executor.rates.values()))
+            executor.close()
+    finally:
+        spec = client.cluster
+        client.close()
+        spec.close()
 
 
 def _time_engine(client, model, workers, steps_per_task, supersteps):
@@ -140,7 +201,7 @@ def _time_map_overlap(client, model, workers, steps):
 
 
 def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, budget_s=20.0,
-        workload="weather", max_workers=None, supersteps=3):
+        workload="weather", max_workers=None, supersteps=3, balance=True):
     """Run the scaling suite; ``sizes`` are points per side per worker, ``steps`` is K."""
     if workload != "weather":
         from hpcgpu.errors import ConfigError
@@ -202,4 +263,7 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                 recorder.add(case="strong-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=strong[1] / (workers * strong[workers]),
                              unit="1", durations=[strong[workers]], workers=workers)
+            if balance and not gpus:
+                k = steps if min(_model(per_worker, per_worker, dtype, "numba").halo_rows(steps)) * 2 <= per_worker else 1
+                _balance(recorder, per_worker, dtype, k, supersteps)
     return recorder.results
