@@ -195,13 +195,17 @@ class Simulation:
            writers and callbacks that fire at step 0 run.
         3. Then, repeatedly: the number of steps ``n`` to the next event
            (a stop, a check, diagnostics, a callback or a writer, and at most
-           about half a second of work) is advanced in one call; ``step``
-           and ``time`` move on; the state is checked for NaN/inf and the
-           CFL limit (raising :class:`~hpcgpu.errors.UnstableSimulation`)
-           whenever anything else fires or the check schedule does; then
-           diagnostics are recorded, then callbacks run in the order added,
-           then writers write; then the progress bar moves and the stop
-           criteria (steps, model time, wall time) are tested.
+           about half a second of work, in whole tasks on a cluster) is
+           advanced in one call; ``step`` and ``time`` move on; a check for
+           NaN/inf and the CFL limit is requested whenever anything else
+           fires or the check schedule does, then diagnostics; on a cluster
+           both are reduced on the workers while the next supersteps run,
+           and taken in when ready (a failed check raises
+           :class:`~hpcgpu.errors.UnstableSimulation` naming the step it
+           looked at). Before callbacks and writers, every pending check
+           must have passed; then callbacks run in the order added, then
+           writers write; then the progress bar moves and the stop criteria
+           (steps, model time, wall time) are tested.
         4. Writers are closed (diagnostics written) when the run stops.
 
         Raises

@@ -6,25 +6,36 @@ current stream. Numba's default import of a CuPy array synchronises the host
 with that stream on every launch, which would serialise a loop of small
 kernels. Under the CUDA simulator the arrays are NumPy arrays and pass through.
 
-``laplacian`` and ``diffuse`` use one thread per point in ``32 x 8`` blocks
-(coalesced along x), a single pass that reads each point once from DRAM; the
-neighbours come from L1/L2. Ghost cells are index arithmetic (wrap or clamp),
-taken only by threads on the grid's edge.
+Every kernel gives each thread one column and a strip of ``rows`` rows, in
+blocks of ``threads`` threads along x (a warp reads 32 neighbouring points
+of a row, coalesced), and the thread walks its strip northwards:
 
-``shallow_water_stage`` is one fused kernel per ``32 x 8`` tile. A block loads
-its tile of ``u, v, h`` with the halo the scheme reaches (2 rows/columns
-south/west, 1 north/east) into shared memory, applying the ghost rules of
-``_boundary``; then computes, with a barrier between phases, potential
-vorticity and mass fluxes on the faces and corners around the tile, then the
-Bernoulli potential and the Arakawa-Lamb coefficients per cell, and finally
-each thread writes its point of ``u_out, v_out, h_out``. The per-point
-physics is ``_physics``, compiled here as device functions; shared arrays
-need a compile-time dtype, so the stage kernel is built once per dtype.
+- ``laplacian`` and ``diffuse`` load the whole strip first (``rows + 2``
+  values of the thread's column, and the west and east neighbour of each row,
+  which are L1 hits on lines the neighbouring threads load) into a local
+  array that lives in registers, then compute and store it. Many loads in
+  flight per thread is what lets a memory-bound kernel reach copy bandwidth;
+  each point is read from DRAM once, plus two halo rows per strip.
+- ``shallow_water_stage`` is one fused pass per Runge-Kutta stage that
+  pipelines rows as ``_numba._stage_kernel`` does: at row ``r`` it computes
+  the potential vorticity of corner row ``r`` (for corners ``i-1, i, i+1``),
+  the mass fluxes, and the Bernoulli potential and Arakawa-Lamb coefficients
+  of cell row ``r-1`` (cells ``i-1, i``), then writes output row ``r-1``;
+  what later rows need is carried in scalar variables (registers). The
+  thread's own column of row ``r+1`` is loaded one step ahead so that those
+  DRAM loads are in flight during the compute; the neighbour columns are L1
+  hits on lines the neighbouring threads loaded a step earlier.
+
+Ghost cells are index arithmetic (wrap or clamp) as in ``_boundary``. The
+per-point physics is ``_physics``, compiled here as device functions.
 Numeric constants come in as arguments of the field's dtype: a float literal
-would promote float32 arithmetic to float64.
+would promote float32 arithmetic to float64. The launch shapes are
+:data:`LAUNCH`, with alternatives in :data:`VARIANTS` that
+``scripts/gpu_kernel_variants.py`` times against them.
 """
 
 import functools
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -38,14 +49,34 @@ from numba import cuda  # noqa: E402
 from hpcgpu.kernels.stencil import _physics  # noqa: E402
 from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL  # noqa: E402
 
-TX, TY = 32, 8
-"""Threads per block along x and y, for every kernel here."""
-_THREADS = TX * TY
-# Shared-array shapes of the stage kernel, (rows, columns) with the tile's
-# first point at local (2, 2) for the loaded fields and (1, 1) for the rest.
-_LOAD = (TY + 3, TX + 3)  # u, v, h: logical rows j0-2 .. j0+TY, columns i0-2 .. i0+TX
-_EDGE = (TY + 2, TX + 2)  # q at corners, mass fluxes at faces: from j0-1, i0-1
-_CELL = (TY + 1, TX + 1)  # Bernoulli potential, AL coefficients: from j0-1, i0-1
+
+class Launch(NamedTuple):
+    """How a kernel family is launched."""
+
+    rows: int
+    """Rows per thread: the height of the strip a thread walks."""
+    threads: int
+    """Threads per block, all along x."""
+
+
+LAUNCH = {
+    ("five_point", "float32"): Launch(rows=8, threads=128),
+    ("five_point", "float64"): Launch(rows=8, threads=128),
+    ("stage", "float32"): Launch(rows=16, threads=128),
+    ("stage", "float64"): Launch(rows=16, threads=128),
+}
+"""The launch of each kernel family per dtype."""
+
+VARIANTS = {
+    ("five_point", "float32"): (Launch(4, 128), Launch(16, 128), Launch(8, 256), Launch(8, 64)),
+    ("five_point", "float64"): (Launch(4, 128), Launch(16, 128), Launch(8, 256), Launch(8, 64)),
+    ("stage", "float32"): (Launch(8, 128), Launch(32, 128), Launch(16, 64), Launch(16, 256)),
+    ("stage", "float64"): (Launch(8, 128), Launch(32, 128), Launch(16, 64), Launch(16, 256)),
+}
+"""Alternative launches, timed by ``scripts/gpu_kernel_variants.py``."""
+
+MAX_GRID_Y = 65535
+"""CUDA's limit on blocks along y: caps ny at 65535 * rows."""
 
 _device_function = cuda.jit(device=True)
 potential_vorticity = _device_function(_physics.potential_vorticity)
@@ -77,8 +108,9 @@ def _wrap_or_clamp(k, n, periodic):
     """Stored index for logical index ``k`` on an axis of ``n`` points.
 
     One period of wrap covers every index a valid output reads (at most two
-    beyond an edge, and ``n >= 4``); the final clamp only keeps the padding
-    threads of a partial tile inside the array.
+    beyond an edge, and ``n >= 4``); the final clamp keeps the rows that the
+    last strip reads past the grid's end (results it does not store) inside
+    the array.
     """
     if periodic:
         if k < 0:
@@ -99,9 +131,14 @@ def _coriolis_index(r, ny, periodic):
     return _clamp(r, ny)
 
 
-def _grid(shape):
+def _grid(shape, launch):
     ny, nx = shape
-    return (nx + TX - 1) // TX, (ny + TY - 1) // TY
+    blocks_y = (ny + launch.rows - 1) // launch.rows
+    if blocks_y > MAX_GRID_Y:
+        from hpcgpu.errors import ConfigError
+        raise ConfigError(f"the cuda stencil kernels take at most {MAX_GRID_Y * launch.rows} rows "
+                          f"per array; got ny={ny}. Split the grid into partitions along y")
+    return (nx + launch.threads - 1) // launch.threads, blocks_y
 
 
 def _on_device(array):
@@ -127,192 +164,324 @@ def _xp(array):
     return cupy
 
 
-@cuda.jit
-def _laplacian_kernel(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
-    i, j = cuda.grid(2)
-    ny, nx = field.shape
-    if i < nx and j < ny:
-        w, e, s, n = i - 1, i + 1, j - 1, j + 1
-        if i == 0 or i == nx - 1:
-            w = _wrap_or_clamp(w, nx, bc_x == PERIODIC)
-            e = _wrap_or_clamp(e, nx, bc_x == PERIODIC)
-        if j == 0 or j == ny - 1:
-            s = _wrap_or_clamp(s, ny, bc_s == PERIODIC)
-            n = _wrap_or_clamp(n, ny, bc_s == PERIODIC)
-        out[j, i] = laplacian_5pt(field[j, i], field[j, w], field[j, e], field[s, i], field[n, i],
-                                  rdx2, rdy2)
+def _flat(array):
+    """A 1-D view of a C-contiguous array, as the kernels index it."""
+    return array.reshape(array.size)
 
 
-@cuda.jit
-def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
-    i, j = cuda.grid(2)
+def _target(out):
+    """Where a kernel writes ``out``: itself, or a contiguous scratch array to copy back."""
+    return out if out.flags.c_contiguous else _xp(out).empty(out.shape, out.dtype)
+
+
+@functools.cache
+def _five_point_kernel(dtype_name, rows, diffuse):
+    """The strip kernel of ``rows`` rows for one dtype (local arrays need both
+    at compile time); ``diffuse`` picks the diffusion update over the Laplacian."""
+    value_type = numba.from_dtype(np.dtype(dtype_name))
+    centre_rows = rows + 2
+    update = diffusion_update if diffuse else laplacian_5pt
+
+    @cuda.jit
+    def kernel(src, dst, ny, nx, c_x, c_y, bc_x, bc_s, bc_n):
+        # src, dst: flat views of (ny, nx) grids. Offsets are cast to unsigned
+        # where they index: they are never negative, and a signed index costs
+        # a wraparound check per access.
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if i >= nx:
+            return
+        j0 = cuda.blockIdx.y * rows
+        # Entry k holds logical row j0 - 1 + k (west/east: row j0 + k). Every
+        # load comes before the first store so that they are all in flight at
+        # once; loops of constant trip count unroll and the arrays become
+        # registers. The simulator keys local arrays by source line: one per line.
+        centre = cuda.local.array(centre_rows, value_type)
+        west = cuda.local.array(rows, value_type)
+        east = cuda.local.array(rows, value_type)
+        if j0 >= 1 and j0 + rows < ny and i >= 1 and i < nx - 1:
+            # Away from every edge (almost all threads): no ghosts, and the
+            # neighbours sit at constant offsets that fold into the loads.
+            first = (j0 - 1) * nx + i
+            for k in range(centre_rows):
+                centre[k] = src[np.uint64(first + k * nx)]
+            for k in range(rows):
+                here = first + (k + 1) * nx
+                west[k] = src[np.uint64(here - 1)]
+                east[k] = src[np.uint64(here + 1)]
+        else:
+            periodic_y = bc_s == PERIODIC
+            w = _wrap_or_clamp(i - 1, nx, bc_x == PERIODIC)
+            e = _wrap_or_clamp(i + 1, nx, bc_x == PERIODIC)
+            for k in range(centre_rows):
+                centre[k] = src[np.uint64(_wrap_or_clamp(j0 - 1 + k, ny, periodic_y) * nx + i)]
+            for k in range(rows):
+                offset = _wrap_or_clamp(j0 + k, ny, periodic_y) * nx
+                west[k] = src[np.uint64(offset + w)]
+                east[k] = src[np.uint64(offset + e)]
+        for k in range(rows):
+            j = j0 + k
+            if j < ny:
+                dst[np.uint64(j * nx + i)] = update(centre[k + 1], west[k], east[k], centre[k],
+                                                    centre[k + 2], c_x, c_y)
+
+    return kernel
+
+
+def _five_point(src, dst, c_x, c_y, bc_x, bc_s, bc_n, diffuse, launch=None):
+    """One five-point pass from ``src`` into ``dst`` (C-contiguous, same dtype)."""
+    dtype = np.dtype(src.dtype)
+    launch = launch or LAUNCH[("five_point", dtype.name)]
+    kernel = _five_point_kernel(dtype.name, launch.rows, diffuse)
+    t = dtype.type
     ny, nx = src.shape
-    if i < nx and j < ny:
-        w, e, s, n = i - 1, i + 1, j - 1, j + 1
-        if i == 0 or i == nx - 1:
-            w = _wrap_or_clamp(w, nx, bc_x == PERIODIC)
-            e = _wrap_or_clamp(e, nx, bc_x == PERIODIC)
-        if j == 0 or j == ny - 1:
-            s = _wrap_or_clamp(s, ny, bc_s == PERIODIC)
-            n = _wrap_or_clamp(n, ny, bc_s == PERIODIC)
-        dst[j, i] = diffusion_update(src[j, i], src[j, w], src[j, e], src[s, i], src[n, i], cx, cy)
+    kernel[_grid(src.shape, launch), (launch.threads, 1), _stream(src)](
+        _on_device(_flat(src)), _on_device(_flat(dst)), ny, nx, t(c_x), t(c_y), bc_x, bc_s, bc_n)
 
 
 def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
     """Five-point Laplacian into ``out``; see ``_numpy.laplacian``."""
-    t = field.dtype.type
-    _laplacian_kernel[_grid(field.shape), (TX, TY), _stream(field)](
-        _on_device(field), _on_device(out), t(rdx2), t(rdy2), bc_x, bc_s, bc_n)
+    field = _xp(field).ascontiguousarray(field)
+    target = _target(out)
+    _five_point(field, target, rdx2, rdy2, bc_x, bc_s, bc_n, diffuse=False)
+    if target is not out:
+        out[...] = target
     return out
 
 
 def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
     """``steps`` explicit diffusion steps; returns the buffer holding the result."""
-    t = field.dtype.type
-    launch = _diffuse_kernel[_grid(field.shape), (TX, TY), _stream(field)]
-    src, dst = _on_device(field), _on_device(work)
+    dtype = np.dtype(field.dtype)
+    launch = LAUNCH[("five_point", dtype.name)]
+    t = dtype.type
+    src, dst = _target(field), _target(work)
+    if src is not field:
+        src[...] = field
+    ny, nx = field.shape
+    configured = _five_point_kernel(dtype.name, launch.rows, True)[
+        _grid(field.shape, launch), (launch.threads, 1), _stream(field)]
     for _ in range(steps):
-        launch(src, dst, t(cx), t(cy), bc_x, bc_s, bc_n)
+        configured(_on_device(_flat(src)), _on_device(_flat(dst)), ny, nx, t(cx), t(cy),
+                   bc_x, bc_s, bc_n)
         src, dst = dst, src
-    return field if steps % 2 == 0 else work
+    if src is field or src is work:
+        return src
+    field[...] = src
+    return field
 
 
-@functools.cache
-def _stage_kernel(dtype_name):
-    """The fused stage kernel with shared arrays of ``dtype_name``."""
-    shared_type = numba.from_dtype(np.dtype(dtype_name))
+@cuda.jit(device=True)
+def _v_is_zero(r, ny, bc_s, bc_n):
+    """Logical row ``r`` lies beyond a wall, where the normal velocity v is zero."""
+    return (r < 0 and bc_s == WALL) or (r >= ny and bc_n == WALL)
 
-    @cuda.jit
-    def kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
-               g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n,
-               zero, half, quarter, c24, c_eps, c_phi):
-        # The simulator keys shared arrays by source line: one per line.
-        sh = cuda.shared.array(_LOAD, shared_type)
-        su = cuda.shared.array(_LOAD, shared_type)
-        sv = cuda.shared.array(_LOAD, shared_type)
-        sq = cuda.shared.array(_EDGE, shared_type)
-        suf = cuda.shared.array(_EDGE, shared_type)
-        svf = cuda.shared.array(_EDGE, shared_type)
-        sbern = cuda.shared.array(_CELL, shared_type)
-        salpha = cuda.shared.array(_CELL, shared_type)
-        sbeta = cuda.shared.array(_CELL, shared_type)
-        seps = cuda.shared.array(_CELL, shared_type)
-        sphi = cuda.shared.array(_CELL, shared_type)
 
-        ny, nx = h.shape
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * TX + tx
-        i0 = cuda.blockIdx.x * TX
-        j0 = cuda.blockIdx.y * TY
-        periodic_x = bc_x == PERIODIC
-        periodic_y = bc_s == PERIODIC
+@cuda.jit(device=True)
+def _neighbours(h, u, v, offset, w2, w, e, u_west_zero, u_east_zero, v_zero, zero):
+    """Columns i-2, i-1 and i+1 (stored w2, w, e) of the stored row at flat
+    ``offset`` of h, u, v with the ghost rules: u is zero beyond a wall in x,
+    v beyond a wall in y."""
+    k_w2 = np.uint64(offset + w2)
+    k_w = np.uint64(offset + w)
+    k_e = np.uint64(offset + e)
+    h_w2 = h[k_w2]
+    h_w = h[k_w]
+    h_e = h[k_e]
+    u_w = zero if u_west_zero else u[k_w]
+    u_e = zero if u_east_zero else u[k_e]
+    if v_zero:
+        v_w2 = zero
+        v_w = zero
+        v_e = zero
+    else:
+        v_w2 = v[k_w2]
+        v_w = v[k_w]
+        v_e = v[k_e]
+    return h_w2, h_w, h_e, u_w, u_e, v_w2, v_w, v_e
 
-        # Phase 1: u, v, h with ghost values, as _numba._load_row builds them.
-        for k in range(tid, _LOAD[0] * _LOAD[1], _THREADS):
-            lj = k // _LOAD[1]
-            li = k - lj * _LOAD[1]
-            r = j0 - 2 + lj
-            col = i0 - 2 + li
-            rr = _wrap_or_clamp(r, ny, periodic_y)
-            cc = _wrap_or_clamp(col, nx, periodic_x)
-            sh[lj, li] = h[rr, cc]
-            if bc_x == WALL and (col < 0 or col >= nx):
-                su[lj, li] = zero
-            else:
-                su[lj, li] = u[rr, cc]
-            if (r < 0 and bc_s == WALL) or (r >= ny and bc_n == WALL):
-                sv[lj, li] = zero
-            else:
-                sv[lj, li] = v[rr, cc]
-        cuda.syncthreads()
 
-        # Phase 2: corners and faces at logical (j0-1+lj, i0-1+li).
-        for k in range(tid, _EDGE[0] * _EDGE[1], _THREADS):
-            lj = k // _EDGE[1]
-            li = k - lj * _EDGE[1]
-            f = f_corner[_coriolis_index(j0 - 1 + lj, ny, periodic_y)]
-            sq[lj, li] = potential_vorticity(
-                f, sh[lj, li], sh[lj, li + 1], sh[lj + 1, li], sh[lj + 1, li + 1],
-                su[lj, li + 1], su[lj + 1, li + 1], sv[lj + 1, li], sv[lj + 1, li + 1],
-                rdx, rdy, quarter)
-            suf[lj, li] = mass_flux(sh[lj + 1, li], sh[lj + 1, li + 1], su[lj + 1, li + 1], half)
-            svf[lj, li] = mass_flux(sh[lj, li + 1], sh[lj + 1, li + 1], sv[lj + 1, li + 1], half)
-        cuda.syncthreads()
+@cuda.jit
+def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
+                  g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, rows,
+                  zero, half, quarter, c24, c_eps, c_phi):
+    # The nine fields are flat views of (ny, nx) grids, indexed with unsigned
+    # offsets (never negative; a signed index costs a wraparound check).
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if i >= nx:
+        return
+    j0 = cuda.blockIdx.y * rows
+    j1 = j0 + rows  # output rows j0 .. j1-1
+    if j1 > ny:
+        j1 = ny
+    periodic_x = bc_x == PERIODIC
+    periodic_y = bc_s == PERIODIC
+    w2 = _wrap_or_clamp(i - 2, nx, periodic_x)
+    w = _wrap_or_clamp(i - 1, nx, periodic_x)
+    e = _wrap_or_clamp(i + 1, nx, periodic_x)
+    u_west_zero = bc_x == WALL and i == 0
+    u_east_zero = bc_x == WALL and i == nx - 1
+    use_base = a != zero
+    viscous = nu != zero
+    rdx2 = rdx * rdx
+    rdy2 = rdy * rdy
 
-        # Phase 3: cells at logical (j0-1+lj, i0-1+li).
-        for k in range(tid, _CELL[0] * _CELL[1], _THREADS):
-            lj = k // _CELL[1]
-            li = k - lj * _CELL[1]
-            sbern[lj, li] = bernoulli(g, sh[lj + 1, li + 1], su[lj + 1, li + 1], su[lj + 1, li + 2],
-                                      sv[lj + 1, li + 1], sv[lj + 2, li + 1], quarter)
-            q_sw = sq[lj, li]
-            q_se = sq[lj, li + 1]
-            q_nw = sq[lj + 1, li]
-            q_ne = sq[lj + 1, li + 1]
-            salpha[lj, li] = al_alpha(q_sw, q_se, q_nw, q_ne, c24)
-            sbeta[lj, li] = al_beta(q_sw, q_se, q_nw, q_ne, c24)
-            seps[lj, li] = al_epsilon(q_sw, q_se, q_nw, q_ne, c_eps)
-            sphi[lj, li] = al_phi(q_sw, q_se, q_nw, q_ne, c_phi)
-        cuda.syncthreads()
+    # Names: field_row[_column]. Rows (at step r): _o = r-1 (the output row),
+    # _n = r (north of it), _s = r-2 (south of it); columns: _w2, _w, (none),
+    # _e = i-2, i-1, i, i+1. Corner row r holds the north corners of cell row
+    # r-1, so q_o / q_n are corner rows r-1 / r.
+    r = j0 - 2
+    offset = _wrap_or_clamp(r, ny, periodic_y) * nx
+    v_zero = _v_is_zero(r, ny, bc_s, bc_n)
+    k = np.uint64(offset + i)
+    h_o = h[k]
+    u_o = u[k]
+    v_o = zero if v_zero else v[k]
+    h_o_w2, h_o_w, h_o_e, u_o_w, u_o_e, v_o_w2, v_o_w, v_o_e = _neighbours(
+        h, u, v, offset, w2, w, e, u_west_zero, u_east_zero, v_zero, zero)
+    # The own column of the next row, loaded a step ahead.
+    r = j0 - 1
+    ahead_offset = _wrap_or_clamp(r, ny, periodic_y) * nx
+    ahead_v_zero = _v_is_zero(r, ny, bc_s, bc_n)
+    k = np.uint64(ahead_offset + i)
+    ahead_h = h[k]
+    ahead_u = u[k]
+    ahead_v = zero if ahead_v_zero else v[k]
 
-        # Phase 4: this thread's point; (m, n) indexes phase 2/3 arrays, (p, s) phase 1.
-        i = i0 + tx
-        j = j0 + ty
-        if i < nx and j < ny:
-            m = ty + 1
-            n = tx + 1
-            p = ty + 2
-            s = tx + 2
-            u_c = su[p, s]
-            v_c = sv[p, s]
-            du = (u_vortex_force(salpha[m, n], sbeta[m, n - 1], salpha[m, n - 1], sbeta[m, n],
-                                 seps[m, n], seps[m, n - 1],
-                                 svf[m + 1, n], svf[m + 1, n - 1], svf[m, n - 1], svf[m, n],
-                                 suf[m, n + 1], suf[m, n - 1])
-                  - (sbern[m, n] - sbern[m, n - 1]) * rdx)
-            dv = (v_vortex_force(salpha[m - 1, n], sbeta[m - 1, n], salpha[m, n], sbeta[m, n],
-                                 sphi[m, n], sphi[m - 1, n],
-                                 suf[m - 1, n], suf[m - 1, n + 1], suf[m, n + 1], suf[m, n],
-                                 svf[m + 1, n], svf[m - 1, n])
-                  - (sbern[m, n] - sbern[m - 1, n]) * rdy)
-            dh = -((suf[m, n + 1] - suf[m, n]) * rdx + (svf[m + 1, n] - svf[m, n]) * rdy)
-            if nu != zero:
-                du += nu * laplacian_5pt(u_c, su[p, s - 1], su[p, s + 1], su[p - 1, s], su[p + 1, s],
-                                         rdx * rdx, rdy * rdy)
-                dv += nu * laplacian_5pt(v_c, sv[p, s - 1], sv[p, s + 1], sv[p - 1, s], sv[p + 1, s],
-                                         rdx * rdx, rdy * rdy)
+    q_o_w = q_o = q_o_e = zero
+    vf_o_w = vf_o = vf_s = zero
+    uf_s = uf_s_e = zero
+    alpha_s = beta_s = phi_s = bern_s = zero
+    u_s = v_s = zero
+    for r in range(j0 - 1, j1 + 1):
+        offset = ahead_offset
+        v_zero = ahead_v_zero
+        h_n = ahead_h
+        u_n = ahead_u
+        v_n = ahead_v
+        h_n_w2, h_n_w, h_n_e, u_n_w, u_n_e, v_n_w2, v_n_w, v_n_e = _neighbours(
+            h, u, v, offset, w2, w, e, u_west_zero, u_east_zero, v_zero, zero)
+        ahead_offset = _wrap_or_clamp(r + 1, ny, periodic_y) * nx
+        ahead_v_zero = _v_is_zero(r + 1, ny, bc_s, bc_n)
+        k = np.uint64(ahead_offset + i)
+        ahead_h = h[k]
+        ahead_u = u[k]
+        ahead_v = zero if ahead_v_zero else v[k]
+        jo = r - 1
+        write = jo >= j0
+        k_out = np.uint64(0)
+        if write:
+            k_out = np.uint64(jo * nx + i)
+        base_u = base_v = base_h = zero
+        if write and use_base:
+            base_u = u0[k_out]
+            base_v = v0[k_out]
+            base_h = h0[k_out]
+
+        # Corner row r at corners i-1, i, i+1; meridional flux on faces i-1, i.
+        f = f_corner[_coriolis_index(r, ny, periodic_y)]
+        q_n_w = potential_vorticity(f, h_o_w2, h_o_w, h_n_w2, h_n_w, u_o_w, u_n_w, v_n_w2, v_n_w,
+                                    rdx, rdy, quarter)
+        q_n = potential_vorticity(f, h_o_w, h_o, h_n_w, h_n, u_o, u_n, v_n_w, v_n, rdx, rdy, quarter)
+        q_n_e = potential_vorticity(f, h_o, h_o_e, h_n, h_n_e, u_o_e, u_n_e, v_n, v_n_e, rdx, rdy, quarter)
+        vf_n_w = mass_flux(h_o_w, h_n_w, v_n_w, half)
+        vf_n = mass_flux(h_o, h_n, v_n, half)
+
+        # Cell row r-1: zonal flux on faces i-1, i, i+1; cells i-1, i.
+        uf_o_w = mass_flux(h_o_w2, h_o_w, u_o_w, half)
+        uf_o = mass_flux(h_o_w, h_o, u_o, half)
+        uf_o_e = mass_flux(h_o, h_o_e, u_o_e, half)
+        bern_o_w = bernoulli(g, h_o_w, u_o_w, u_o, v_o_w, v_n_w, quarter)
+        bern_o = bernoulli(g, h_o, u_o, u_o_e, v_o, v_n, quarter)
+        alpha_o_w = al_alpha(q_o_w, q_o, q_n_w, q_n, c24)
+        beta_o_w = al_beta(q_o_w, q_o, q_n_w, q_n, c24)
+        eps_o_w = al_epsilon(q_o_w, q_o, q_n_w, q_n, c_eps)
+        alpha_o = al_alpha(q_o, q_o_e, q_n, q_n_e, c24)
+        beta_o = al_beta(q_o, q_o_e, q_n, q_n_e, c24)
+        eps_o = al_epsilon(q_o, q_o_e, q_n, q_n_e, c_eps)
+        phi_o = al_phi(q_o, q_o_e, q_n, q_n_e, c_phi)
+
+        if write:
+            du = (u_vortex_force(alpha_o, beta_o_w, alpha_o_w, beta_o, eps_o, eps_o_w,
+                                 vf_n, vf_n_w, vf_o_w, vf_o, uf_o_e, uf_o_w)
+                  - (bern_o - bern_o_w) * rdx)
+            dv = (v_vortex_force(alpha_s, beta_s, alpha_o, beta_o, phi_o, phi_s,
+                                 uf_s, uf_s_e, uf_o_e, uf_o, vf_n, vf_s)
+                  - (bern_o - bern_s) * rdy)
+            dh = -((uf_o_e - uf_o) * rdx + (vf_n - vf_o) * rdy)
+            if viscous:
+                du += nu * laplacian_5pt(u_o, u_o_w, u_o_e, u_s, u_n, rdx2, rdy2)
+                dv += nu * laplacian_5pt(v_o, v_o_w, v_o_e, v_s, v_n, rdx2, rdy2)
             if bc_x == WALL and i == 0:
                 du = zero
-            if bc_s == WALL and j == 0:
+            if bc_s == WALL and jo == 0:
                 dv = zero
-            if a != zero:
+            if use_base:
                 # x0 + b (x - x0), not a x0 + b x: a + b rounds to 1 + 3e-8 in
                 # float32 for RK3's 1/3, 2/3, which would drift the mass.
-                base = u0[j, i]
-                u_out[j, i] = base + b * (u_c - base) + c * du
-                base = v0[j, i]
-                v_out[j, i] = base + b * (v_c - base) + c * dv
-                base = h0[j, i]
-                h_out[j, i] = base + b * (sh[p, s] - base) + c * dh
+                u_out[k_out] = base_u + b * (u_o - base_u) + c * du
+                v_out[k_out] = base_v + b * (v_o - base_v) + c * dv
+                h_out[k_out] = base_h + b * (h_o - base_h) + c * dh
             else:
-                u_out[j, i] = b * u_c + c * du
-                v_out[j, i] = b * v_c + c * dv
-                h_out[j, i] = b * sh[p, s] + c * dh
+                u_out[k_out] = b * u_o + c * du
+                v_out[k_out] = b * v_o + c * dv
+                h_out[k_out] = b * h_o + c * dh
 
-    return kernel
+        # Move north by one row.
+        u_s = u_o
+        v_s = v_o
+        vf_s = vf_o
+        vf_o_w = vf_n_w
+        vf_o = vf_n
+        uf_s = uf_o
+        uf_s_e = uf_o_e
+        alpha_s = alpha_o
+        beta_s = beta_o
+        phi_s = phi_o
+        bern_s = bern_o
+        q_o_w = q_n_w
+        q_o = q_n
+        q_o_e = q_n_e
+        h_o_w2 = h_n_w2
+        h_o_w = h_n_w
+        h_o = h_n
+        h_o_e = h_n_e
+        u_o_w = u_n_w
+        u_o = u_n
+        u_o_e = u_n_e
+        v_o_w2 = v_n_w2
+        v_o_w = v_n_w
+        v_o = v_n
+        v_o_e = v_n_e
+
+
+def _stage(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu, a, b, c,
+           bc_x, bc_s, bc_n, launch=None):
+    """The stage kernel with ``launch`` (default :data:`LAUNCH`) on C-contiguous fields."""
+    dtype = np.dtype(h.dtype)
+    launch = launch or LAUNCH[("stage", dtype.name)]
+    t = dtype.type
+    ny, nx = h.shape
+    fields = (u0, v0, h0, u, v, h, u_out, v_out, h_out)
+    _stage_kernel[_grid(h.shape, launch), (launch.threads, 1), _stream(h)](
+        *(_on_device(_flat(x)) for x in fields), _on_device(f_corner), ny, nx,
+        t(g), t(rdx), t(rdy), t(nu), t(a), t(b), t(c), bc_x, bc_s, bc_n, launch.rows,
+        t(0.0), t(0.5), t(0.25), t(1.0 / 24.0), t(rdx / (24.0 * rdy)), t(rdy / (24.0 * rdx)))
 
 
 def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
                         f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
     """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``."""
-    t = h.dtype.type
-    kernel = _stage_kernel(h.dtype.name)
-    arrays = (u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner)
-    kernel[_grid(h.shape), (TX, TY), _stream(h)](
-        *(_on_device(x) for x in arrays),
-        t(g), t(rdx), t(rdy), t(nu), t(a), t(b), t(c), bc_x, bc_s, bc_n,
-        t(0.0), t(0.5), t(0.25), t(1.0 / 24.0), t(rdx / (24.0 * rdy)), t(rdy / (24.0 * rdx)))
+    xp = _xp(h)
+    u, v, h = (xp.ascontiguousarray(x) for x in (u, v, h))
+    if a == 0:
+        u0, v0, h0 = u, v, h  # valid arrays; the kernel does not read them
+    else:
+        u0, v0, h0 = (xp.ascontiguousarray(x) for x in (u0, v0, h0))
+    outs = (u_out, v_out, h_out)
+    targets = tuple(_target(o) for o in outs)
+    _stage(u0, v0, h0, u, v, h, *targets, f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n)
+    for out, target in zip(outs, targets):
+        if target is not out:
+            out[...] = target
 
 
 def shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n):

@@ -1,9 +1,11 @@
-"""Numba-CUDA stencil kernels at the edges of their thread-block tiles.
+"""Numba-CUDA stencil kernels at the edges of their blocks and strips.
 
-The shared tests in ``test_stencil.py`` use grids smaller than one tile along
-x under the simulator; these use grids one point larger than a tile in both
-directions (so halos cross tile boundaries and the last tiles are mostly
-padding) and the smallest grid accepted, for every boundary combination.
+Each thread walks a strip of ``rows`` rows of one column, in blocks of
+``threads`` threads along x. The shared tests in ``test_stencil.py`` use
+grids narrower than one block under the simulator; these use grids one point
+larger than a block and a strip (so halos cross block and strip boundaries
+and the last ones are mostly padding), grids shorter than one strip, and the
+smallest grid accepted, for every boundary combination.
 """
 
 import itertools
@@ -25,14 +27,19 @@ def cuda_backend(request):
     return usable_backend(request.param)
 
 
-def _tile():
+def _launch(family):
     from hpcgpu.kernels.stencil import _cuda
-    return _cuda.TY, _cuda.TX
+    return _cuda.LAUNCH[(family, "float64")]
 
 
-def _shapes():
-    ty, tx = _tile()
-    return [(ty + 1, tx + 1), (stencil.MIN_POINTS, stencil.MIN_POINTS)]
+SIZES = ["block+1", "short", "minimum"]
+
+
+def _shape(family, size):
+    launch = _launch(family)
+    return {"block+1": (launch.rows + 1, launch.threads + 1),
+            "short": (launch.rows - 3, 9),
+            "minimum": (stencil.MIN_POINTS, stencil.MIN_POINTS)}[size]
 
 
 def _dtypes():
@@ -59,9 +66,9 @@ def _assert_close(backend, got, ref, dtype, factor):
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
-@pytest.mark.parametrize("size", ["tile+1", "minimum"])
-def test_stage_matches_numpy_across_tiles(cuda_backend, boundary, size, rng):
-    shape = _shapes()[["tile+1", "minimum"].index(size)]
+@pytest.mark.parametrize("size", SIZES)
+def test_stage_matches_numpy_across_blocks_and_strips(cuda_backend, boundary, size, rng):
+    shape = _shape("stage", size)
     bc = stencil.normalize_boundary(boundary)
     for dtype in _dtypes():
         state0 = _random_state(rng, shape, dtype, bc)
@@ -80,8 +87,8 @@ def test_stage_matches_numpy_across_tiles(cuda_backend, boundary, size, rng):
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
-def test_laplacian_and_diffuse_match_numpy_across_tiles(cuda_backend, boundary, rng):
-    for shape in _shapes():
+def test_laplacian_and_diffuse_match_numpy_across_blocks_and_strips(cuda_backend, boundary, rng):
+    for shape in (_shape("five_point", size) for size in SIZES):
         for dtype in _dtypes():
             field = rng.standard_normal(shape).astype(dtype)
             lap_kwargs = dict(dx=0.5, dy=0.25, boundary=boundary)
@@ -91,4 +98,88 @@ def test_laplacian_and_diffuse_match_numpy_across_tiles(cuda_backend, boundary, 
             diff_kwargs = dict(diffusivity=0.3, dt=0.2, steps=2, dx=1.0, dy=0.8, boundary=boundary)
             ref = stencil.diffuse(field, backend="numpy", **diff_kwargs)
             got = stencil.diffuse(cuda_backend.asarray(field), backend=cuda_backend, **diff_kwargs)
+            _assert_close(cuda_backend, got, ref, dtype, 8)
+
+
+def _launch_cases(family):
+    from hpcgpu.kernels.stencil import _cuda
+    return [pytest.param(launch, id=f"rows{launch.rows}-threads{launch.threads}")
+            for launch in dict.fromkeys((_cuda.LAUNCH[(family, "float64")],
+                                         *_cuda.VARIANTS[(family, "float64")]))]
+
+
+@pytest.mark.parametrize("boundary", ["periodic", ("wall", "open", "wall")], ids=str)
+@pytest.mark.parametrize("launch", _launch_cases("five_point"))
+def test_every_five_point_launch_matches_numpy(cuda_backend, launch, boundary, rng):
+    from hpcgpu.kernels.stencil import _cuda
+    bc = stencil.normalize_boundary(boundary)
+    for dtype in _dtypes():
+        # A strip and a half of rows; one column over a block.
+        shape = (launch.rows + launch.rows // 2 + 1, launch.threads + 1)
+        field = rng.standard_normal(shape).astype(dtype)
+        ref_lap = stencil.laplacian(field, dx=0.5, dy=0.25, boundary=boundary, backend="numpy")
+        ref_diff = stencil.diffuse(field, diffusivity=0.3, dt=0.2, dx=1.0, dy=0.8,
+                                   boundary=boundary, backend="numpy")
+        for diffuse, c_x, c_y, ref in ((False, 4.0, 16.0, ref_lap),
+                                       (True, 0.3 * 0.2, 0.3 * 0.2 / 0.64, ref_diff)):
+            src = cuda_backend.asarray(field)
+            out = cuda_backend.empty(shape, dtype)
+            _cuda._five_point(src, out, c_x, c_y, *bc, diffuse=diffuse, launch=launch)
+            _assert_close(cuda_backend, out, ref, dtype, 8)
+
+
+@pytest.mark.parametrize("launch", _launch_cases("stage"))
+def test_every_stage_launch_matches_numpy(cuda_backend, launch, rng):
+    from hpcgpu.kernels.stencil import _cuda
+    boundary = ("periodic", "wall", "open")
+    bc = stencil.normalize_boundary(boundary)
+    for dtype in _dtypes():
+        shape = (launch.rows + 5, 11)
+        state0 = _random_state(rng, shape, dtype, bc)
+        state = _random_state(rng, shape, dtype, bc)
+        f_corner = rng.uniform(0.5, 2.0, shape[0] + 1).astype(dtype)
+        ref = tuple(np.empty(shape, dtype) for _ in range(3))
+        stencil.shallow_water_stage(state0, state, ref, a=0.75, b=0.25, c=0.3, f_corner=f_corner,
+                                    g=2.0, dx=0.7, dy=1.3, viscosity=0.05, boundary=boundary,
+                                    backend="numpy")
+        dev = cuda_backend.asarray
+        out = tuple(cuda_backend.empty(shape, dtype) for _ in range(3))
+        _cuda._stage(*map(dev, state0), *map(dev, state), *out, dev(f_corner), 2.0, 1 / 0.7, 1 / 1.3,
+                     0.05, 0.75, 0.25, 0.3, *bc, launch=launch)
+        for got, want in zip(out, ref):
+            _assert_close(cuda_backend, got, want, dtype, 50)
+
+
+def test_strided_arrays_are_read_and_written_correctly(cuda_backend, rng):
+    """The kernels index flat C-contiguous views; other views go through copies, both ways."""
+    from hpcgpu.kernels.stencil import _cuda
+    bc = stencil.normalize_boundary(("periodic", "wall"))
+    for dtype in _dtypes():
+        big = rng.standard_normal((3, 20, 30)).astype(dtype)
+        u, v = big[0, ::2, ::2], big[1, ::2, :15]
+        h = np.asfortranarray(1.5 + 0.2 * big[2, :10, :15])
+        f_corner = np.linspace(-1.0, 1.0, 11).astype(dtype)
+        params = (f_corner, 2.0, 1.0, 1.0, 0.01, 0.5, 0.5, 0.1, *bc)
+        out_ref = tuple(np.empty((10, 15), dtype) for _ in range(3))
+        from hpcgpu.kernels.stencil import _numpy
+        _numpy.shallow_water_stage(u, v, h, u, v, h, *out_ref, *params)
+        holder = cuda_backend.asarray(np.full((3, 10, 30), np.nan, dtype))
+        out = tuple(holder[k, :, ::2] for k in range(3))
+        dev = cuda_backend.asarray
+        _cuda.shallow_water_stage(dev(u), dev(v), dev(h), dev(u), dev(v), dev(h), *out,
+                                  dev(f_corner), *params[1:])
+        for got, ref in zip(out, out_ref):
+            _assert_close(cuda_backend, got, ref, dtype, 50)
+        assert np.isnan(cuda_backend.to_host(holder)[:, :, 1::2]).all()
+
+        field = np.asfortranarray(big[0, :10, :15])
+        ref = _numpy.laplacian(field, np.empty((10, 15), dtype), 1.0, 1.0, *bc)
+        lap = holder[0, :, 1::2]
+        assert _cuda.laplacian(dev(field), lap, 1.0, 1.0, *bc) is lap
+        _assert_close(cuda_backend, lap, ref, dtype, 8)
+        for steps in (1, 2):
+            ref = _numpy.diffuse(field.copy(), np.empty((10, 15), dtype), 0.2, 0.2, steps, *bc)
+            src, work = dev(np.asfortranarray(field)), holder[2, :, 1::2]
+            got = _cuda.diffuse(src, work, 0.2, 0.2, steps, *bc)
+            assert got is src or got is work
             _assert_close(cuda_backend, got, ref, dtype, 8)

@@ -6,8 +6,8 @@ backend only on a GPU machine. Here the same source text,
 header (``__global__`` and ``__device__`` become plain functions;
 ``blockIdx``, ``blockDim``, ``threadIdx`` and ``gridDim`` become globals) and
 each kernel runs as a host loop over every block and thread of its grid.
-That is exact for these kernels, which use no shared memory and no
-``__syncthreads``.
+That is exact for these kernels, which use no shared memory, no
+``__syncthreads`` and no warp shuffles.
 
 The launches go through ``_cupy``'s own Python code: only ``_cupy._kernel``
 (which would compile with NVRTC) is replaced by a CPU launcher. That launcher
@@ -16,10 +16,14 @@ their dtype, Python ints as 64-bit ints, Python floats as doubles) and checks
 them against the kernel's C++ parameter types, so argument order, dtype
 dispatch and scalar types are tested too. Arrays are handed to the kernels
 inside NaN-filled guard zones, so a read outside an array shows up as a NaN
-in the result and a write outside it as a changed guard.
+in the result and a write outside it as a changed guard. The guarded copy
+keeps the array's address modulo 256, so vector kernels see the alignment the
+launch code saw; the launcher asserts that a vector instance only ever gets
+pointers aligned to its vector.
 """
 
 import ctypes
+import re
 import shutil
 import subprocess
 import sys
@@ -30,9 +34,11 @@ from _support import BOUNDARIES, tolerance
 
 from hpcgpu.kernels.stencil import _cupy, _numpy, normalize_boundary
 
-# Even and odd sizes; one block-row short of 8, several blocks along x, and
-# the 4x4 minimum (where periodic ghosts wrap across the whole grid).
+# Even and odd sizes; strips that do not divide ny, several warps along x,
+# and the 4x4 minimum (where periodic ghosts wrap across the whole grid).
 SHAPES = [(16, 24), (17, 13), (9, 70), (4, 4)]
+# Every instance the module holds: the defaults and the variants.
+ALL_EXPRESSIONS = _cupy.NAME_EXPRESSIONS + _cupy.VARIANT_EXPRESSIONS
 DTYPES = [np.dtype("float32"), np.dtype("float64")]
 
 EMULATION_HEADER = r"""
@@ -121,12 +127,16 @@ _SCALAR_TYPES = {
 
 
 def _c_name(expression):
-    return expression.replace("<", "_").replace(">", "")
+    return re.sub(r"\W+", "_", expression).strip("_")
+
+
+def _template_arguments(expression):
+    """``"k<float, 4, 8>"`` -> ``["float", "4", "8"]``."""
+    return [a.strip() for a in expression[expression.index("<") + 1:-1].split(",")]
 
 
 def _source():
-    wrappers = "".join(WRAPPER.format(c_name=_c_name(e), expression=e)
-                       for e in _cupy.NAME_EXPRESSIONS)
+    wrappers = "".join(WRAPPER.format(c_name=_c_name(e), expression=e) for e in ALL_EXPRESSIONS)
     return EMULATION_HEADER + _cupy.KERNEL_SOURCE + LAUNCHER + wrappers
 
 
@@ -148,12 +158,27 @@ def library(tmp_path_factory):
     return ctypes.CDLL(str(target))
 
 
+def _guarded(arg):
+    """A NaN buffer three times ``arg``'s size with ``arg`` in the middle third,
+    at the same address modulo 256 as ``arg``; returns (buffer, middle)."""
+    n, item = arg.size, arg.itemsize
+    raw = np.empty((3 * n + 512 // item,), arg.dtype)
+    shift = (arg.ctypes.data % 256 - (raw.ctypes.data + arg.nbytes) % 256) % 256
+    assert shift % item == 0
+    buffer = raw[shift // item:shift // item + 3 * n]
+    buffer[...] = np.nan
+    buffer[n:2 * n] = arg.ravel()
+    return buffer
+
+
 class CpuKernel:
     """Stands in for a ``cupy.RawKernel``: ``kernel(grid, block, args)`` on the CPU."""
 
-    def __init__(self, library, expression, dtype_name):
+    def __init__(self, library, expression):
         self.expression = expression
-        self.dtype = np.dtype(dtype_name)
+        arguments = _template_arguments(expression)
+        self.dtype = np.dtype({"float": "float32", "double": "float64"}[arguments[0]])
+        self.vec = int(arguments[1])
         name = _c_name(expression)
         signature = getattr(library, f"signature_{name}")
         signature.restype = ctypes.c_char_p
@@ -176,11 +201,18 @@ class CpuKernel:
                 assert arg.dtype == self.dtype, (
                     f"argument {k}: {arg.dtype} array for {parameter} in {self.expression}")
                 assert arg.flags.c_contiguous, f"argument {k}: array is not C-contiguous"
+                if self.vec > 1 and arg.ndim == 2:
+                    # Fields (not f_corner) are read and written in vectors.
+                    width = self.vec * arg.itemsize
+                    assert arg.ctypes.data % width == 0, (
+                        f"argument {k}: {self.expression} got a pointer not aligned to {width} bytes")
+                    assert arg.shape[1] % self.vec == 0, (
+                        f"argument {k}: {self.expression} got rows of {arg.shape[1]} points")
                 # Guard zones as long as the array itself, before and after.
-                buffer = np.full(3 * arg.size, np.nan, arg.dtype)
-                buffer[arg.size:2 * arg.size] = arg.ravel()
+                buffer = _guarded(arg)
+                address = buffer.ctypes.data + arg.nbytes
                 guarded.append((arg, buffer, parameter.startswith("const")))
-                values.append(ctypes.c_void_p(buffer.ctypes.data + arg.nbytes))
+                values.append(ctypes.c_void_p(address))
             else:
                 assert type(arg) in _SCALAR_TYPES, f"argument {k}: CuPy cannot pass {type(arg)}"
                 c_type, ctype = _SCALAR_TYPES[type(arg)]
@@ -207,11 +239,10 @@ def emulated(library, monkeypatch):
     """``_cupy`` with its kernels compiled by g++ instead of NVRTC."""
     kernels = {}
 
-    def kernel(name, dtype_name):
-        expression = f"{name}<{_cupy.CTYPES[dtype_name]}>"
-        assert expression in _cupy.NAME_EXPRESSIONS, f"{expression} is not instantiated"
+    def kernel(expression):
+        assert expression in ALL_EXPRESSIONS, f"{expression} is not instantiated"
         if expression not in kernels:
-            kernels[expression] = CpuKernel(library, expression, dtype_name)
+            kernels[expression] = CpuKernel(library, expression)
         return kernels[expression]
 
     monkeypatch.setattr(_cupy, "_kernel", kernel)
@@ -348,22 +379,126 @@ def test_strided_arrays_are_read_and_written_correctly(emulated, dtype, rng):
         assert relative_error(got, ref) <= max(tolerance("cupy", dtype), 1e-15) * 8
 
 
+# Shapes around the launch shapes: ny a multiple of no strip height (and one
+# row over 32), a row wider than the widest block (256 threads x 4 columns),
+# a grid narrower and shorter than a block and a strip (nx not a multiple of
+# 4, so vec-4 launches fall back to their scalar instance), a single vector.
+LAUNCH_SHAPES = [(37, 20), (5, 1032), (6, 6), (33, 4)]
+LAUNCH_BOUNDARIES = ["periodic", ("wall", "open", "wall"), ("periodic", "wall", "open")]
+
+
+def _launch_cases(family):
+    return [pytest.param(dtype_name, launch, id=f"{dtype_name}-vec{launch.vec}-rows{launch.rows}-"
+                                                f"threads{launch.threads}")
+            for (fam, dtype_name), default in _cupy.LAUNCH.items() if fam == family
+            for launch in (default, *_cupy.VARIANTS[(fam, dtype_name)])]
+
+
+@pytest.mark.parametrize("boundary", LAUNCH_BOUNDARIES, ids=str)
+@pytest.mark.parametrize("shape", LAUNCH_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype_name, launch", _launch_cases("five_point"))
+def test_every_five_point_launch_matches_numpy(emulated, dtype_name, launch, shape, boundary, rng):
+    bc = normalize_boundary(boundary)
+    dtype = np.dtype(dtype_name)
+    field = rng.standard_normal(shape).astype(dtype)
+    for name, reference in (
+            ("laplacian_kernel", _numpy.laplacian(field, np.empty_like(field), 4.0, 16.0, *bc)),
+            ("diffuse_kernel", _numpy.diffuse(field.copy(), np.empty_like(field), 0.3, 0.15, 1, *bc))):
+        c_x, c_y = (4.0, 16.0) if name == "laplacian_kernel" else (0.3, 0.15)
+        out = nan_like(field)
+        emulated._five_point(name, field, out, c_x, c_y, bc[0], bc[1], launch)
+        assert relative_error(out, reference) <= max(tolerance("cupy", dtype), 1e-15) * 8, name
+
+
+@pytest.mark.parametrize("boundary", LAUNCH_BOUNDARIES, ids=str)
+@pytest.mark.parametrize("shape", LAUNCH_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype_name, launch", _launch_cases("stage"))
+def test_every_stage_launch_matches_numpy(emulated, dtype_name, launch, shape, boundary, rng):
+    bc = normalize_boundary(boundary)
+    dtype = np.dtype(dtype_name)
+    state0 = random_state(rng, shape, dtype)
+    state = random_state(rng, shape, dtype)
+    f_corner = rng.uniform(-1.0, 1.0, shape[0] + 1).astype(dtype)
+    params = (f_corner, 2.0, 1.0 / 0.9, 1.0 / 1.1, 0.01, 0.75, 0.25, 0.075, *bc)
+    out_ref = tuple(np.empty(shape, dtype) for _ in range(3))
+    _numpy.shallow_water_stage(*state0, *state, *out_ref, *params)
+    out = tuple(nan_like(x) for x in state)
+    emulated._stage(*state0, *state, *out, *params, launch=launch)
+    for name, got, ref in zip("uvh", out, out_ref):
+        err = relative_error(got, ref)
+        assert err <= tolerance("cupy", dtype) * 50 + 1e-15, f"{name}: {err}"
+
+
+def _unaligned(array):
+    """A C-contiguous copy of ``array`` one element past a 256-byte boundary."""
+    raw = np.empty(array.size + 512 // array.itemsize, array.dtype)
+    start = (-raw.ctypes.data % 256) // array.itemsize + 1
+    out = raw[start:start + array.size].reshape(array.shape)
+    out[...] = array
+    assert out.flags.c_contiguous and out.ctypes.data % 16
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_unaligned_arrays_run_the_scalar_instances(emulated, dtype, rng):
+    """Contiguous views off the vector alignment are computed right, by the vec = 1
+    instances (the emulated launcher rejects unaligned pointers for vector ones)."""
+    shape = (19, 64)
+    bc = normalize_boundary(("periodic", "wall"))
+    for family in ("five_point", "stage"):
+        launch = _cupy.LAUNCH[(family, dtype.name)]
+        aligned = np.empty(shape, dtype)
+        assert _cupy._fitting(launch, shape[1], (aligned,)).vec == launch.vec
+        assert _cupy._fitting(launch, shape[1], (aligned, _unaligned(aligned))).vec == 1
+        assert _cupy._fitting(launch, shape[1] + 1, (aligned,)).vec == 1
+    field = _unaligned(rng.standard_normal(shape).astype(dtype))
+    ref = _numpy.laplacian(field, np.empty_like(field), 1.0, 1.0, *bc)
+    out = _unaligned(np.full(shape, np.nan, dtype))
+    assert emulated.laplacian(field, out, 1.0, 1.0, *bc) is out
+    assert relative_error(out, ref) <= max(tolerance("cupy", dtype), 1e-15) * 8
+    state = tuple(_unaligned(x) for x in random_state(rng, shape, dtype))
+    params = (np.linspace(-1.0, 1.0, shape[0] + 1).astype(dtype), 2.0, 1.0, 1.0, 0.01,
+              0.5, 0.5, 0.1, *bc)
+    out_ref = tuple(np.empty(shape, dtype) for _ in range(3))
+    _numpy.shallow_water_stage(*state, *state, *out_ref, *params)
+    out = tuple(_unaligned(np.full(shape, np.nan, dtype)) for _ in range(3))
+    emulated.shallow_water_stage(*state, *state, *out, *params)
+    for got, ref in zip(out, out_ref):
+        assert relative_error(got, ref) <= tolerance("cupy", dtype) * 50 + 1e-15
+
+
 def test_grid_covers_the_array_with_whole_blocks():
-    for ny, nx in [(4, 4), (8, 32), (9, 33), (1000, 777)]:
-        gx, gy, gz = _cupy._grid(ny, nx)
-        assert gz == 1
-        assert (gx - 1) * _cupy.BLOCK[0] < nx <= gx * _cupy.BLOCK[0]
-        assert (gy - 1) * _cupy.BLOCK[1] < ny <= gy * _cupy.BLOCK[1]
-    assert _cupy._grid(_cupy.MAX_GRID_Y * _cupy.BLOCK[1], 4)[1] == _cupy.MAX_GRID_Y
-    with pytest.raises(ValueError, match="ny="):
-        _cupy._grid(_cupy.MAX_GRID_Y * _cupy.BLOCK[1] + 1, 4)
+    for launch in {*_cupy.LAUNCH.values(), *(v for vs in _cupy.VARIANTS.values() for v in vs)}:
+        columns = launch.threads * launch.vec
+        for ny, nx in [(4, 4), (8, 32), (9, 33), (1000, 777), (17, 4096)]:
+            gx, gy, gz = _cupy._grid(ny, nx, launch)
+            assert gz == 1
+            assert (gx - 1) * columns < nx <= gx * columns
+            assert (gy - 1) * launch.rows < ny <= gy * launch.rows
+        assert _cupy._grid(_cupy.MAX_GRID_Y * launch.rows, 4, launch)[1] == _cupy.MAX_GRID_Y
+        with pytest.raises(ValueError, match="ny="):
+            _cupy._grid(_cupy.MAX_GRID_Y * launch.rows + 1, 4, launch)
 
 
 def test_every_kernel_is_instantiated_for_both_dtypes():
     for name in _cupy.KERNELS:
         assert f"__global__ void {name}(" in _cupy.KERNEL_SOURCE
         for ctype in ("float", "double"):
-            assert f"{name}<{ctype}>" in _cupy.NAME_EXPRESSIONS
+            assert any(e.startswith(f"{name}<{ctype},") for e in _cupy.NAME_EXPRESSIONS)
+    # Each default launch has its instance and the vec = 1 fallback for unaligned arrays.
+    for (family, dtype_name), launch in _cupy.LAUNCH.items():
+        for name in _cupy.FAMILIES[family]:
+            for vec in (1, launch.vec):
+                assert _cupy._expression(name, dtype_name, vec, launch.rows) in _cupy.NAME_EXPRESSIONS
+    assert not set(_cupy.NAME_EXPRESSIONS) & set(_cupy.VARIANT_EXPRESSIONS)
+
+
+def test_vector_width_is_sixteen_bytes_at_most():
+    """sm_90 loads at most 16 bytes per thread per instruction."""
+    for launches in ([*_cupy.LAUNCH.items()], [(k, v) for k, vs in _cupy.VARIANTS.items() for v in vs]):
+        for (family, dtype_name), launch in launches:
+            assert launch.vec * np.dtype(dtype_name).itemsize <= 16, (family, dtype_name, launch)
+            assert launch.threads % 32 == 0 and launch.threads <= 1024
 
 
 def test_import_does_not_load_cupy():
@@ -383,7 +518,7 @@ def test_source_compiles_for_the_gpu_with_nvcc(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not found: the CUDA compile check needs the CUDA toolkit")
-    instances = ", ".join(f"(void*)&{e}" for e in _cupy.NAME_EXPRESSIONS)
+    instances = ", ".join(f"(void*)&{e}" for e in ALL_EXPRESSIONS)
     source = tmp_path / "stencil_cupy.cu"
     source.write_text(_cupy.KERNEL_SOURCE + f"\nvoid* hpcgpu_instances[] = {{{instances}}};\n")
     command = [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-Xptxas", "-v",
@@ -392,6 +527,6 @@ def test_source_compiles_for_the_gpu_with_nvcc(tmp_path):
     assert result.returncode == 0, f"nvcc failed:\n{' '.join(command)}\n{result.stderr}"
     # Every kernel keeps its neighbourhood in registers: no stack, no spills.
     usage = [line.strip() for line in result.stderr.splitlines() if "spill stores" in line]
-    assert len(usage) == len(_cupy.NAME_EXPRESSIONS), result.stderr
+    assert len(usage) == len(ALL_EXPRESSIONS), result.stderr
     for line in usage:
         assert line.startswith("0 bytes stack frame, 0 bytes spill stores"), line
