@@ -17,9 +17,14 @@ PY="python3 -P"
   $PY -m pip list 2>/dev/null | grep -iE "numba|cupy|numpy|dask|distributed|zarr|xarray";
   $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt"
-# STAGES selects what runs (default: all): tests bench-cpu bench-gpu weather cpu-tests
-STAGES=${STAGES:-"tests bench-cpu bench-gpu weather cpu-tests"}
+# STAGES selects what runs (default: all):
+#   variants tests bench-cpu bench-gpu scaling weather cpu-tests
+STAGES=${STAGES:-"variants tests bench-cpu bench-gpu scaling weather cpu-tests"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+if has variants; then
+echo "== GPU kernel variants"
+timeout ${VARIANTS_S:-90} $PY scripts/gpu_kernel_variants.py --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.txt" | tail -40
+fi
 if has tests; then
 echo "== GPU test tier"
 HPCGPU_REQUIRE_GPU=1 timeout ${GPU_TESTS_S:-240} $PY -m pytest tests -m gpu -q -p no:cacheprovider \
@@ -42,6 +47,19 @@ for line in open(sys.argv[1]):
           f"x{(r['ratio_to_numpy'] or 0):7.1f}  {r.get('gb_per_s', 0):8.1f} GB/s eff  "
           f"{r.get('fraction_of_copy', 0)*100:5.1f}% of copy ({r.get('copy_gb_per_s', 0):.0f} GB/s)")
 PY
+if has scaling; then
+echo "== scaling on the CPU cores of this machine (numba workers)"
+timeout ${SCALING_S:-150} $PY -m hpcgpu.cli bench scaling weather --backend numba --size 2048 --steps 16 \
+    --workers ${SCALING_WORKERS:-8} > "$OUT/scaling.jsonl" 2> "$OUT/scaling.err"
+$PY - "$OUT/scaling.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    extra = {k: r[k] for k in ("workers", "steps_per_task", "scheduler_share", "compute_s", "halo_s",
+                                "rows_per_partition", "weights") if k in r}
+    print(f"{r['case']:22s} {r['metric']:24s} {r['value']:10.4g} {extra}")
+PY
+fi
 if has weather; then
 echo "== weather on the GPU"
 timeout ${RUN_S:-90} $PY -m hpcgpu.cli run weather --nx 2048 --ny 1024 --dtype float32 --backend cuda \
