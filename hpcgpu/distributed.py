@@ -22,8 +22,10 @@ A model plugs in with ``decomposition_rows``, ``periodic_rows``,
 """
 
 import functools
+import threading
 import time
 import uuid
+import weakref
 from collections import deque
 
 import numpy as np
@@ -86,13 +88,26 @@ def _on_worker(model):
     return _resolved(pickle.dumps(model))
 
 
+_thread_state = threading.local()
+
+
+def _stepper_cache(model):
+    """Steppers of this worker thread for this model: work buffers live across tasks."""
+    caches = getattr(_thread_state, "caches", None)
+    if caches is None:
+        # weak keys: a model dropped from _resolved's cache takes its buffers with it
+        caches = _thread_state.caches = weakref.WeakKeyDictionary()
+    return caches.setdefault(model, {})
+
+
 def _advance_block(model, dt, steps, block, south, north, first_row):
     model = _on_worker(model)
     pieces = [piece for piece in (south, block, north) if piece is not None]
     assembled = model.concat_rows(pieces)
     skip = 0 if south is None else south.h.shape[0]
-    result = model.advance_rows(assembled, dt, steps, first_row - skip,
-                                south_open=south is not None, north_open=north is not None)
+    result = model.advance_rows(assembled, dt, steps, first_row - skip, south_open=south is not None,
+                                north_open=north is not None, cache=_stepper_cache(model))
+    # take_rows copies: the result must not live in the reused work buffers
     return model.take_rows(result, skip, skip + block.h.shape[0])
 
 

@@ -389,18 +389,27 @@ class ShallowWater:
         """The state with NumPy arrays (for gathering to a client without a GPU)."""
         return ShallowWaterState(*(self.backend.to_host(a) for a in state.arrays()))
 
-    def advance_rows(self, state, dt, steps, first_row, south_open, north_open):
+    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None):
         """Advance a row block whose first row is global row ``first_row``.
 
         Open edges (partition halos) use the kernels' ``open`` rule; results
         within ``halo_rows(steps)`` of an open edge are not valid. Closed
-        edges are the grid's own boundary.
+        edges are the grid's own boundary. ``cache`` (a dict owned by the
+        caller's thread) keeps steppers, so repeated calls on blocks of one
+        shape reuse their work buffers; the result then lives in those
+        buffers until the next call with the same cache.
         """
         bc_x, bc_s, bc_n = self.grid.codes
         rows = state.h.shape[0]
         boundary = (bc_x, OPEN if south_open else bc_s, OPEN if north_open else bc_n)
-        f_corner = self.backend.asarray(self.coriolis_rows(first_row, first_row + rows), dtype=self.dtype)
-        return self.stepper(dt, boundary=boundary, f_corner=f_corner).advance(state, steps)
+        key = (rows, first_row, boundary, dt)
+        stepper = None if cache is None else cache.get(key)
+        if stepper is None:
+            f_corner = self.backend.asarray(self.coriolis_rows(first_row, first_row + rows), dtype=self.dtype)
+            stepper = self.stepper(dt, boundary=boundary, f_corner=f_corner)
+            if cache is not None:
+                cache[key] = stepper
+        return stepper.advance(state, steps)
 
     def row_health(self, state):
         """Extremes and non-finite fields of a row block (host scalars)."""
