@@ -114,6 +114,8 @@ def _holds_array(value):
 
 def test_weighted_partitions_follow_the_weights():
     assert split_rows(101, [3, 1]) == [(0, 76), (76, 101)]
+    # a block too small for the halo is raised to it; the others keep their proportions
+    assert split_rows(100, [1, 50, 50], minimum=10) == [(0, 10), (10, 55), (55, 100)]
     for rows in (100, 101, 257):
         (a, b), (c, d) = split_rows(rows, [3.0, 1.0])
         assert abs((b - a) - 3 * (d - c)) <= 4  # within one row of 3:1 each
@@ -148,7 +150,7 @@ def test_dashboard_names_tasks_and_the_run(client):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(partitions=41), "partitions must be <= 40"),
-    (dict(partitions=4, steps_per_task=4), "fewer than the 24 the halo needs"),
+    (dict(partitions=4, steps_per_task=4), "needs at least 96 rows"),
     (dict(partitions=0), "partitions must be >= 1"),
     (dict(partitions=2, steps_per_task=0), "steps_per_task must be >= 1"),
     (dict(partitions=2, weights=[1, 2, 3]), "one entry per partition"),
