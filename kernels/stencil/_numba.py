@@ -24,6 +24,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.stencil import _physics
 from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL
 
@@ -191,6 +192,7 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
     use_base = a != 0
     use_viscosity = nu != 0
     for chunk in prange(n_chunks):
+        fp_mode = flush_subnormals()  # subnormal float32 slows x86 many times over
         j0 = chunk * ny // n_chunks
         j1 = (chunk + 1) * ny // n_chunks
         h_ring = np.zeros((4, width), h.dtype)
@@ -251,6 +253,7 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
             if bc_s == WALL and jo == 0:
                 for i in range(nx):
                     v_o[i] = v0_r[i] + b * (v_m[i + GHOST] - v0_r[i])
+        restore_fp_mode(fp_mode)
 
 
 def _chunks(rows):
@@ -288,6 +291,7 @@ def _column_neighbours(i, nx, bc_x):
 def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
     ny, nx = src.shape
     for j in prange(ny):
+        fp_mode = flush_subnormals()
         js = _neighbour_row(j - 1, ny, bc_s, bc_n)
         jn = _neighbour_row(j + 1, ny, bc_s, bc_n)
         row, south, north, out = src[j], src[js], src[jn], dst[j]
@@ -297,6 +301,7 @@ def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
         for i in (0, nx - 1):
             w, e = _column_neighbours(i, nx, bc_x)
             out[i] = diffusion_update(row[i], row[w], row[e], south[i], north[i], cx, cy)
+        restore_fp_mode(fp_mode)
 
 
 def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
@@ -313,6 +318,7 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
 def _laplacian_kernel(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
     ny, nx = field.shape
     for j in prange(ny):
+        fp_mode = flush_subnormals()
         js = _neighbour_row(j - 1, ny, bc_s, bc_n)
         jn = _neighbour_row(j + 1, ny, bc_s, bc_n)
         row, south, north, dst = field[j], field[js], field[jn], out[j]
@@ -322,6 +328,7 @@ def _laplacian_kernel(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
         for i in (0, nx - 1):
             w, e = _column_neighbours(i, nx, bc_x)
             dst[i] = laplacian_5pt(row[i], row[w], row[e], south[i], north[i], rdx2, rdy2)
+        restore_fp_mode(fp_mode)
 
 
 def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
