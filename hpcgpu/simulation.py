@@ -120,6 +120,7 @@ class Simulation:
         self.diagnostics_schedule = as_schedule(default if diagnostics is None else diagnostics, "diagnostics")
         self.check_schedule = as_schedule(default if check is None else check, "check")
         self._latest_cfl = (None, float("nan"))
+        self._run_started = None
 
     def _make_executor(self, state, client, partitions, steps_per_task, weights):
         if client is None:
@@ -228,7 +229,7 @@ class Simulation:
         if self.step == 0 and not self._records:
             self._events(force_check=True)
         bar = self._progress_bar(target_step)
-        started = _time.perf_counter()
+        started = self._run_started = _time.perf_counter()
         steps_at_start = self.step
         try:
             while True:
@@ -252,6 +253,7 @@ class Simulation:
             if bar is not None:
                 bar.close()
             self.timing["run_s"] += _time.perf_counter() - started
+            self._run_started = None
             self.timing["steps"] += self.step - steps_at_start
         for writer in self._writers:
             close = getattr(writer, "close", None)
@@ -316,10 +318,15 @@ class Simulation:
             if kind == "health":
                 self._check(step, *value)
             else:
-                value.update(step=step, time=step * self.dt, wall_s=self.timing["run_s"])
+                value.update(step=step, time=step * self.dt, wall_s=self._wall_time())
                 if "max_cfl" not in value:
                     value["max_cfl"] = self._latest_cfl[1] if self._latest_cfl[0] == step else float("nan")
                 self._records.append(value)
+
+    def _wall_time(self):
+        """Seconds of run() so far, over all calls."""
+        running = _time.perf_counter() - self._run_started if self._run_started is not None else 0.0
+        return self.timing["run_s"] + running
 
     def _check(self, step, bad, cfl):
         limit = self.model.cfl_limit

@@ -99,3 +99,11 @@ def test_bad_schedules_and_writers(model):
         TimeInterval(-1.0)
     with pytest.raises(ConfigError, match="writer"):
         sim.add_writer(object())
+
+
+def test_diagnostics_carry_the_wall_clock(model):
+    sim = Simulation(model, dt=100.0, stop_steps=30, diagnostics=10, progress=False)
+    sim.add_callback(lambda s: __import__("time").sleep(0.02), 1)
+    sim.run()
+    wall = sim.diagnostics["wall_s"].values
+    assert (np.diff(wall) > 0).all() and wall[-1] <= sim.timing["run_s"] + 1e-9
