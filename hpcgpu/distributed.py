@@ -15,10 +15,17 @@ keep up with MPI codes) and more redundant work in the halos. Results equal
 the single-block run bitwise: every point is computed by the same operations,
 only the open edges differ and they are cut away.
 
-A model plugs in with ``decomposition_rows``, ``periodic_rows``,
-``halo_rows``, ``take_rows``, ``concat_rows``, ``to_host``, ``advance_rows``,
-``row_sums``/``combine_sums`` and ``row_health``/``combine_health`` (see
-:class:`hpcgpu.workloads.weather.ShallowWater`).
+A model plugs in by its ``decomposition``:
+
+``"rows"`` (grids; :class:`RowExecutor`)
+    ``decomposition_size``, ``periodic_rows``, ``halo_rows``,
+    ``advance_rows`` (see :class:`hpcgpu.workloads.weather.ShallowWater`);
+``"bodies"`` (all-pairs particles; :class:`BodyExecutor`)
+    ``decomposition_size``, ``drift_block``, ``block_positions``,
+    ``kick_block`` (see :class:`hpcgpu.workloads.astro.NBody`);
+
+and for both ``take_block``, ``concat_blocks``, ``to_host``,
+``block_sums``/``combine_sums`` and ``block_health``/``combine_health``.
 """
 
 import functools
@@ -119,31 +126,45 @@ def _stepper_cache(model):
 def _advance_block(model, dt, steps, block, south, north, first_row):
     model = _on_worker(model)
     pieces = [piece for piece in (south, block, north) if piece is not None]
-    assembled = model.concat_rows(pieces)
+    assembled = model.concat_blocks(pieces)
     skip = 0 if south is None else south.h.shape[0]
     result = model.advance_rows(assembled, dt, steps, first_row - skip, south_open=south is not None,
                                 north_open=north is not None, cache=_stepper_cache(model))
-    # take_rows copies: the result must not live in the reused work buffers
-    return model.take_rows(result, skip, skip + block.h.shape[0])
+    # take_block copies: the result must not live in the reused work buffers
+    return model.take_block(result, skip, skip + block.h.shape[0])
 
 
 def _first_rows(model, block, count):
-    return _on_worker(model).take_rows(block, 0, count)
+    return _on_worker(model).take_block(block, 0, count)
 
 
 def _last_rows(model, block, count):
     rows = block.h.shape[0]
-    return _on_worker(model).take_rows(block, rows - count, rows)
+    return _on_worker(model).take_block(block, rows - count, rows)
 
 
-def _row_sums(model, block, start, south):
+def _drift_block(model, dt, block):
     model = _on_worker(model)
-    return model.row_sums(model.concat_rows([block]), start, south)
+    return model.drift_block(model.concat_blocks([block]), dt)
 
 
-def _row_health(model, block):
+def _block_positions(model, block):
+    return _on_worker(model).block_positions(block)
+
+
+def _kick_block(model, dt, block, start, *positions):
     model = _on_worker(model)
-    return model.row_health(model.concat_rows([block]))
+    return model.kick_block(model.concat_blocks([block]), positions, start, dt)
+
+
+def _block_sums(model, block, start, south):
+    model = _on_worker(model)
+    return model.block_sums(model.concat_blocks([block]), start, south)
+
+
+def _block_health(model, block):
+    model = _on_worker(model)
+    return model.block_health(model.concat_blocks([block]))
 
 
 def _to_host(model, block):
@@ -156,7 +177,7 @@ def _calibration_rate(model, rows=256, seconds=0.3):
     from hpcgpu.grid import Grid  # noqa: F401 - model types stay on the worker
 
     state = model.initial_state()
-    block = model.take_rows(state, 0, min(rows, model.decomposition_rows()))
+    block = model.take_block(state, 0, min(rows, model.decomposition_size()))
     dt = model.suggested_dt(state, 0.3)
     model.advance_rows(block, dt, 1, 0, False, False)  # compile
     steps, start = 0, time.perf_counter()
@@ -176,8 +197,24 @@ def calibrate_workers(client, model):
     return {w: float(f.result(timeout=RESULT_TIMEOUT_S)) for w, f in futures.items()}
 
 
-class DistributedExecutor:
-    """Advance a row-partitioned model on a dask cluster.
+def DistributedExecutor(client, model, state, dt, **kwargs):
+    """The executor for ``model``'s decomposition on a dask cluster.
+
+    ``model.decomposition`` is ``"rows"`` (blocks of grid rows with halo
+    exchange: :class:`RowExecutor`) or ``"bodies"`` (blocks of particles
+    that need every position each step: :class:`BodyExecutor`). Keyword
+    arguments are those of :class:`RowExecutor`.
+    """
+    kind = getattr(model, "decomposition", "rows")
+    if kind == "rows":
+        return RowExecutor(client, model, state, dt, **kwargs)
+    if kind == "bodies":
+        return BodyExecutor(client, model, state, dt, **kwargs)
+    raise ConfigError(f"model decomposition must be 'rows' or 'bodies'; got {kind!r}")
+
+
+class _PartitionedExecutor:
+    """Blocks of a model's state resident on dask workers (base of the executors).
 
     Parameters
     ----------
@@ -218,9 +255,10 @@ class DistributedExecutor:
         partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1)
         self.steps_per_task = 1 if steps_per_task is None else check_int("steps_per_task", steps_per_task,
                                                                          minimum=1)
-        rows = model.decomposition_rows()
+        rows = model.decomposition_size()
         if partitions > rows:
-            raise ConfigError(f"partitions must be <= {rows} (the grid's rows); got {partitions}")
+            raise ConfigError(f"partitions must be <= {rows} (the {self.unit} of the model); got {partitions}")
+        self._check_steps_per_task()
         self.owner = [workers[p % len(workers)] for p in range(partitions)]
         if weights is None:
             weights = [1.0] * partitions
@@ -233,14 +271,13 @@ class DistributedExecutor:
         elif len(weights) != partitions:
             raise ConfigError(f"weights must have one entry per partition ({partitions}); got {len(weights)}")
         self.weights = [float(w) for w in weights]
-        minimum = max(model.halo_rows(self.steps_per_task)) if partitions > 1 else 1
-        self.bounds = split_rows(rows, self.weights, minimum)
+        self.bounds = split_rows(rows, self.weights, self._minimum_block(partitions))
         self.token = uuid.uuid4().hex[:12]
         self.superstep = 0
         self.step = 0
         self._model = client.scatter(model, broadcast=True, hash=False)
         host = model.to_host(state)
-        self.blocks = [client.scatter(model.take_rows(host, a, b), workers=[w], hash=False)
+        self.blocks = [client.scatter(model.take_block(host, a, b), workers=[w], hash=False)
                        for (a, b), w in zip(self.bounds, self.owner)]
         self._pending = []
         self._in_flight = deque()
@@ -261,13 +298,6 @@ class DistributedExecutor:
         return self.client.submit(function, *args, key=key, workers=[worker], allow_other_workers=True,
                                   pure=False)
 
-    def _neighbours(self, p):
-        periodic = self.model.periodic_rows()
-        count = self.partitions
-        south = (p - 1) % count if (p > 0 or periodic) else None
-        north = (p + 1) % count if (p < count - 1 or periodic) else None
-        return south, north
-
     def advance(self, steps):
         """Submit ``steps`` time steps as supersteps of at most K steps; returns at once."""
         from distributed import span
@@ -282,46 +312,35 @@ class DistributedExecutor:
                 if len(self._in_flight) > MAX_AHEAD:
                     self._wait(self._in_flight.popleft())
 
-    def _superstep(self, steps):
-        model, blocks = self._model, self.blocks
-        self.superstep += 1
-        n = self.superstep
-        if self.partitions == 1:
-            self.blocks = [self._submit(_advance_block, model, self.dt, steps, blocks[0], None, None, 0,
-                                        key=self._key("advance", n, 0), worker=self.owner[0])]
-            self.step += steps
-            return
-        south_width, north_width = self.model.halo_rows(steps)
-        new = []
-        for p, (start, _) in enumerate(self.bounds):
-            south, north = self._neighbours(p)
-            south_halo = None if south is None else self._submit(
-                _last_rows, model, blocks[south], south_width, key=self._key("halo", n, p, "south"),
-                worker=self.owner[south])
-            north_halo = None if north is None else self._submit(
-                _first_rows, model, blocks[north], north_width, key=self._key("halo", n, p, "north"),
-                worker=self.owner[north])
-            new.append(self._submit(_advance_block, model, self.dt, steps, blocks[p], south_halo, north_halo,
-                                    start, key=self._key("advance", n, p), worker=self.owner[p]))
-        self.blocks = new
-        self.step += steps
-
     # -- results that only carry scalars -------------------------------------------
     def request_health(self, step):
-        futures = [self._submit(_row_health, self._model, block, key=self._key("health", self.superstep, p),
+        futures = [self._submit(_block_health, self._model, block, key=self._key("health", self.superstep, p),
                                 worker=self.owner[p]) for p, block in enumerate(self.blocks)]
         self._pending.append(("health", step, futures))
 
     def request_diagnostics(self, step):
         futures = []
         for p, block in enumerate(self.blocks):
-            south, _ = self._neighbours(p)
-            south_row = None if south is None else self._submit(
-                _last_rows, self._model, self.blocks[south], 1, key=self._key("diag-row", self.superstep, p),
-                worker=self.owner[south])
-            futures.append(self._submit(_row_sums, self._model, block, self.bounds[p][0], south_row,
+            extra = self._sums_extra(p)
+            futures.append(self._submit(_block_sums, self._model, block, self.bounds[p][0], extra,
                                         key=self._key("diagnostics", self.superstep, p), worker=self.owner[p]))
         self._pending.append(("diagnostics", step, futures))
+
+    unit = "items"
+
+    def _minimum_block(self, partitions):
+        """Fewest items a block may hold."""
+        return 1
+
+    def _check_steps_per_task(self):
+        """Raise ConfigError if the decomposition cannot take K steps per task."""
+
+    def _sums_extra(self, p):
+        """What a block's diagnostic sums need from elsewhere (None: nothing)."""
+        return None
+
+    def _superstep(self, steps):  # pragma: no cover - interface
+        raise NotImplementedError
 
     def collect(self, block=False):
         """Finished health checks and diagnostics, in submission order.
@@ -395,7 +414,7 @@ class DistributedExecutor:
             raise ClusterError(f"{self.name}: the run was closed; its state is no longer on the cluster")
         hosts = self._gather([self._submit(_to_host, self._model, block, key=self._key("gather", self.superstep, p),
                                            worker=self.owner[p]) for p, block in enumerate(self.blocks)])
-        state = self.model.concat_rows(hosts)
+        state = self.model.concat_blocks(hosts)
         return state
 
     def describe(self):
@@ -409,6 +428,89 @@ class DistributedExecutor:
         self._pending = []
         self._in_flight.clear()
         self._model = None
+
+
+class RowExecutor(_PartitionedExecutor):
+    """Blocks of grid rows; each task advances K steps after a halo exchange.
+
+    Parameters are those of :func:`DistributedExecutor`. Raises ConfigError
+    when a block is thinner than the halo K steps read.
+    """
+
+    unit = "rows"
+
+    def _minimum_block(self, partitions):
+        return max(self.model.halo_rows(self.steps_per_task)) if partitions > 1 else 1
+
+    def _neighbours(self, p):
+        periodic = self.model.periodic_rows()
+        count = self.partitions
+        south = (p - 1) % count if (p > 0 or periodic) else None
+        north = (p + 1) % count if (p < count - 1 or periodic) else None
+        return south, north
+
+    def _superstep(self, steps):
+        model, blocks = self._model, self.blocks
+        self.superstep += 1
+        n = self.superstep
+        if self.partitions == 1:
+            self.blocks = [self._submit(_advance_block, model, self.dt, steps, blocks[0], None, None, 0,
+                                        key=self._key("advance", n, 0), worker=self.owner[0])]
+            self.step += steps
+            return
+        south_width, north_width = self.model.halo_rows(steps)
+        new = []
+        for p, (start, _) in enumerate(self.bounds):
+            south, north = self._neighbours(p)
+            south_halo = None if south is None else self._submit(
+                _last_rows, model, blocks[south], south_width, key=self._key("halo", n, p, "south"),
+                worker=self.owner[south])
+            north_halo = None if north is None else self._submit(
+                _first_rows, model, blocks[north], north_width, key=self._key("halo", n, p, "north"),
+                worker=self.owner[north])
+            new.append(self._submit(_advance_block, model, self.dt, steps, blocks[p], south_halo, north_halo,
+                                    start, key=self._key("advance", n, p), worker=self.owner[p]))
+        self.blocks = new
+        self.step += steps
+
+    def _sums_extra(self, p):
+        south, _ = self._neighbours(p)
+        if south is None:
+            return None
+        return self._submit(_last_rows, self._model, self.blocks[south], 1,
+                            key=self._key("diag-row", self.superstep, p), worker=self.owner[south])
+
+
+class BodyExecutor(_PartitionedExecutor):
+    """Blocks of bodies; each step needs every body's position (all-pairs forces).
+
+    A step is two rounds of tasks: each block kicks half a step and drifts
+    (local), then cuts its new positions (small); each block then takes all
+    positions, computes the accelerations on its own bodies and kicks the
+    second half. Only positions move between workers, never velocities or
+    the rest of the state, and the client holds futures only.
+    """
+
+    unit = "bodies"
+
+    def _check_steps_per_task(self):
+        if self.steps_per_task != 1:
+            raise ConfigError(f"steps_per_task must be 1 for {self.model.name}: every step needs the "
+                              f"positions of all bodies; got {self.steps_per_task}")
+
+    def _superstep(self, steps):
+        model = self._model
+        for _ in range(steps):
+            self.superstep += 1
+            n = self.superstep
+            drifted = [self._submit(_drift_block, model, self.dt, block, key=self._key("drift", n, p),
+                                    worker=self.owner[p]) for p, block in enumerate(self.blocks)]
+            positions = [self._submit(_block_positions, model, block, key=self._key("positions", n, p),
+                                      worker=self.owner[p]) for p, block in enumerate(drifted)]
+            self.blocks = [self._submit(_kick_block, model, self.dt, block, self.bounds[p][0], *positions,
+                                        key=self._key("kick", n, p), worker=self.owner[p])
+                           for p, block in enumerate(drifted)]
+            self.step += 1
 
 
 def _is_lost_worker(error):

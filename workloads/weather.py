@@ -131,6 +131,7 @@ class ShallowWater:
     """
 
     name = "weather"
+    decomposition = "rows"  # how hpcgpu.distributed partitions it
     field_names = ("u", "v", "h")
     cfl_limit = RK3_CFL_LIMIT
     stencil_radius = 2  # rows a tendency evaluation reads on each side
@@ -270,13 +271,13 @@ class ShallowWater:
         potential energy, m**5/s**2), ``enstrophy`` (potential enstrophy,
         m/s**2), ``max_cfl`` (if ``dt`` is given).
         """
-        south = None if self.grid.wall_y else self.take_rows(state, self.grid.ny - 1, self.grid.ny)
-        out = self.combine_sums([self.row_sums(state, 0, south)])
+        south = None if self.grid.wall_y else self.take_block(state, self.grid.ny - 1, self.grid.ny)
+        out = self.combine_sums([self.block_sums(state, 0, south)])
         if dt is not None:
             out["max_cfl"] = self.cfl(state, dt)
         return out
 
-    def row_sums(self, state, start, south=None):
+    def block_sums(self, state, start, south=None):
         """Partial sums for the diagnostics over the rows of ``state``.
 
         ``state`` holds global rows ``start .. start + rows - 1``; ``south``
@@ -325,7 +326,7 @@ class ShallowWater:
                 "enstrophy": float(density.sum())}
 
     def combine_sums(self, parts):
-        """Diagnostics (see :meth:`diagnostics`) from :meth:`row_sums` of all rows."""
+        """Diagnostics (see :meth:`diagnostics`) from :meth:`block_sums` of all rows."""
         total = {key: sum(p[key] for p in parts) for key in parts[0]}
         area = self.grid.cell_area
         offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
@@ -357,7 +358,7 @@ class ShallowWater:
         return self.backend.to_host(xp.asarray(zeta))
 
     # -- decomposition into row blocks (used by hpcgpu.distributed) -----------
-    def decomposition_rows(self):
+    def decomposition_size(self):
         """Number of rows the state is split along (the grid's ny)."""
         return self.grid.ny
 
@@ -374,11 +375,11 @@ class ShallowWater:
         """
         return 6 * steps, 3 * steps
 
-    def take_rows(self, state, start, stop):
+    def take_block(self, state, start, stop):
         """Rows ``start:stop`` of a state, as independent arrays on the same device."""
         return ShallowWaterState(*(a[start:stop].copy() for a in state.arrays()))
 
-    def concat_rows(self, states):
+    def concat_blocks(self, states):
         """Row blocks stacked south to north, moved to this model's backend."""
         xp = self.backend.xp
         return ShallowWaterState(*(
@@ -411,7 +412,7 @@ class ShallowWater:
                 cache[key] = stepper
         return stepper.advance(state, steps)
 
-    def row_health(self, state):
+    def block_health(self, state):
         """Extremes and non-finite fields of a row block (host scalars)."""
         xp = self.backend.xp
         return {"u_max": float(xp.abs(state.u).max()), "v_max": float(xp.abs(state.v).max()),
@@ -419,7 +420,7 @@ class ShallowWater:
                 "bad": self.bad_fields(state)}
 
     def combine_health(self, parts, dt):
-        """``(bad_fields, cfl)`` from :meth:`row_health` of every row block."""
+        """``(bad_fields, cfl)`` from :meth:`block_health` of every row block."""
         bad = sorted({name for p in parts for name in p["bad"]}, key=self.field_names.index)
         h_min = min(p["h_min"] for p in parts)
         h_max = max(p["h_max"] for p in parts)

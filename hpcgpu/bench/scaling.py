@@ -180,7 +180,7 @@ def _time_map_overlap(client, model, workers, steps):
 
     state = model.to_host(model.initial_state())
     dt = model.suggested_dt(model.initial_state(), 0.4)
-    rows = model.decomposition_rows()
+    rows = model.decomposition_size()
     bounds = np.linspace(0, rows, workers + 1).astype(int)
     chunks = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
     stacked = da.from_array(np.stack(state.arrays()), chunks=(3, chunks, model.grid.nx))
