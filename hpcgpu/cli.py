@@ -7,6 +7,7 @@ Examples
     hpcgpu info
     hpcgpu run weather --case unstable_jet --nx 256 --ny 128
     hpcgpu bench stencil --size 2048
+    hpcgpu bench nbody --dtype float64
 """
 
 import argparse
@@ -22,10 +23,13 @@ __all__ = ["main"]
 # never imports physics until a workload is asked for.
 WORKLOADS = {
     "weather": "hpcgpu.workloads.weather_cli",
+    "astro": "hpcgpu.workloads.astro_cli",
 }
-SUITES = ("stencil", "scaling")
-# Per suite: (grid points per side, steps) defaults.
-SUITE_DEFAULTS = {"stencil": (4096, 100), "scaling": (2048, 16)}
+SUITES = ("stencil", "scaling", "nbody")
+# Per suite: (sizes, steps) defaults. Sizes are grid points per side
+# (stencil, scaling) or bodies (nbody); steps are diffusion steps per timed
+# call (stencil), steps per task (scaling) or evaluations per timed call (nbody).
+SUITE_DEFAULTS = {"stencil": ((4096,), 100), "scaling": ((2048,), 16), "nbody": ((4096, 16384), 10)}
 
 
 def _info(args):
@@ -56,8 +60,8 @@ def _bench(args):
     backends = [get_backend(n) for n in names]
     recorder = Recorder(args.suite)
     module = importlib.import_module(f"hpcgpu.bench.{args.suite}")
-    size, steps = SUITE_DEFAULTS[args.suite]
-    args.size = args.size or [size]
+    sizes, steps = SUITE_DEFAULTS[args.suite]
+    args.size = args.size or list(sizes)
     args.steps = args.steps or steps
     print(f"hpcgpu bench {args.suite}: backends {', '.join(names)}; sizes {args.size}; "
           f"dtypes {args.dtype}", file=sys.stderr)
@@ -98,11 +102,13 @@ def build_parser():
     bench.add_argument("--backend", action="append", choices=("numpy", "numba", "cuda", "cupy"),
                        help="backend to measure (repeatable; default: every usable one)")
     bench.add_argument("--size", type=int, action="append",
-                       help="grid points per side (per worker for scaling; repeatable; default 4096, scaling 2048)")
+                       help="grid points per side (per worker for scaling), or bodies for nbody; repeatable; "
+                            "default 4096, scaling 2048, nbody 4096 and 16384")
     bench.add_argument("--dtype", action="append", choices=("float32", "float64"),
                        help="dtype (repeatable; default float32)")
     bench.add_argument("--steps", type=int,
-                       help="diffusion steps per timed call (default 100); for scaling, steps per task K (default 16)")
+                       help="diffusion steps per timed call (default 100); for scaling, steps per task K "
+                            "(default 16); for nbody, force evaluations per timed call (default 10)")
     bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs)")
     bench.add_argument("--budget", type=float, default=20.0,
                        help="seconds of repeats per case and backend (default 20)")

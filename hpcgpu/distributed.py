@@ -420,7 +420,7 @@ class _PartitionedExecutor:
     def describe(self):
         return {"executor": "distributed", "backend": self.model.backend_request,
                 "partitions": self.partitions, "steps_per_task": self.steps_per_task,
-                "workers": len(self.workers), "rows_per_partition": [b - a for a, b in self.bounds]}
+                "workers": len(self.workers), f"{self.unit}_per_partition": [b - a for a, b in self.bounds]}
 
     def close(self):
         """Release the partitions and the model held on the workers."""

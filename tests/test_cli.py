@@ -67,6 +67,23 @@ def test_bench_stencil_prints_json_lines():
             assert r["ratio_to_numpy"] > 0
 
 
+def test_bench_nbody_prints_json_lines():
+    result = run("bench", "nbody", "--size", "600", "--size", "900", "--steps", "2", "--budget", "0.05",
+                 "--backend", "numpy", "--backend", "numba", "--dtype", "float32", "--dtype", "float64")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert {(r["backend"], r["dtype"], r["size"]) for r in lines} == {
+        (b, d, n) for b in ("numpy", "numba") for d in ("float32", "float64") for n in (600, 900)}
+    for r in lines:
+        assert r["case"] == "direct" and r["metric"] == "interactions_per_s" and r["value"] > 0
+        assert r["gflops"] == 20 * r["value"] / 1e9
+        assert r["ratio_to_numpy"] > 0
+        if r["backend"] == "numpy":
+            assert r["targets_timed"] < r["size"] and "note" in r
+        else:
+            assert r["targets_timed"] == r["size"] and r["evaluations_per_call"] == 2
+
+
 def test_run_weather_on_a_local_cluster(tmp_path):
     out = tmp_path / "cluster"
     result = run("run", "weather", "--nx", "32", "--ny", "48", "--steps", "24", "--workers", "2",
@@ -91,3 +108,16 @@ def test_bench_scaling_prints_efficiency_and_baseline():
         assert r["value"] > 0
         if r["metric"] == "seconds_per_step" and "scheduler_share" in r:
             assert 0 <= r["scheduler_share"] <= 1
+
+
+def test_run_astro_writes_snapshots_picture_and_summary(tmp_path):
+    out = tmp_path / "galaxies"
+    result = run("run", "astro", "--case", "galaxy_collision", "--n", "256", "--steps", "40", "--snapshots", "2",
+                 "--out", str(out), "--backend", "numba", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "G interactions/s" in result.stdout and "virial ratio" in result.stdout
+    snapshots = xr.open_zarr(out / "snapshots.zarr")
+    assert snapshots.sizes["time"] == 3 and snapshots["positions"].shape[1:] == (3, 256)
+    assert (out / "final.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 40 and abs(summary["energy_relative_change"]) < 1e-2

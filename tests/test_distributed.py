@@ -195,3 +195,28 @@ def test_losing_a_worker_ends_the_run_with_a_clear_error():
         cluster_object = client.cluster
         client.close()
         cluster_object.close()
+
+
+@pytest.mark.parametrize("partitions", [2, 3])
+def test_body_partitions_reproduce_the_single_run_bitwise(client, partitions):
+    from hpcgpu.workloads.astro import NBody
+
+    model = NBody("galaxy_collision", n=301, backend="numba", seed=5)
+    state = model.initial_state()
+    reference = Simulation(model, state, dt=0.005, stop_steps=40, progress=False).run()
+    sim = Simulation(model, state, dt=0.005, stop_steps=40, progress=False, client=client,
+                     partitions=partitions).run()
+    for name in ("positions", "velocities", "accelerations", "potentials"):
+        np.testing.assert_array_equal(getattr(sim.state, name), getattr(reference.state, name), err_msg=name)
+    expected = reference.diagnostics.sel(time=sim.diagnostics.time)
+    for key in ("energy", "virial_ratio", "momentum_x", "lagrangian_radius_50"):
+        np.testing.assert_allclose(sim.diagnostics[key], expected[key], rtol=1e-12, atol=1e-15)
+    assert sum(sim.summary()["bodies_per_partition"]) == 301
+
+
+def test_bodies_need_every_position_each_step(client):
+    from hpcgpu.workloads.astro import NBody
+
+    model = NBody("plummer", n=64, backend="numba")
+    with pytest.raises(ConfigError, match="steps_per_task must be 1"):
+        Simulation(model, dt=0.01, client=client, partitions=2, steps_per_task=4)

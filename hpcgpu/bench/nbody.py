@@ -1,0 +1,79 @@
+"""``hpcgpu bench nbody``: direct-summation gravity per backend.
+
+Case ``direct``: the softened accelerations on all ``N`` bodies from all
+``N`` bodies (``backend.kernels("nbody").direct``, no potential), bodies in
+a Gaussian blob. ``interactions_per_s`` counts ``N**2`` pair interactions
+per evaluation; ``gflops`` counts 20 floating-point operations per
+interaction, the convention of the GPU N-body literature (Nyland, Harris
+and Prins, GPU Gems 3, ch. 31), which counts a reciprocal square root as
+one operation.
+
+``steps`` evaluations run back to back inside one timed call (the device is
+synchronised once, at the end), as they would in a simulation. The ``numpy``
+reference would need seconds per evaluation at these sizes, so it computes
+the accelerations on the first :data:`NUMPY_TARGETS` bodies only (from all
+``N``), once per timed call, and its rate is that of those interactions;
+the JSON line says so (``targets_timed``, ``note``).
+"""
+
+import numpy as np
+
+from hpcgpu.bench.harness import measure
+
+__all__ = ["run", "NUMPY_TARGETS", "FLOPS_PER_INTERACTION"]
+
+NUMPY_TARGETS = 512
+"""Targets the numpy reference is timed on (against all N sources)."""
+
+FLOPS_PER_INTERACTION = 20
+
+SOFTENING = 0.01
+"""Plummer softening of the benchmark (the blob has unit dispersion)."""
+
+
+def _direct(recorder, backend, dtype, n, evaluations, budget_s):
+    kernels = backend.kernels("nbody")
+    rng = np.random.default_rng(4)
+    positions = backend.asarray(rng.standard_normal((3, n)), dtype=dtype)
+    masses = backend.asarray(np.full(n, 1.0 / n), dtype=dtype)
+    targets = min(n, NUMPY_TARGETS) if backend.name == "numpy" else n
+    if backend.name == "numpy":
+        evaluations = 1
+    target_positions = backend.xp.ascontiguousarray(positions[:, :targets])
+    acc = backend.empty((3, targets), dtype)
+    eps2 = SOFTENING**2
+
+    def call():
+        for _ in range(evaluations):
+            kernels.direct(target_positions, positions, masses, eps2, 1.0, 0, acc, None)
+
+    durations = measure(call, synchronize=backend.synchronize, budget_s=budget_s, min_repeats=2)
+    median = float(np.median(durations))
+    rate = targets * n * evaluations / median
+    extra = {}
+    if targets < n:
+        extra["note"] = (f"numpy computes {targets} of the {n} targets (against all {n} sources); "
+                         "rate and seconds_per_evaluation are for N**2 interactions at that rate")
+    recorder.add(case="direct", backend=backend.name, dtype=np.dtype(dtype).name, size=n,
+                 metric="interactions_per_s", value=rate, unit="1/s", durations=durations,
+                 gflops=FLOPS_PER_INTERACTION * rate / 1e9, flops_per_interaction=FLOPS_PER_INTERACTION,
+                 seconds_per_evaluation=n * n / rate, evaluations_per_call=evaluations,
+                 targets_timed=targets, softening=SOFTENING, potential=False, **extra)
+
+
+def run(recorder, backends, *, sizes=(4096, 16384), dtypes=("float32",), steps=10, budget_s=20.0):
+    """Run the nbody suite; results go to ``recorder`` (numpy first for ratios).
+
+    ``sizes`` are numbers of bodies; ``steps`` evaluations per timed call.
+    """
+    order = sorted(backends, key=lambda b: b.name != "numpy")
+    for n in sizes:
+        for dtype in dtypes:
+            for backend in order:
+                # One failing backend must not hide the others' numbers.
+                try:
+                    _direct(recorder, backend, dtype, n, steps, budget_s)
+                except Exception as error:  # noqa: BLE001 - reported, then re-raised by the CLI's status
+                    recorder.error(case="direct", backend=backend.name, dtype=np.dtype(dtype).name,
+                                   size=n, error=error)
+    return recorder.results

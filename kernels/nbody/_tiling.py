@@ -1,0 +1,69 @@
+"""How the GPU kernels (``_cuda``, ``_cupy``) split the work of a direct sum.
+
+Both run the classic tiled kernel (Nyland, Harris and Prins, GPU Gems 3,
+ch. 31): a block of ``threads`` threads holds ``threads`` targets, one per
+thread, and walks the sources in tiles of ``threads`` bodies that the block
+loads together into shared memory. One target per thread alone leaves a big
+GPU idle at these sizes (16384 bodies in blocks of 256 fill 64 of an
+H200's 132 multiprocessors), so the sources are also cut into *slices*
+(the grid's y dimension): each block sums one slice for its targets into a
+partial sum, and a second kernel adds a target's partial sums in slice
+order and applies ``G``.
+
+The slices depend on the number of sources and the launch only, never on the
+targets: a target's sums are bitwise the same whichever targets share the
+call (a partition asking for its own bodies gets the values of one call for
+all of them).
+"""
+
+from typing import NamedTuple
+
+
+class Launch(NamedTuple):
+    """How the direct-sum kernel is launched for one dtype."""
+
+    threads: int
+    """Threads per block: targets per block and sources per shared-memory tile."""
+    min_tiles: int
+    """Fewest tiles in a slice: the partial sums stay a small overhead."""
+    max_slices: int
+    """Most slices: caps the partial sums at ``4 * max_slices`` values per target."""
+
+
+LAUNCH = {
+    "float32": Launch(threads=256, min_tiles=2, max_slices=32),
+    "float64": Launch(threads=256, min_tiles=2, max_slices=32),
+}
+"""The launch of the direct-sum kernel per dtype."""
+
+VARIANTS = {
+    "float32": (Launch(128, 4, 32), Launch(64, 1, 64), Launch(32, 1, 4)),
+    "float64": (Launch(128, 4, 32), Launch(64, 1, 64), Launch(32, 1, 4)),
+}
+"""Alternative launches: timed on a GPU, and small ones that make the tests
+cross blocks, tiles and slices at sizes the emulators run."""
+
+FINALIZE_THREADS = 256
+"""Threads per block of the kernel that adds the partial sums."""
+
+
+def slices(n_sources, launch):
+    """``(slice_length, n_slices)``: sources per slice (whole tiles) and slices.
+
+    Examples
+    --------
+    >>> slices(16384, Launch(256, 2, 32))
+    (512, 32)
+    >>> slices(100, Launch(256, 2, 32))
+    (512, 1)
+    """
+    tile = launch.threads
+    tiles = -(-n_sources // tile)
+    per_slice = max(launch.min_tiles, -(-tiles // launch.max_slices))
+    length = per_slice * tile
+    return length, -(-n_sources // length)
+
+
+def blocks(n, threads):
+    """Blocks of ``threads`` that cover ``n`` items (at least one)."""
+    return max(1, -(-n // threads))
