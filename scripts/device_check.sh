@@ -18,8 +18,8 @@ PY="python3 -P"
   $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt"
 # STAGES selects what runs (default: all):
-#   variants tests bench-cpu bench-gpu scaling weather cpu-tests
-STAGES=${STAGES:-"variants tests bench-cpu bench-gpu scaling weather cpu-tests"}
+#   variants tests bench-cpu bench-gpu nbody scaling weather cpu-tests
+STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody scaling weather cpu-tests"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has variants; then
 echo "== GPU kernel variants"
@@ -47,6 +47,17 @@ for line in open(sys.argv[1]):
           f"x{(r['ratio_to_numpy'] or 0):7.1f}  {r.get('gb_per_s', 0):8.1f} GB/s eff  "
           f"{r.get('fraction_of_copy', 0)*100:5.1f}% of copy ({r.get('copy_gb_per_s', 0):.0f} GB/s)")
 PY
+if has nbody; then
+echo "== N-body on the GPU"
+timeout ${NBODY_S:-120} $PY -m hpcgpu.cli bench nbody --backend cuda --backend cupy --size 16384 --size 131072 \
+    --dtype float32 --dtype float64 --budget 2 > "$OUT/nbody.jsonl" 2> "$OUT/nbody.err"
+$PY - "$OUT/nbody.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(r.get("backend"), r.get("dtype"), r.get("size"), r.get("value"), r.get("gflops"), r.get("error", ""))
+PY
+fi
 if has scaling; then
 echo "== scaling on the CPU cores of this machine (numba workers)"
 timeout ${SCALING_S:-150} $PY -m hpcgpu.cli bench scaling weather --backend numba --size 2048 --steps 16 \

@@ -133,6 +133,6 @@ CASES = {
         parameters=dict(total_mass=1.0, scale_radius=3 * math.pi / 16)),
     "galaxy_collision": Case(
         name="galaxy_collision", description="two Plummer galaxies on a parabolic orbit",
-        generate=_collision, n=8192, softening=0.01, dt=0.005, stop_time=20.0,
+        generate=_collision, n=8192, softening=0.01, dt=0.005, stop_time=10.0,
         parameters=dict(total_mass=1.0, scale_radius=0.15, pericentre=0.5, separation=4.0)),
 }

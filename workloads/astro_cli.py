@@ -102,7 +102,7 @@ def _density(state, axes, first, second):
     import numpy as np
 
     x, y = state.positions[axes[0]], state.positions[axes[1]]
-    extent = float(np.percentile(np.abs(np.concatenate([x, y])), 99)) * 1.2 or 1.0
+    extent = float(np.percentile(np.abs(np.concatenate([x, y])), 97)) * 1.2 or 1.0
     histogram, _, _ = np.histogram2d(y, x, bins=256, range=[[-extent, extent], [-extent, extent]],
                                      weights=state.masses)
     with np.errstate(divide="ignore"):
