@@ -6,6 +6,7 @@ Examples
 
     hpcgpu info
     hpcgpu run weather --case unstable_jet --nx 256 --ny 128
+    hpcgpu run md --n-cells 10 --thermostat langevin --temperature 0.85 --xyz
     hpcgpu bench stencil --size 2048
     hpcgpu bench nbody --dtype float64
 """
@@ -24,6 +25,7 @@ __all__ = ["main"]
 WORKLOADS = {
     "weather": "hpcgpu.workloads.weather_cli",
     "astro": "hpcgpu.workloads.astro_cli",
+    "md": "hpcgpu.workloads.md_cli",
 }
 SUITES = ("stencil", "scaling", "nbody")
 # Per suite: (sizes, steps) defaults. Sizes are grid points per side

@@ -23,7 +23,8 @@ as 64-bit ints, Python floats as doubles) and checks them against the
 kernel's C++ parameter types. Arrays are handed over inside NaN-filled guard
 zones, so a read outside an array shows up as a NaN in the result and a
 write outside it as a changed guard; ``const`` arrays must come back
-unchanged.
+unchanged. Integer arrays (``int*``: int32) are guarded the same way with
+:data:`INT_GUARD` (an index read outside an array is then far out of range).
 """
 
 import ctypes
@@ -143,6 +144,8 @@ template<> struct hg_type_name<float*> { static constexpr const char* value = "f
 template<> struct hg_type_name<double*> { static constexpr const char* value = "double*"; };
 template<> struct hg_type_name<const float*> { static constexpr const char* value = "const float*"; };
 template<> struct hg_type_name<const double*> { static constexpr const char* value = "const double*"; };
+template<> struct hg_type_name<int*> { static constexpr const char* value = "int*"; };
+template<> struct hg_type_name<const int*> { static constexpr const char* value = "const int*"; };
 
 // Comma-separated C++ types of a kernel's parameters.
 template<typename... P>
@@ -203,6 +206,15 @@ _SCALAR_TYPES = {
 
 _FLOAT_TYPES = {"float": np.dtype("float32"), "double": np.dtype("float64")}
 
+INT_GUARD = np.iinfo(np.int32).min
+"""What surrounds an int32 array argument (floats get NaN)."""
+
+
+def _is_guard(values):
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    return values == INT_GUARD
+
 
 def c_name(expression):
     """A C identifier for a template instance: ``k<float, 4>`` -> ``k_float_4``."""
@@ -239,7 +251,7 @@ def _guarded(arg):
     shift = (arg.ctypes.data % 256 - (raw.ctypes.data + arg.nbytes) % 256) % 256
     assert shift % item == 0
     buffer = raw[shift // item:shift // item + 3 * n]
-    buffer[...] = np.nan
+    buffer[...] = np.nan if arg.dtype.kind == "f" else INT_GUARD
     buffer[n:2 * n] = arg.ravel()
     return buffer
 
@@ -248,7 +260,8 @@ class CpuKernel:
     """Stands in for a ``cupy.RawKernel``: ``kernel(grid, block, args)`` on the CPU.
 
     The first template argument of ``expression`` is the float type every
-    array argument must have.
+    floating-point array argument must have; ``int*`` parameters take int32
+    arrays.
     """
 
     def __init__(self, library, expression):
@@ -274,7 +287,8 @@ class CpuKernel:
         for k, (arg, parameter) in enumerate(zip(args, self.parameters)):
             if isinstance(arg, np.ndarray):
                 assert parameter.endswith("*"), f"argument {k}: array passed for {parameter}"
-                assert arg.dtype == self.dtype, (
+                expected = np.dtype(np.int32) if parameter in ("int*", "const int*") else self.dtype
+                assert arg.dtype == expected, (
                     f"argument {k}: {arg.dtype} array for {parameter} in {self.expression}")
                 assert arg.flags.c_contiguous, f"argument {k}: array is not C-contiguous"
                 assert arg.size > 0, f"argument {k}: empty array (a null pointer on the GPU)"
@@ -295,7 +309,7 @@ class CpuKernel:
         self.launches.append((tuple(grid), tuple(block)))
         for arg, buffer, read_only in guarded:
             n = arg.size
-            assert np.isnan(buffer[:n]).all() and np.isnan(buffer[2 * n:]).all(), (
+            assert _is_guard(buffer[:n]).all() and _is_guard(buffer[2 * n:]).all(), (
                 f"{self.expression} wrote outside an array")
             if read_only:
                 assert np.array_equal(buffer[n:2 * n], arg.ravel(), equal_nan=True), (

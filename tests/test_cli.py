@@ -121,3 +121,35 @@ def test_run_astro_writes_snapshots_picture_and_summary(tmp_path):
     assert (out / "final.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 40 and abs(summary["energy_relative_change"]) < 1e-2
+
+
+def test_run_md_writes_snapshots_trajectory_picture_and_summary(tmp_path):
+    out = tmp_path / "melt"
+    result = run("run", "md", "--n-cells", "4", "--steps", "60", "--snapshots", "3", "--xyz", "--out", str(out),
+                 "--backend", "numba", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "M atom-steps/s" in result.stdout and "g(r) peak" in result.stdout
+    snapshots = xr.open_zarr(out / "snapshots.zarr")
+    assert snapshots.sizes["time"] == 4 and snapshots["positions"].shape[1:] == (3, 256)
+    diagnostics = xr.open_zarr(out / "snapshots.zarr", group="diagnostics")
+    assert {"temperature", "pressure", "msd"} <= set(diagnostics.data_vars)
+    lines = (out / "trajectory.xyz").read_text().splitlines()
+    assert len(lines) == 4 * (2 + 256) and lines[0] == "256" and "Lattice=" in lines[1]
+    assert (out / "md.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 60 and summary["n"] == 256 and abs(summary["energy_relative_change"]) < 1e-3
+    assert summary["neighbor_rebuilds"] >= 1 and summary["rdf_samples"] >= 1 and summary["xyz"].endswith(".xyz")
+
+
+def test_run_md_langevin_and_bad_input(tmp_path):
+    result = run("run", "md", "--n-cells", "3", "--steps", "40", "--thermostat", "langevin", "--temperature", "0.85",
+                 "--out", str(tmp_path / "nvt"), "--backend", "numba", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "nvt" / "summary.json").read_text())
+    assert summary["thermostat"] == "langevin" and summary["n"] == 108
+    for args, word in ((("--cutoff", "5"), "cutoff"), (("--density", "0"), "density"), (("--dt", "0"), "dt"),
+                       (("--temperature", "-1"), "temperature"), (("--thermostat", "nose"), "thermostat")):
+        result = run("run", "md", "--n-cells", "4", "--steps", "2", *args, "--out", str(tmp_path / "x"),
+                     "--no-progress")
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr and word in result.stderr

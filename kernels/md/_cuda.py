@@ -1,0 +1,256 @@
+"""Lennard-Jones kernels for NVIDIA GPUs with Numba-CUDA.
+
+Neighbour build, all on the GPU:
+
+1. ``_assign_cells_kernel``, one thread per atom: its cell (float64
+   arithmetic, :mod:`._cells`; cells at least ``radius`` wide);
+2. a stable sort of the atoms by cell and the start of every cell
+   (:func:`._cells.sort_by_cell`: CuPy's radix sort and binary search), and
+   the positions gathered in that order;
+3. ``build kernel``, one thread per atom in cell order (neighbouring
+   threads scan the same cells, which stay in cache): the distinct cells
+   around the atom's (27, fewer along an axis of under 3 cells), every atom
+   in them tested with the minimum image, hits appended to the atom's row
+   while it has room and counted anyway. The row order is the scan's,
+   deterministic (no atomics anywhere).
+
+Forces: one thread per atom over its own row (a full list: no atomics),
+pair physics from :mod:`._physics` as device functions, the minimum image
+with libdevice's ``rint`` (``rintf`` in float32). The kernels are compiled
+without ``fastmath``: its no-NaN/no-inf assumptions could hide an overlap,
+and these kernels are bound by the gathers, not by arithmetic.
+
+Arrays stay CuPy arrays (one memory pool with CuPy); each call wraps them
+with ``cuda.as_cuda_array(..., sync=False)`` and launches on CuPy's current
+stream, after the CuPy sort it depends on. Under the CUDA simulator the
+arrays are NumPy arrays and pass through.
+"""
+
+import functools
+import math
+
+import numpy as np
+
+from hpcgpu import _gpu_probe
+from hpcgpu._compat import numpy_aliases_for_numba_cuda
+
+numpy_aliases_for_numba_cuda()
+
+from numba import cuda  # noqa: E402
+
+from hpcgpu.kernels.md import _cells, _physics  # noqa: E402
+
+THREADS = 128
+"""Threads per block of every kernel."""
+
+_device_function = cuda.jit(device=True)
+lennard_jones = _device_function(_physics.lennard_jones)
+minimum_image = _device_function(_physics.minimum_image)
+within = _device_function(_physics.within)
+
+if _gpu_probe.simulator_enabled():
+    @cuda.jit(device=True)
+    def _simulated_rint(x):
+        return np.rint(x)
+
+    _RINT = {"float32": _simulated_rint, "float64": _simulated_rint}
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def _rint_float32(x):
+        return libdevice.rintf(x)
+
+    @cuda.jit(device=True)
+    def _rint_float64(x):
+        return libdevice.rint(x)
+
+    _RINT = {"float32": _rint_float32, "float64": _rint_float64}
+
+
+@cuda.jit(device=True)
+def _clamp_below(c, cells):
+    # Not min(): Numba 0.68's built-in CUDA target fails on its generic overload.
+    if c < cells:
+        return c
+    return cells - 1
+
+
+@cuda.jit(device=True)
+def _axis_cell(x, length, cells):
+    s = x / length
+    s = s - math.floor(s)
+    return _clamp_below(int(s * cells), cells)
+
+
+@cuda.jit
+def _assign_cells_kernel(x, y, z, lx, ly, lz, nx, ny, nz, cell_out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        cx = _axis_cell(float(x[i]), lx, nx)
+        cy = _axis_cell(float(y[i]), ly, ny)
+        cz = _axis_cell(float(z[i]), lz, nz)
+        cell_out[i] = cx + nx * (cy + ny * cz)
+
+
+@cuda.jit(device=True)
+def _distinct(cells):
+    """Distinct cells within one cell along an axis: 3, or all of them."""
+    if cells >= 3:
+        return 3
+    return cells
+
+
+@cuda.jit(device=True)
+def _neighbor_cell(c, t, cells):
+    """The ``t``-th distinct cell around ``c``."""
+    if cells >= 3:
+        return (c + cells - 1 + t) % cells
+    return t
+
+
+@functools.cache
+def _kernels(dtype_name):
+    """(build, forces) kernels for one dtype (the rounding function differs)."""
+    rint = _RINT[dtype_name]
+
+    @cuda.jit(device=True)
+    def separation(xj, xi, length, inverse_length):
+        d = xj - xi
+        return minimum_image(d, length, inverse_length, rint(d * inverse_length))
+
+    @cuda.jit
+    def build(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, lx, ly, lz, ilx, ily, ilz, radius2,
+              neighbors_out, counts_out):
+        k = cuda.grid(1)
+        if k >= xs.shape[0]:
+            return
+        capacity = neighbors_out.shape[1]
+        c = sorted_cell[k]
+        cx = c % nx
+        cy = (c // nx) % ny
+        cz = c // (nx * ny)
+        xi = xs[k]
+        yi = ys[k]
+        zi = zs[k]
+        i = order[k]
+        count = 0
+        for tz in range(_distinct(nz)):
+            z_cell = _neighbor_cell(cz, tz, nz)
+            for ty in range(_distinct(ny)):
+                y_cell = _neighbor_cell(cy, ty, ny)
+                for tx in range(_distinct(nx)):
+                    cell = _neighbor_cell(cx, tx, nx) + nx * (y_cell + ny * z_cell)
+                    for j in range(start[cell], start[cell + 1]):
+                        dx = separation(xs[j], xi, lx, ilx)
+                        dy = separation(ys[j], yi, ly, ily)
+                        dz = separation(zs[j], zi, lz, ilz)
+                        if j != k and within(dx * dx + dy * dy + dz * dz, radius2):
+                            if count < capacity:
+                                neighbors_out[i, count] = order[j]
+                            count += 1
+        counts_out[i] = count
+
+    @cuda.jit
+    def forces(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, cutoff2, sigma2, c4, c24, shift,
+               forces_out, energy_out, virial_out, zero, one, two, half):
+        i = cuda.grid(1)
+        if i >= x.shape[0]:
+            return
+        m = counts[i]
+        if m > neighbors.shape[1]:
+            m = neighbors.shape[1]
+        xi = x[i]
+        yi = y[i]
+        zi = z[i]
+        fx = zero
+        fy = zero
+        fz = zero
+        energy = zero
+        virial = zero
+        for k in range(m):
+            j = neighbors[i, k]
+            dx = separation(x[j], xi, lx, ilx)
+            dy = separation(y[j], yi, ly, ily)
+            dz = separation(z[j], zi, lz, ilz)
+            r2 = dx * dx + dy * dy + dz * dz
+            if within(r2, cutoff2):
+                weight, e, w = lennard_jones(r2, sigma2, c4, c24, shift, one, two)
+                fx += weight * dx
+                fy += weight * dy
+                fz += weight * dz
+                energy += e
+                virial += w
+        forces_out[0, i] = -fx
+        forces_out[1, i] = -fy
+        forces_out[2, i] = -fz
+        energy_out[i] = half * energy
+        virial_out[i] = half * virial
+
+    return build, forces
+
+
+def _on_device(array):
+    """A Numba view of a CuPy array without a host sync; NumPy arrays (simulator) pass through."""
+    if isinstance(array, np.ndarray):
+        return array
+    return cuda.as_cuda_array(array, sync=False)
+
+
+def _stream(array):
+    """CuPy's current stream as a Numba stream, so kernels queue behind CuPy's work."""
+    if isinstance(array, np.ndarray):
+        return 0
+    import cupy
+    ptr = cupy.cuda.get_current_stream().ptr
+    return cuda.external_stream(ptr) if ptr else 0
+
+
+def _xp(array):
+    if isinstance(array, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def _blocks(n):
+    return max(1, -(-n // THREADS))
+
+
+def build_neighbors(positions, box, radius, neighbors_out, counts_out):
+    """Full neighbour list from cell lists on the GPU; see ``_numpy.build_neighbors``."""
+    xp = _xp(positions)
+    dtype = np.dtype(positions.dtype)
+    t = dtype.type
+    n = positions.shape[1]
+    nx, ny, nz = _cells.grid(box, radius, n)
+    lx, ly, lz = (float(v) for v in box)
+    stream = _stream(positions)
+    cell = xp.empty(n, np.int32)
+    _assign_cells_kernel[_blocks(n), THREADS, stream](
+        *(_on_device(positions[k]) for k in range(3)), lx, ly, lz, nx, ny, nz, _on_device(cell))
+    order, start = _cells.sort_by_cell(xp, cell, nx * ny * nz)
+    sorted_positions = xp.ascontiguousarray(positions[:, order])
+    sorted_cell = cell[order]
+    build, _ = _kernels(dtype.name)
+    build[_blocks(n), THREADS, stream](
+        *(_on_device(sorted_positions[k]) for k in range(3)), _on_device(order), _on_device(start),
+        _on_device(sorted_cell), nx, ny, nz, t(lx), t(ly), t(lz), t(1.0 / lx), t(1.0 / ly), t(1.0 / lz),
+        t(radius * radius), _on_device(neighbors_out), _on_device(counts_out))
+    return int(counts_out.max())
+
+
+def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
+           forces_out, energy_out, virial_out):
+    """Lennard-Jones forces from a full neighbour list; see ``_numpy.forces``."""
+    dtype = np.dtype(positions.dtype)
+    t = dtype.type
+    n = positions.shape[1]
+    lx, ly, lz = (float(v) for v in box)
+    _, kernel = _kernels(dtype.name)
+    kernel[_blocks(n), THREADS, _stream(positions)](
+        *(_on_device(positions[k]) for k in range(3)), _on_device(neighbors), _on_device(counts),
+        t(lx), t(ly), t(lz), t(1.0 / lx), t(1.0 / ly), t(1.0 / lz), t(cutoff2), t(sigma * sigma),
+        t(4.0 * epsilon), t(24.0 * epsilon), t(energy_shift), _on_device(forces_out),
+        _on_device(energy_out), _on_device(virial_out), t(0), t(1), t(2), t(0.5))
+    return forces_out

@@ -1,0 +1,136 @@
+"""Output of the Lennard-Jones model: xarray datasets (for Zarr) and extended XYZ.
+
+:func:`dataset` is the model's ``to_dataset``. Extended XYZ trajectories are
+read by ASE, OVITO and VMD; one frame per write: the atom count, a comment line of ``key=value`` pairs
+(extended XYZ: ``Lattice`` holds the three cell vectors row by row,
+``Properties`` names the columns, ``pbc`` the periodic axes) and one line per
+atom::
+
+    500
+    Lattice="8.39 0 0 0 8.39 0 0 0 8.39" Properties=species:S:1:pos:R:3:vel:R:3 Time=0.5 Step=100 pbc="T T T"
+    Ar 0.52 0.52 0.52 -1.3 0.2 0.9
+    ...
+
+Lengths in sigma, velocities in sigma/tau, time in tau (reduced units).
+"""
+
+import os
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.schedules import as_schedule
+
+__all__ = ["XYZWriter", "xyz_frame", "dataset"]
+
+
+def dataset(model, state, time=None):
+    """The atoms of ``state`` as an ``xarray.Dataset`` (dimensions ``axis``, ``atom``).
+
+    Variables ``positions`` (wrapped), ``velocities``, ``images``, ``ids`` and
+    ``potential_energies`` (per atom, half of each pair), the model's
+    attributes, and a ``time`` dimension of length 1 when ``time`` is given.
+    """
+    import xarray as xr
+
+    host = model.to_host(state)
+    coords = {"axis": ("axis", np.arange(3), {"long_name": "0: x, 1: y, 2: z"}),
+              "atom": ("atom", np.arange(host.size))}
+    data = {
+        "positions": (("axis", "atom"), host.positions, {"units": "sigma", "long_name": "wrapped into the box"}),
+        "velocities": (("axis", "atom"), host.velocities, {"units": "sigma / tau"}),
+        "images": (("axis", "atom"), host.images, {"long_name": "unwrapped = positions + images * box"}),
+        "ids": (("atom",), host.ids, {"long_name": "global atom id"}),
+        "potential_energies": (("atom",), host.energies, {"units": "epsilon", "long_name": "half of each pair"}),
+    }
+    ds = xr.Dataset(data, coords=coords, attrs=model.attributes())
+    if time is not None:
+        ds = ds.expand_dims(time=[float(time)])
+        ds["time"].attrs.update(units="tau = sigma sqrt(m / epsilon)", long_name="model time")
+    return ds
+
+
+def xyz_frame(model, state, *, time=0.0, step=0, species="Ar", unwrapped=False, precision=8):
+    """One extended-XYZ frame of ``state`` as text (ids in the order of the state).
+
+    Parameters
+    ----------
+    model : LennardJones
+    state : MDState
+    time : float
+        Model time of the frame (tau).
+    step : int
+    species : str
+        Chemical symbol written for every atom (``"Ar"``: ASE needs a real
+        element; argon is the textbook Lennard-Jones atom).
+    unwrapped : bool
+        Write unwrapped positions (``positions + images * box``) instead of
+        positions wrapped into the box.
+    precision : int
+        Significant digits of every number.
+    """
+    host = model.to_host(state)
+    positions = host.positions.astype(np.float64)
+    if unwrapped:
+        positions = positions + host.images * np.asarray(model.box)[:, None]
+    lx, ly, lz = model.box
+    header = (f'{host.size}\nLattice="{lx!r} 0.0 0.0 0.0 {ly!r} 0.0 0.0 0.0 {lz!r}" '
+              f"Properties=species:S:1:pos:R:3:vel:R:3 Time={float(time)!r} Step={int(step)} "
+              f'pbc="T T T"\n')
+    columns = np.concatenate([positions, host.velocities.astype(np.float64)]).T
+    number = f" %.{precision}g"
+    body = "\n".join(species + "".join(number % v for v in row) for row in columns.tolist())
+    return header + body + "\n"
+
+
+class XYZWriter:
+    """Append extended-XYZ frames of an MD simulation to a file on a schedule.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.xyz`` file; replaced by the first frame (unless ``overwrite``
+        is false, when an existing file raises ConfigError).
+    schedule : int or Schedule
+        When to write (an int means every N steps); step 0 is included.
+    species, unwrapped, precision
+        As for :func:`xyz_frame`.
+    overwrite : bool
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from hpcgpu import Simulation
+    >>> from hpcgpu.workloads.md import LennardJones
+    >>> sim = Simulation(LennardJones(4, backend="numpy"), dt=0.005, stop_steps=4, progress=False)
+    >>> writer = XYZWriter(tempfile.mkdtemp() + "/run.xyz", 2)
+    >>> _ = sim.add_writer(writer).run()
+    >>> writer.frames
+    3
+    """
+
+    def __init__(self, path, schedule, *, species="Ar", unwrapped=False, precision=8, overwrite=True):
+        self.path = os.fspath(path)
+        self.schedule = as_schedule(schedule)
+        if not isinstance(species, str) or not species.isalpha():
+            raise ConfigError(f"species must be a chemical symbol such as 'Ar'; got {species!r}")
+        self.species = species
+        self.unwrapped = bool(unwrapped)
+        self.precision = int(precision)
+        self.frames = 0
+        if os.path.exists(self.path) and not overwrite:
+            raise ConfigError(f"path {self.path!r} exists; pass overwrite=True or another path")
+
+    def write(self, simulation):
+        """Append the current state of ``simulation`` as one frame."""
+        text = xyz_frame(simulation.model, simulation.state, time=simulation.time, step=simulation.step,
+                         species=self.species, unwrapped=self.unwrapped, precision=self.precision)
+        with open(self.path, "w" if self.frames == 0 else "a") as stream:
+            stream.write(text)
+        self.frames += 1
+
+    def close(self, simulation):
+        """Nothing to flush: every frame is written when it is taken."""
+
+    def __repr__(self):
+        return f"XYZWriter({self.path!r}, {self.schedule!r})"

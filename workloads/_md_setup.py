@@ -1,0 +1,224 @@
+"""Set-up pieces of the Lennard-Jones model: lattice, random numbers, velocities, tail corrections.
+
+Everything here is in reduced Lennard-Jones units (``epsilon = sigma =
+mass = k_B = 1``): lengths in sigma, energies in epsilon, time in
+``sigma sqrt(mass / epsilon)``, temperature in ``epsilon / k_B``, pressure in
+``epsilon / sigma**3``.
+
+Random numbers are counter based: a Gaussian an atom receives is a pure
+function of ``(seed, stream, step, atom id)`` -- splitmix64 (Steele, Lea and
+Flood 2014) hashes the counter to 64 random bits, two of those give two
+uniforms and Box-Muller turns them into two normal deviates. So the noise an
+atom gets never depends on how many atoms there are, how they are ordered or
+how they are split between workers.
+"""
+
+import math
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.validation import check_float, check_int
+
+__all__ = ["geometry", "fcc_lattice", "wrap", "atom_ids", "stream_key", "gaussians", "maxwell_boltzmann",
+           "lj_pair_energy", "tail_corrections", "STREAM_VELOCITIES", "STREAM_LANGEVIN"]
+
+STREAM_VELOCITIES = 1
+"""Random stream of the initial Maxwell-Boltzmann velocities."""
+STREAM_LANGEVIN = 2
+"""Random stream of the Langevin thermostat's noise."""
+
+_MASK = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment: 2**64 / golden ratio, odd
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+def geometry(n_cells, density=None, box=None):
+    """Unit cells ``(nx, ny, nz)`` and box sides of an fcc lattice at ``density`` or in ``box``.
+
+    Exactly one of ``density`` (atoms per sigma^3: cubic cells of side
+    ``(4 / density)^(1/3)``) and ``box`` (three sides) must be given.
+
+    Raises
+    ------
+    ConfigError
+        Cells that are not 1 or 3 positive ints, density <= 0, bad box sides,
+        or both density and box.
+    """
+    cells = (n_cells,) * 3 if not isinstance(n_cells, (tuple, list)) else tuple(n_cells)
+    if len(cells) != 3:
+        raise ConfigError(f"n_cells must be an int or 3 ints (nx, ny, nz); got {n_cells!r}")
+    cells = tuple(check_int("n_cells", c, minimum=1) for c in cells)
+    if (box is None) == (density is None):
+        raise ConfigError(f"give density or box, not both; got density={density!r} and box={box!r}")
+    if box is None:
+        side = (4.0 / check_float("density", density, minimum=0.0, strict_min=True)) ** (1.0 / 3.0)
+        return cells, tuple(side * c for c in cells)
+    if not isinstance(box, (tuple, list)) or len(box) != 3:
+        raise ConfigError(f"box must be 3 side lengths (Lx, Ly, Lz); got {box!r}")
+    return cells, tuple(check_float(f"box side L{a}", b, minimum=0.0, strict_min=True) for a, b in zip("xyz", box))
+
+
+def fcc_lattice(cells, box):
+    """Positions ``(3, 4 nx ny nz)`` of a face-centred cubic lattice filling ``box``.
+
+    Parameters
+    ----------
+    cells : tuple of 3 int
+        Unit cells along x, y, z.
+    box : tuple of 3 float
+        Box sides (sigma); the unit cell is ``box[k] / cells[k]`` along each axis.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, every atom inside ``[0, L)``: the lattice is offset by a quarter
+        cell so that no atom sits on a face of the box.
+    """
+    basis = np.array([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.5, 0.5]]) + 0.25
+    grid = np.stack(np.meshgrid(*(np.arange(c) for c in cells), indexing="ij"), axis=-1).reshape(-1, 1, 3)
+    points = (grid + basis[None, :, :]).reshape(-1, 3)
+    return np.ascontiguousarray((points * (np.asarray(box, float) / np.asarray(cells, float))).T)
+
+
+def wrap(xp, box, positions, images):
+    """Wrap positions ``(3, N)`` into ``[0, L)`` in place, adding the images crossed to ``images``.
+
+    Returns ``(positions, images)``; ``positions + images * box`` is unchanged
+    (to rounding).
+    """
+    for axis, length in enumerate(box):
+        x = positions[axis]
+        shift = xp.floor(x * (1.0 / length))
+        x -= shift * length
+        # x just below 0 can round to exactly L
+        over = (x >= length).astype(x.dtype)
+        x -= over * length
+        images[axis] += (shift + over).astype(np.int64)
+    return positions, images
+
+
+def atom_ids(backend, ids, n):
+    """Global atom ids as int64 on the backend: ``0..n-1`` by default, else checked.
+
+    Raises
+    ------
+    ConfigError
+        Not ``n`` integers, negative or repeated ids.
+    """
+    if ids is None:
+        return backend.xp.arange(n, dtype=np.int64)
+    host = np.asarray(backend.to_host(ids))
+    if host.shape != (n,) or host.dtype.kind not in "iu":
+        raise ConfigError(f"ids must be integers of shape ({n},); got {host.dtype} of shape {host.shape}")
+    if n and (host.min() < 0 or np.unique(host).size != n):
+        raise ConfigError("ids must be unique non-negative integers")
+    return backend.asarray(host.astype(np.int64))
+
+
+def _mix_int(z):
+    """splitmix64's output function on a Python int (64-bit wrap-around)."""
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
+def stream_key(seed, stream, step):
+    """The 64-bit key of one random stream at one step (a Python int)."""
+    key = seed & _MASK
+    for word in (stream, step):
+        key = _mix_int((key + _GAMMA) & _MASK) ^ (word & _MASK)
+    return _mix_int((key + _GAMMA) & _MASK)
+
+
+def _mix(z):
+    """splitmix64's output function on uint64 arrays (NumPy or CuPy wrap around silently)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+    return z ^ (z >> np.uint64(31))
+
+
+def gaussians(xp, key, ids, count=3):
+    """Standard normal deviates ``(count, N)`` (float64), a function of ``(key, id)`` only.
+
+    Each atom draws 4 splitmix64 outputs, counters ``4 id + 1 .. 4 id + 4``
+    of the sequence seeded with ``key``; two Box-Muller pairs give up to 4
+    deviates (``count`` <= 4). The 53 high bits of a draw make a uniform;
+    the radius uses ``u1`` in ``(0, 1]`` so the logarithm is finite.
+    """
+    if not 1 <= count <= 4:
+        raise ConfigError(f"count must be between 1 and 4; got {count}")
+    base = ids.astype(np.uint64) * np.uint64(4)
+    key = np.uint64(key)
+    gamma = np.uint64(_GAMMA)
+    scale = 2.0**-53
+    out = xp.empty((count, ids.shape[0]), dtype=np.float64)
+    for pair in range((count + 1) // 2):
+        z1 = _mix(key + (base + np.uint64(2 * pair + 1)) * gamma)
+        z2 = _mix(key + (base + np.uint64(2 * pair + 2)) * gamma)
+        u1 = ((z1 >> np.uint64(11)).astype(np.float64) + 1.0) * scale
+        angle = (z2 >> np.uint64(11)).astype(np.float64) * (2.0 * math.pi * scale)
+        radius = xp.sqrt(-2.0 * xp.log(u1))
+        out[2 * pair] = radius * xp.cos(angle)
+        if 2 * pair + 1 < count:
+            out[2 * pair + 1] = radius * xp.sin(angle)
+    return out
+
+
+def maxwell_boltzmann(xp, ids, temperature, seed):
+    """Velocities ``(3, N)`` (float64) at exactly ``temperature``, zero total momentum.
+
+    Gaussian components of variance ``T`` (mass 1) from the counter-based
+    stream :data:`STREAM_VELOCITIES`; the mean is removed and the result
+    rescaled so that ``2 K / (3N - 3) = T`` to rounding (the centre of mass
+    carries no kinetic energy, so 3N - 3 degrees of freedom remain).
+    """
+    n = ids.shape[0]
+    velocities = gaussians(xp, stream_key(seed, STREAM_VELOCITIES, 0), ids)
+    velocities -= velocities.mean(axis=1, keepdims=True)
+    if temperature == 0 or n < 2:
+        return xp.zeros_like(velocities)
+    kinetic = 0.5 * float((velocities * velocities).sum())
+    return velocities * math.sqrt(temperature * (3 * n - 3) / (2 * kinetic))
+
+
+def lj_pair_energy(r, epsilon=1.0, sigma=1.0):
+    """The Lennard-Jones pair energy ``4 eps ((sigma/r)**12 - (sigma/r)**6)``."""
+    sr6 = (sigma / r) ** 6
+    return 4.0 * epsilon * sr6 * (sr6 - 1.0)
+
+
+def tail_corrections(density, cutoff, epsilon=1.0, sigma=1.0):
+    """Long-range corrections of a Lennard-Jones potential truncated at ``cutoff``.
+
+    The standard corrections (Allen and Tildesley, *Computer Simulation of
+    Liquids*, 2nd ed. 2017, eqs. 2.144-2.145; Frenkel and Smit, *Understanding
+    Molecular Simulation*, eq. 3.2.5), which assume ``g(r) = 1`` beyond the
+    cutoff::
+
+        u_tail = (8/3)  pi rho   eps sigma^3 [ (1/3)(sigma/rc)^9 - (sigma/rc)^3 ]   per atom
+        P_tail = (16/3) pi rho^2 eps sigma^3 [ (2/3)(sigma/rc)^9 - (sigma/rc)^3 ]
+
+    ``P_virial + P_tail`` estimates the pressure of the full potential for
+    both the truncated and the truncated-and-shifted potential (their forces
+    are the same). ``U_truncated + N u_tail`` estimates the full potential
+    energy; with the shifted potential, ``U_truncated = U_shifted +
+    n_pairs(r < rc) u(rc)``.
+
+    Returns
+    -------
+    (float, float)
+        Energy per atom (epsilon) and pressure (epsilon / sigma**3); both negative.
+
+    Examples
+    --------
+    >>> energy, pressure = tail_corrections(0.8442, 2.5)
+    >>> round(energy, 4), round(pressure, 4)
+    (-0.452, -0.7621)
+    """
+    sr3 = (sigma / cutoff) ** 3
+    sr9 = sr3**3
+    energy = 8.0 / 3.0 * math.pi * density * epsilon * sigma**3 * (sr9 / 3.0 - sr3)
+    pressure = 16.0 / 3.0 * math.pi * density**2 * epsilon * sigma**3 * (2.0 * sr9 / 3.0 - sr3)
+    return energy, pressure

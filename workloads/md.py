@@ -1,0 +1,498 @@
+"""Molecular dynamics: a Lennard-Jones fluid in a periodic box, in reduced units.
+
+Units are reduced Lennard-Jones units: ``epsilon = sigma = mass = k_B = 1``,
+so lengths are in sigma, energies in epsilon, time in
+``sigma sqrt(mass / epsilon)``, temperature in ``epsilon / k_B`` and pressure
+in ``epsilon / sigma**3``. Atoms interact by the pair potential
+``u(r) = 4 ((1/r)^12 - (1/r)^6)`` truncated at ``cutoff`` and, with
+``shift=True`` (the default), shifted by ``u(cutoff)`` so that the energy is
+continuous (the forces are the same either way; molecular dynamics with
+either samples the shifted potential's ensemble).
+
+Integration (one force evaluation per step, forces carried in the state):
+
+* NVE, ``thermostat="none"``: velocity Verlet, i.e. half kick, drift, forces,
+  half kick (symplectic, time reversible; total momentum conserved).
+* NVT, ``thermostat="langevin"``: Langevin dynamics with friction ``gamma``
+  by the BAOAB splitting of Leimkuhler and Matthews (Appl. Math. Res. Express
+  2013, 34): half kick (B), half drift (A), the exact Ornstein-Uhlenbeck
+  step ``v <- c1 v + sqrt((1 - c1^2) T) R`` with ``c1 = exp(-gamma dt)``
+  (O), half drift (A), forces, half kick (B). Configurational averages
+  (potential energy, virial, g(r)) carry a small O(dt^2) error, O(dt^4) at
+  high friction; the kinetic temperature at whole steps is low by about
+  ``(omega_E dt)^2 / 4`` (omega_E the Einstein frequency: 0.35 % for the
+  liquid at T = 0.85, rho = 0.86, dt = 0.005).
+
+Each step is split into :meth:`LennardJones.drift_block` (the part before
+the forces: every atom on its own) and :meth:`LennardJones.kick_block`
+(neighbour list, forces, the last half kick). The Gaussian numbers R of the
+O step are a pure function of ``(seed, step, atom id)`` (see
+:mod:`hpcgpu.workloads._md_setup`), so that a partitioned run gives every
+atom the noise the single-partition run gives it.
+
+Forces come from :mod:`hpcgpu.kernels.md` with a full Verlet neighbour list
+of radius ``cutoff + skin``, rebuilt only when some atom has moved more than
+``skin / 2`` since the last build (builds are counted). Positions are kept wrapped into ``[0, L)`` with integer image counts, so
+unwrapped trajectories (mean-squared displacement) stay exact.
+
+Diagnostics (:meth:`LennardJones.diagnostics`): energies, temperature with
+3N - 3 degrees of freedom, virial pressure, momentum, mean-squared
+displacement, neighbour-list builds and the standard long-range tail
+corrections (:func:`tail_corrections`); g(r) is :meth:`LennardJones.rdf`.
+
+Examples
+--------
+>>> from hpcgpu.workloads.md import LennardJones
+>>> model = LennardJones(n_cells=4, temperature=1.44, backend="numpy")
+>>> state = model.initial_state()
+>>> round(model.diagnostics(state)["temperature"], 12), state.size
+(1.44, 256)
+>>> later = model.step(state, dt=0.005, steps=100)
+>>> abs(model.diagnostics(later)["energy"] / model.diagnostics(state)["energy"] - 1) < 1e-4
+True
+"""
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hpcgpu.backends import get_backend
+from hpcgpu.errors import ConfigError
+from hpcgpu.kernels import md as md_kernels
+from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
+from hpcgpu.workloads import _md_output as output
+from hpcgpu.workloads import _md_pairs as pairs
+from hpcgpu.workloads import _md_setup as setup
+from hpcgpu.workloads._md_output import XYZWriter
+
+__all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE",
+           "tail_corrections"]
+
+THERMOSTATS = ("none", "langevin")
+DEFAULT_DENSITY = 0.8442  # the classic liquid state point near the triple point
+MIN_DISTANCE = 0.5
+"""Closest approach (sigma) of a configuration given as arrays: a pair at 0.5
+sigma holds 16 000 epsilon, which no thermal state reaches."""
+# omega_max per sqrt(max |f|): on the repulsive wall u'' = 13 |u'| / r, and a
+# pair (reduced mass 1/2) vibrates at sqrt(2 u''). Verlet is stable for omega dt < 2.
+_OMEGA_PER_ROOT_FORCE = math.sqrt(26.0)
+
+tail_corrections = setup.tail_corrections
+
+
+@dataclass(frozen=True)
+class MDState:
+    """Atoms of one (partition of a) Lennard-Jones model.
+
+    Attributes
+    ----------
+    positions : array (3, N)
+        Wrapped into the box, ``0 <= x < L`` (sigma).
+    velocities, forces : arrays (3, N)
+        Velocities and the forces at ``positions`` (reduced units, mass 1).
+    images : int64 array (3, N)
+        Periodic images crossed: the unwrapped position is ``positions + images * box``.
+    origins : array (3, N)
+        Unwrapped positions at step 0 (for the mean-squared displacement).
+    ids : int64 array (N,)
+        Global atom ids: they key each atom's random numbers.
+    energies, virials : arrays (N,)
+        Half of the potential energy and of ``r . f`` of each of the atom's pairs.
+    step, rebuilds : int
+        Time steps taken (keys the thermostat's noise) and neighbour lists built so far.
+    neighbors : NeighborList or None
+        The current list (derived data; ``None`` makes the next step build one).
+    """
+
+    positions: object
+    velocities: object
+    forces: object
+    images: object
+    origins: object
+    ids: object
+    energies: object
+    virials: object
+    step: int = 0
+    rebuilds: int = 0
+    neighbors: object = None
+
+    def arrays(self):
+        return (self.positions, self.velocities, self.forces, self.images, self.origins, self.ids,
+                self.energies, self.virials)
+
+    @property
+    def size(self):
+        return self.ids.shape[0]
+
+
+class LennardJones:
+    """Lennard-Jones fluid: atoms in a periodic orthorhombic box on a backend.
+
+    Parameters
+    ----------
+    n_cells : int or tuple of 3 int
+        Face-centred cubic unit cells per side of the initial lattice
+        (``N = 4 nx ny nz`` atoms).
+    density : float, optional
+        Number density (sigma^-3, > 0) that sets the box from ``n_cells``;
+        default 0.8442. Give this or ``box``, not both.
+    box : tuple of 3 float, optional
+        Box sides (sigma); the lattice is stretched to fill it.
+    temperature : float
+        Temperature of the initial velocities and of the thermostat (>= 0).
+    cutoff : float
+        Interaction cutoff (sigma), at most half the shortest box side.
+    skin : float
+        Verlet skin (sigma, > 0).
+    shift : bool
+        Shift the pair energy to zero at the cutoff (continuous energy; use
+        it for NVE energy conservation).
+    thermostat : str
+        ``"none"`` (NVE, velocity Verlet) or ``"langevin"`` (NVT, BAOAB).
+    friction : float
+        Langevin friction gamma (1/time, > 0).
+    dtype, backend
+        As for every hpcgpu model.
+    seed : int
+        Seed of the initial velocities and of the thermostat's noise.
+
+    Raises
+    ------
+    ConfigError
+        A parameter out of range, naming it.
+
+    Examples
+    --------
+    >>> model = LennardJones(n_cells=5, density=0.8442, backend="numpy")
+    >>> model.n, round(model.box[0], 4)
+    (500, 8.398)
+    """
+
+    name = "md"
+    decomposition = "atoms"  # how hpcgpu.distributed would partition it
+    field_names = ("positions", "velocities")
+    cfl_limit = 1.0
+
+    def __init__(self, n_cells=5, *, density=None, box=None, temperature=1.0, cutoff=2.5, skin=0.3,
+                 shift=True, thermostat="none", friction=1.0, dtype="float64", backend="auto", seed=0):
+        if density is None and box is None:
+            density = DEFAULT_DENSITY
+        self.cells, self.box = setup.geometry(n_cells, density, box)
+        self.n = 4 * self.cells[0] * self.cells[1] * self.cells[2]
+        self.volume = self.box[0] * self.box[1] * self.box[2]
+        self.density = self.n / self.volume
+        self.temperature = check_float("temperature", temperature, minimum=0.0)
+        self.cutoff = check_float("cutoff", cutoff, minimum=0.0, strict_min=True)
+        if self.cutoff > min(self.box) / 2:
+            raise ConfigError(
+                f"cutoff={self.cutoff:g} must be <= half the shortest box side ({min(self.box) / 2:.4g} "
+                f"for box {tuple(round(b, 4) for b in self.box)}): the minimum image would miss pairs; "
+                f"use more cells (n_cells) or a smaller cutoff")
+        self.skin = check_float("skin", skin, minimum=0.0, strict_min=True)
+        if not isinstance(shift, (bool, np.bool_)):
+            raise ConfigError(f"shift must be True or False; got {shift!r}")
+        self.shift = bool(shift)
+        self.thermostat = check_choice("thermostat", thermostat, THERMOSTATS)
+        self.friction = check_float("friction", friction, minimum=0.0, strict_min=True)
+        self.seed = check_int("seed", seed, minimum=0)
+        self.dtype = check_dtype("dtype", dtype)
+        self.backend = get_backend(backend)
+        self.backend_request = backend if isinstance(backend, str) else self.backend.name
+        self.energy_shift = md_kernels.energy_shift(self.cutoff) if self.shift else 0.0
+
+    @property
+    def case(self):
+        """``"nve"`` or ``"langevin"``: names runs and outputs."""
+        return "nve" if self.thermostat == "none" else "langevin"
+
+    # -- set-up -----------------------------------------------------------------------
+    def initial_state(self):
+        """Atoms on an fcc lattice with Maxwell-Boltzmann velocities at ``temperature``."""
+        return self.state_from_arrays(setup.fcc_lattice(self.cells, self.box))
+
+    def state_from_arrays(self, positions, velocities=None, ids=None, *, step=0):
+        """A state from positions ``(3, N)``, optional velocities ``(3, N)`` and ids ``(N,)``.
+
+        Positions may lie outside the box (they are wrapped; the images are
+        kept, so they are the origins of the mean-squared displacement).
+        Without velocities, Maxwell-Boltzmann velocities at ``temperature``
+        with zero total momentum are drawn; ids default to ``0..N-1``.
+        ``step`` is the number of steps taken so far: it keys the
+        thermostat's noise, so a run restarted from saved arrays continues
+        with the noise it would have had.
+
+        Raises
+        ------
+        ConfigError
+            Wrong shapes, fewer than 2 atoms, NaN/inf, ids that are not
+            unique non-negative integers, or overlapping atoms (closer than
+            :data:`MIN_DISTANCE`).
+        """
+        b, xp = self.backend, self.backend.xp
+        positions = b.asarray(positions, dtype=self.dtype)
+        if positions.ndim != 2 or positions.shape[0] != 3 or positions.shape[1] < 2:
+            raise ConfigError(f"positions must have shape (3, N) (rows x, y, z) with N >= 2; got {positions.shape}")
+        check_finite_array("positions", positions)
+        n = positions.shape[1]
+        ids = setup.atom_ids(self.backend, ids, n)
+        if velocities is None:
+            velocities = setup.maxwell_boltzmann(xp, ids, self.temperature, self.seed)
+        velocities = b.asarray(velocities, dtype=self.dtype)
+        if velocities.shape != (3, n):
+            raise ConfigError(f"velocities must have shape (3, {n}) (rows x, y, z); got {velocities.shape}")
+        check_finite_array("velocities", velocities)
+        origins = positions.copy()
+        positions, images = setup.wrap(xp, self.box, positions.copy(), xp.zeros((3, n), dtype=np.int64))
+        neighbors = self.neighbor_list(positions)
+        pairs.check_overlaps(self.backend, self.box, positions, neighbors, ids, MIN_DISTANCE)
+        forces, energies, virials = self.forces(positions, neighbors)
+        return MDState(positions, velocities, forces, images, origins, ids, energies, virials,
+                       step=check_int("step", step, minimum=0), rebuilds=1, neighbors=neighbors)
+
+    # -- neighbour pairs ------------------------------------------------------------------
+    def neighbor_list(self, positions, previous=None):
+        """A fresh neighbour list (radius ``cutoff + skin``) for ``positions``."""
+        capacity = None if previous is None else previous.capacity
+        return md_kernels.build_neighbor_list(positions, self.box, cutoff=self.cutoff, skin=self.skin,
+                                              capacity=capacity, backend=self.backend)
+
+    def rdf(self, state, bins=100, r_max=None):
+        """Radial distribution function g(r) of one state.
+
+        Counts every pair (minimum image) closer than ``r_max`` and
+        normalises by the ideal-gas count ``N (N - 1) / V`` times the shell
+        volume. Up to the cutoff the state's own neighbour list serves (no
+        extra memory); beyond it a list of radius ``r_max`` is built.
+
+        Parameters
+        ----------
+        state : MDState
+        bins : int
+            Number of shells of equal width (>= 1).
+        r_max : float, optional
+            Largest distance (sigma), at most half the shortest box side;
+            default the cutoff.
+
+        Returns
+        -------
+        r, g : numpy arrays (bins,)
+            Shell centres (sigma) and g(r).
+
+        Examples
+        --------
+        >>> model = LennardJones(4, backend="numpy")
+        >>> r, g = model.rdf(model.initial_state(), bins=250)
+        >>> nearest = model.box[0] / 4 / 2**0.5  # the fcc lattice's nearest neighbours: a / sqrt 2
+        >>> bool(abs(r[g.argmax()] - nearest) < 0.01)
+        True
+        """
+        bins = check_int("bins", bins, minimum=1)
+        r_max = self.cutoff if r_max is None else check_float("r_max", r_max, minimum=0.0, strict_min=True,
+                                                              maximum=min(self.box) / 2)
+        neighbors = state.neighbors
+        if (neighbors is None or r_max > neighbors.cutoff
+                or md_kernels.needs_rebuild(neighbors, state.positions)):
+            neighbors = md_kernels.build_neighbor_list(state.positions, self.box, cutoff=max(r_max, self.cutoff),
+                                                       skin=self.skin, backend=self.backend)
+        return pairs.radial_distribution(self.backend, self.box, state.positions, neighbors, bins, r_max)
+
+    # -- forces and time stepping -------------------------------------------------------------
+    def forces(self, positions, neighbors):
+        """Forces ``(3, N)`` and per-atom energies and virials ``(N,)`` from a neighbour list."""
+        b, n = self.backend, positions.shape[1]
+        forces, energies, virials = b.empty((3, n), self.dtype), b.empty((n,), self.dtype), b.empty((n,), self.dtype)
+        b.kernels("md").forces(positions, self.box, neighbors.neighbors, neighbors.counts, self.cutoff**2, 1.0, 1.0,
+                               self.energy_shift, forces, energies, virials)
+        return forces, energies, virials
+
+    def step(self, state, dt, steps=1):
+        """Advance ``steps`` steps of size ``dt``; returns a new state."""
+        return self.stepper(dt).advance(state, steps)
+
+    def stepper(self, dt):
+        """An :class:`Integrator` that advances states by ``dt`` (> 0)."""
+        return Integrator(self, check_float("dt", dt, minimum=0.0, strict_min=True))
+
+    def suggested_dt(self, state, cfl=0.15):
+        """The step whose time-step number (see :meth:`cfl`) is ``cfl``, at most the customary 0.005."""
+        cfl = check_float("cfl", cfl, minimum=0.0, strict_min=True)
+        per_dt = self.cfl(state, 1.0)
+        return min(0.005, cfl / per_dt) if per_dt > 0 else 0.005
+
+    def warm_up(self):
+        """Compile this backend's kernels on 108 atoms."""
+        tiny = LennardJones(3, cutoff=2.0, thermostat=self.thermostat, dtype=self.dtype, backend=self.backend)
+        tiny.step(tiny.initial_state(), 0.005, 2)
+        self.backend.synchronize()
+
+    # -- partitions of atoms ----------------------------------------------------------------------
+    def drift_block(self, state, dt):
+        """The part of a step before the forces: half kick and drift (with the O step of BAOAB).
+
+        Each atom on its own; the neighbour list is kept (the kick checks it).
+        """
+        half = 0.5 * dt
+        velocities = state.velocities + state.forces * half
+        if self.thermostat == "none":
+            positions = state.positions + velocities * dt
+        else:
+            xp = self.backend.xp
+            positions = state.positions + velocities * half
+            c1 = math.exp(-self.friction * dt)
+            key = setup.stream_key(self.seed, setup.STREAM_LANGEVIN, state.step)
+            noise = setup.gaussians(xp, key, state.ids).astype(self.dtype)
+            velocities = c1 * velocities + math.sqrt((1.0 - c1 * c1) * self.temperature) * noise
+            positions = positions + velocities * half
+        positions, images = setup.wrap(self.backend.xp, self.box, positions, state.images.copy())
+        return replace(state, positions=positions, velocities=velocities, images=images, step=state.step + 1)
+
+    def kick_block(self, state, dt):
+        """The part after the drift: neighbour list if stale, forces, second half kick."""
+        neighbors, rebuilds = state.neighbors, state.rebuilds
+        if neighbors is None or md_kernels.needs_rebuild(neighbors, state.positions):
+            neighbors = self.neighbor_list(state.positions, neighbors)
+            rebuilds += 1
+        forces, energies, virials = self.forces(state.positions, neighbors)
+        velocities = state.velocities + forces * (0.5 * dt)
+        return replace(state, velocities=velocities, forces=forces, energies=energies, virials=virials,
+                       neighbors=neighbors, rebuilds=rebuilds)
+
+    def decomposition_size(self):
+        return self.n
+
+    def take_block(self, state, start, stop):
+        """Atoms ``start:stop`` as independent arrays (without a neighbour list)."""
+        arrays = (a[..., start:stop].copy() for a in state.arrays())
+        return MDState(*arrays, step=state.step, rebuilds=state.rebuilds)
+
+    def concat_blocks(self, states):
+        """Blocks joined in order, on this model's backend (without a neighbour list)."""
+        arrays = [self.backend.xp.concatenate([self.backend.asarray(a) for a in group], axis=-1)
+                  for group in zip(*(s.arrays() for s in states))]
+        return MDState(*arrays, step=states[0].step, rebuilds=max(s.rebuilds for s in states))
+
+    def to_host(self, state):
+        host = (self.backend.to_host(a) for a in state.arrays())
+        return MDState(*host, step=state.step, rebuilds=state.rebuilds)
+
+    # -- diagnostics ----------------------------------------------------------------------------
+    def cfl(self, state, dt):
+        """Time-step number ``dt * omega_max / 2``: 1 is velocity Verlet's stability limit.
+
+        ``omega_max = sqrt(26 max|f|)`` estimates the highest pair frequency
+        from the largest force (see ``_OMEGA_PER_ROOT_FORCE``); the liquid at
+        ``dt = 0.005`` sits near 0.15 and blows up near 1. NaN for non-finite values.
+        """
+        return self.combine_health([self.block_health(state)], dt)[1]
+
+    def bad_fields(self, state):
+        """Names of the fields holding NaN/inf."""
+        isfinite = self.backend.xp.isfinite
+        return [name for name in self.field_names if not bool(isfinite(getattr(state, name)).all())]
+
+    def block_health(self, state):
+        f2 = (state.forces.astype(np.float64) ** 2).sum(axis=0)
+        return {"f_max": math.sqrt(float(f2.max())) if f2.size else 0.0, "bad": self.bad_fields(state)}
+
+    def combine_health(self, parts, dt):
+        bad = sorted({name for p in parts for name in p["bad"]}, key=self.field_names.index)
+        f_max = max(p["f_max"] for p in parts)
+        if bad or not math.isfinite(f_max):
+            return bad or ["positions"], math.nan
+        return [], 0.5 * dt * _OMEGA_PER_ROOT_FORCE * math.sqrt(f_max)
+
+    def diagnostics(self, state, dt=None):
+        """Energies, temperature, pressure, momentum, MSD and tail corrections (dict of floats).
+
+        ``kinetic_energy``, ``potential_energy`` (of the simulated, shifted or
+        truncated, potential) and ``energy`` (their sum, conserved in NVE);
+        ``potential_energy_per_atom``; ``temperature`` ``2 K' / (3N - 3)``
+        with ``K'`` the kinetic energy in the centre-of-mass frame;
+        ``pressure`` ``(N T + W / 3) / V``; ``energy_tail`` (N u_tail) and
+        ``pressure_tail`` (add them for full-potential estimates, see
+        :func:`tail_corrections`); ``momentum_x/y/z``; ``msd``, the mean
+        squared displacement since step 0 (sigma^2); ``density``;
+        ``neighbor_rebuilds``, the neighbour lists built so far.
+        """
+        out = self.combine_sums([self.block_sums(state, 0)])
+        if dt is not None:
+            out["max_cfl"] = self.cfl(state, dt)
+        return out
+
+    def block_sums(self, state, start, extra=None):
+        """Sums over a block of atoms that add up to the global diagnostics."""
+        xp = self.backend.xp
+        v = state.velocities.astype(np.float64)
+        squared = 0.0
+        for axis, length in enumerate(self.box):
+            d = state.positions[axis].astype(np.float64) + state.images[axis] * length - state.origins[axis]
+            squared = squared + d * d
+        values = xp.stack([(v * v).sum(), *v.sum(axis=1), state.energies.sum(dtype=np.float64),
+                           state.virials.sum(dtype=np.float64), xp.asarray(squared).sum()])
+        names = ("kinetic2", "momentum_x", "momentum_y", "momentum_z", "potential", "virial", "squared_displacement")
+        out = dict(zip(names, (float(x) for x in self.backend.to_host(values))))
+        out.update(atoms=state.size, rebuilds=state.rebuilds)
+        return out
+
+    def combine_sums(self, parts):
+        total = {key: sum(p[key] for p in parts) for key in parts[0] if key != "rebuilds"}
+        n = total["atoms"]
+        kinetic = 0.5 * total["kinetic2"]
+        momentum2 = sum(total[f"momentum_{a}"] ** 2 for a in "xyz")
+        temperature = 2.0 * (kinetic - 0.5 * momentum2 / n) / (3 * n - 3)
+        density = n / self.volume
+        energy_tail, pressure_tail = tail_corrections(density, self.cutoff)
+        out = {"energy": kinetic + total["potential"], "kinetic_energy": kinetic,
+               "potential_energy": total["potential"], "potential_energy_per_atom": total["potential"] / n,
+               "temperature": temperature, "pressure": (n * temperature + total["virial"] / 3.0) / self.volume,
+               "energy_tail": n * energy_tail, "pressure_tail": pressure_tail,
+               "msd": total["squared_displacement"] / n, "density": density,
+               "neighbor_rebuilds": max(p["rebuilds"] for p in parts)}
+        for axis in "xyz":
+            out[f"momentum_{axis}"] = total[f"momentum_{axis}"]
+        return out
+
+    # -- output -------------------------------------------------------------------------------
+    def to_dataset(self, state, time=None):
+        """The atoms as an ``xarray.Dataset`` (dimensions ``axis``, ``atom``; see :func:`_md_output.dataset`)."""
+        return output.dataset(self, state, time)
+
+    def attributes(self):
+        return {"model": "lennard_jones", "units": "reduced LJ (epsilon = sigma = mass = k_B = 1)",
+                "n_cells": str(self.cells), "density": self.density, "box_x": self.box[0], "box_y": self.box[1],
+                "box_z": self.box[2], "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin,
+                "shift": int(self.shift), "thermostat": self.thermostat, "friction": self.friction,
+                "dtype": self.dtype.name, "backend": self.backend.name, "seed": self.seed,
+                "integrator": "velocity Verlet" if self.thermostat == "none" else "Langevin BAOAB"}
+
+    def with_backend(self, backend):
+        other = object.__new__(LennardJones)
+        other.__dict__.update(self.__dict__)
+        other.backend = get_backend(backend)
+        return other
+
+    def __repr__(self):
+        return (f"LennardJones(n={self.n}, density={self.density:.4g}, temperature={self.temperature:g}, "
+                f"cutoff={self.cutoff:g}, thermostat={self.thermostat!r}, dtype={self.dtype.name!r}, "
+                f"backend={self.backend.name!r})")
+
+
+class Integrator:
+    """Velocity Verlet (NVE) or Langevin BAOAB (NVT): one force evaluation per step.
+
+    A step is :meth:`LennardJones.drift_block` then
+    :meth:`LennardJones.kick_block`; the state carries the forces at its
+    positions and the neighbour list.
+    """
+
+    def __init__(self, model, dt):
+        self.model = model
+        self.dt = dt
+
+    def advance(self, state, steps=1):
+        steps = check_int("steps", steps, minimum=0)
+        model = self.model
+        for _ in range(steps):
+            state = model.kick_block(model.drift_block(state, self.dt), self.dt)
+        return state
