@@ -201,8 +201,10 @@ def DistributedExecutor(client, model, state, dt, **kwargs):
     """The executor for ``model``'s decomposition on a dask cluster.
 
     ``model.decomposition`` is ``"rows"`` (blocks of grid rows with halo
-    exchange: :class:`RowExecutor`) or ``"bodies"`` (blocks of particles
-    that need every position each step: :class:`BodyExecutor`). Keyword
+    exchange: :class:`RowExecutor`), ``"bodies"`` (blocks of particles
+    that need every position each step: :class:`BodyExecutor`) or
+    ``"domains"`` (slabs of space with ghost atoms and migration, for
+    short-range particles: :class:`hpcgpu.domains.DomainExecutor`). Keyword
     arguments are those of :class:`RowExecutor`.
     """
     kind = getattr(model, "decomposition", "rows")
@@ -210,7 +212,11 @@ def DistributedExecutor(client, model, state, dt, **kwargs):
         return RowExecutor(client, model, state, dt, **kwargs)
     if kind == "bodies":
         return BodyExecutor(client, model, state, dt, **kwargs)
-    raise ConfigError(f"model decomposition must be 'rows' or 'bodies'; got {kind!r}")
+    if kind == "domains":
+        from hpcgpu.domains import DomainExecutor
+
+        return DomainExecutor(client, model, state, dt, **kwargs)
+    raise ConfigError(f"model decomposition must be 'rows', 'bodies' or 'domains'; got {kind!r}")
 
 
 class _PartitionedExecutor:
@@ -265,26 +271,37 @@ class _PartitionedExecutor:
         elif isinstance(weights, str):
             if weights != "calibrate":
                 raise ConfigError(f"weights must be a sequence of numbers or 'calibrate'; got {weights!r}")
+            if getattr(model, "decomposition", "rows") != "rows":
+                raise ConfigError(f"weights='calibrate' is only available for grid models; give {self.unit} "
+                                  "weights as numbers, one per partition")
             rates = calibrate_workers(client, model)
             self.rates = rates
             weights = [rates[w] for w in self.owner]
         elif len(weights) != partitions:
             raise ConfigError(f"weights must have one entry per partition ({partitions}); got {len(weights)}")
         self.weights = [float(w) for w in weights]
-        self.bounds = split_rows(rows, self.weights, self._minimum_block(partitions))
+        self._layout(partitions)
         self.token = uuid.uuid4().hex[:12]
         self.superstep = 0
         self.step = 0
         self._model = client.scatter(model, broadcast=True, hash=False)
-        host = model.to_host(state)
-        self.blocks = [client.scatter(model.take_block(host, a, b), workers=[w], hash=False)
-                       for (a, b), w in zip(self.bounds, self.owner)]
+        self.blocks = [client.scatter(block, workers=[w], hash=False)
+                       for block, w in zip(self._split(model.to_host(state)), self.owner)]
         self._pending = []
         self._in_flight = deque()
 
+    def _layout(self, partitions):
+        """Decide what each partition holds (sets ``self.bounds``)."""
+        rows = self.model.decomposition_size()
+        self.bounds = split_rows(rows, self.weights, self._minimum_block(partitions))
+
+    def _split(self, host_state):
+        """The initial blocks, one per partition, from the global state on the host."""
+        return [self.model.take_block(host_state, a, b) for a, b in self.bounds]
+
     @property
     def partitions(self):
-        return len(self.bounds)
+        return len(self.owner)
 
     @property
     def granularity(self):
@@ -314,7 +331,7 @@ class _PartitionedExecutor:
 
     # -- results that only carry scalars -------------------------------------------
     def request_health(self, step):
-        futures = [self._submit(_block_health, self._model, block, key=self._key("health", self.superstep, p),
+        futures = [self._submit(self._health_task, self._model, block, key=self._key("health", self.superstep, p),
                                 worker=self.owner[p]) for p, block in enumerate(self.blocks)]
         self._pending.append(("health", step, futures))
 
@@ -322,11 +339,15 @@ class _PartitionedExecutor:
         futures = []
         for p, block in enumerate(self.blocks):
             extra = self._sums_extra(p)
-            futures.append(self._submit(_block_sums, self._model, block, self.bounds[p][0], extra,
+            futures.append(self._submit(self._sums_task, self._model, block, self.bounds[p][0], extra,
                                         key=self._key("diagnostics", self.superstep, p), worker=self.owner[p]))
         self._pending.append(("diagnostics", step, futures))
 
     unit = "items"
+    # Tasks that read one block (module functions: they pickle by reference).
+    _health_task = staticmethod(_block_health)
+    _sums_task = staticmethod(_block_sums)
+    _host_task = staticmethod(_to_host)
 
     def _minimum_block(self, partitions):
         """Fewest items a block may hold."""
@@ -412,10 +433,14 @@ class _PartitionedExecutor:
         """Gather the whole state to the client (for output; not used while stepping)."""
         if not self.blocks:
             raise ClusterError(f"{self.name}: the run was closed; its state is no longer on the cluster")
-        hosts = self._gather([self._submit(_to_host, self._model, block, key=self._key("gather", self.superstep, p),
-                                           worker=self.owner[p]) for p, block in enumerate(self.blocks)])
-        state = self.model.concat_blocks(hosts)
-        return state
+        hosts = self._gather([self._submit(self._host_task, self._model, block,
+                                           key=self._key("gather", self.superstep, p), worker=self.owner[p])
+                              for p, block in enumerate(self.blocks)])
+        return self._join(hosts)
+
+    def _join(self, host_blocks):
+        """The global state from the blocks gathered to the host."""
+        return self.model.concat_blocks(host_blocks)
 
     def describe(self):
         return {"executor": "distributed", "backend": self.model.backend_request,

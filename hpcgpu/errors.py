@@ -10,6 +10,7 @@ __all__ = [
     "BackendUnavailable",
     "UnstableSimulation",
     "ClusterError",
+    "ConvergenceError",
 ]
 
 
@@ -34,6 +35,31 @@ class BackendUnavailable(HpcgpuError, RuntimeError):
 
 class ClusterError(HpcgpuError, RuntimeError):
     """A dask cluster cannot be started or reached, or lost a worker mid-run."""
+
+
+class ConvergenceError(HpcgpuError, ArithmeticError):
+    """An iterative solver stopped without reaching its tolerance.
+
+    Attributes
+    ----------
+    residuals : list of float
+        The relative residual norm after each iteration (the history a
+        numerical analyst wants to see: a stall, a blow-up, a non-SPD matrix).
+    iterations : int
+        Iterations taken.
+    """
+
+    def __init__(self, message, *, residuals, iterations):
+        super().__init__(message)
+        self.residuals = list(residuals)
+        self.iterations = iterations
+
+    def __reduce__(self):
+        return (_rebuild_convergence, (self.args[0], self.residuals, self.iterations))
+
+
+def _rebuild_convergence(message, residuals, iterations):
+    return ConvergenceError(message, residuals=residuals, iterations=iterations)
 
 
 class UnstableSimulation(HpcgpuError, FloatingPointError):

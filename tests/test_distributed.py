@@ -220,3 +220,61 @@ def test_bodies_need_every_position_each_step(client):
     model = NBody("plummer", n=64, backend="numba")
     with pytest.raises(ConfigError, match="steps_per_task must be 1"):
         Simulation(model, dt=0.01, client=client, partitions=2, steps_per_task=4)
+
+
+@pytest.fixture(scope="module")
+def liquid():
+    """A melted Lennard-Jones liquid (from the fcc lattice, 400 local steps)."""
+    from hpcgpu.workloads.md import LennardJones
+
+    def make(n_cells, thermostat):
+        model = LennardJones(n_cells, temperature=1.44, thermostat=thermostat, backend="numba", seed=3)
+        return model, model.step(model.initial_state(), 0.005, 400)
+
+    return make
+
+
+@pytest.mark.parametrize("partitions, thermostat", [(2, "none"), (3, "none"), (2, "langevin")])
+def test_md_domains_reproduce_the_single_run_with_atoms_migrating(client, liquid, partitions, thermostat):
+    model, state = liquid(6 if partitions == 3 else 5, thermostat)
+    reference = Simulation(model, state, dt=0.005, stop_steps=100, progress=False).run()
+    sim = Simulation(model, state, dt=0.005, stop_steps=100, progress=False, client=client,
+                     partitions=partitions).run()
+    # Chaotic dynamics amplify the rounding of another summation order: ~1e-14 after 100 steps.
+    for name in ("positions", "velocities", "forces"):
+        np.testing.assert_allclose(getattr(sim.state, name), getattr(reference.state, name), rtol=0, atol=1e-9,
+                                   err_msg=name)
+    np.testing.assert_array_equal(sim.state.images, reference.state.images)
+    np.testing.assert_array_equal(sim.state.ids, reference.state.ids)
+    expected = reference.diagnostics.sel(time=sim.diagnostics.time)
+    for key in ("energy", "temperature", "pressure", "msd"):
+        np.testing.assert_allclose(sim.diagnostics[key], expected[key], rtol=1e-10, err_msg=key)
+    summary = sim.summary()
+    assert sum(summary["atoms_per_partition"]) == model.n and len(summary["slab_edges"]) == partitions + 1
+    # Atoms crossed slab borders (they migrated between partitions) during the run.
+    slab = np.searchsorted(summary["slab_edges"][1:-1], state.positions[2], side="right")
+    slab_after = np.searchsorted(summary["slab_edges"][1:-1], sim.state.positions[2], side="right")
+    assert (slab != slab_after).sum() > 0
+
+
+def test_md_domains_refuse_slabs_thinner_than_the_ghost_radius(client):
+    from hpcgpu.workloads.md import LennardJones
+
+    model = LennardJones(5, temperature=1.0, backend="numba")  # box side 8.4: two slabs at most
+    with pytest.raises(ConfigError, match=r"partitions=3 .* at least cutoff \+ 2 skin = 3.1.* at most 2 partitions"):
+        Simulation(model, dt=0.005, client=client, partitions=3)
+    with pytest.raises(ConfigError, match="steps_per_task must be 1 for md"):
+        Simulation(model, dt=0.005, client=client, partitions=2, steps_per_task=2)
+    with pytest.raises(ConfigError, match="weights='calibrate' is only available for grid models"):
+        Simulation(model, dt=0.005, client=client, partitions=2, weights="calibrate")
+
+
+def test_slabs_find_ghosts_across_the_periodic_edge():
+    from hpcgpu.domains import Slabs
+
+    slabs = Slabs((0.0, 4.0, 8.0, 12.0), axis=2, length=12.0)
+    z = np.array([0.5, 3.9, 4.0, 7.0, 8.5, 11.9])
+    assert slabs.of(np, z).tolist() == [0, 0, 1, 1, 2, 2]
+    # slab 0 sees the top of slab 2 through the periodic edge and the bottom of slab 1
+    assert slabs.near(np, z, 0, 1.0).tolist() == [True, True, True, False, False, True]
+    assert slabs.neighbours(0) == (1, 2) and Slabs((0.0, 6.0, 12.0), 2, 12.0).neighbours(1) == (0,)

@@ -170,7 +170,7 @@ class LennardJones:
     """
 
     name = "md"
-    decomposition = "atoms"  # how hpcgpu.distributed would partition it
+    decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.domains
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
 
@@ -360,6 +360,64 @@ class LennardJones:
 
     def decomposition_size(self):
         return self.n
+
+    # The "domains" decomposition (hpcgpu.domains): slabs of the box, ghosts, migration.
+    def ghost_radius(self):
+        """``cutoff + skin``: atoms this close to a domain are its ghosts."""
+        return self.cutoff + self.skin
+
+    def migration_margin(self):
+        """How far (sigma) an atom may stray from its domain before the lists are rebuilt (the skin)."""
+        return self.skin
+
+    def block_positions(self, state):
+        return state.positions
+
+    def atom_ids(self, state):
+        return state.ids
+
+    def select_atoms(self, state, index):
+        """The atoms ``index`` (an integer array) of a block, as independent arrays (no neighbour list)."""
+        return MDState(*(a[..., index] for a in state.arrays()), step=state.step, rebuilds=state.rebuilds)
+
+    def block_needs_rebuild(self, state):
+        """Whether an atom of the block moved more than ``skin / 2`` since its list was built (or it has none).
+
+        Only the block's own atoms are checked (the first ``N`` of the list's
+        reference positions); ghosts are checked by their own domains.
+        """
+        neighbors = state.neighbors
+        if neighbors is None:
+            return True
+        xp, n = self.backend.xp, state.size
+        largest = 0.0
+        for axis, length in enumerate(self.box):
+            d = state.positions[axis] - neighbors.reference_positions[axis, :n]
+            d -= length * xp.rint(d * (1.0 / length))
+            largest = largest + d * d
+        return bool(n) and bool(largest.max() > (0.5 * self.skin) ** 2)
+
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild):
+        """:meth:`kick_block` for a domain: forces on its atoms from themselves and ``ghost_positions``.
+
+        The neighbour list spans the block's atoms then the ghosts; it is
+        rebuilt when ``rebuild`` (a decision taken over all domains), else
+        the ghosts must be the same atoms, in the same order, as when it was built.
+        """
+        xp, n = self.backend.xp, state.size
+        positions = xp.concatenate([state.positions, ghost_positions], axis=1)
+        neighbors, rebuilds = state.neighbors, state.rebuilds
+        if rebuild or neighbors is None:
+            neighbors = self.neighbor_list(positions, neighbors)
+            rebuilds += 1
+        elif neighbors.size != positions.shape[1]:
+            raise ConfigError(f"the ghosts changed without a neighbour-list rebuild ({neighbors.size} listed "
+                              f"atoms, {positions.shape[1]} given)")
+        forces, energies, virials = self.forces(positions, neighbors)
+        forces, energies, virials = forces[:, :n], energies[:n], virials[:n]
+        velocities = state.velocities + forces * (0.5 * dt)
+        return replace(state, velocities=velocities, forces=forces, energies=energies, virials=virials,
+                       neighbors=neighbors, rebuilds=rebuilds)
 
     def take_block(self, state, start, stop):
         """Atoms ``start:stop`` as independent arrays (without a neighbour list)."""

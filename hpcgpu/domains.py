@@ -1,0 +1,303 @@
+"""Spatial decomposition of short-range particles on a dask cluster: slabs, ghosts, migration.
+
+The periodic box is cut into P slabs along one axis (z); a partition owns
+the atoms in its slab and keeps them resident on its worker. Forces need
+every atom within ``cutoff + skin`` (the ghost radius) of a slab, so each
+step the partitions next to it send it the positions of those atoms, its
+*ghosts*. Nothing else moves, and the client only holds futures.
+
+Ownership and the ghost lists change only when the neighbour lists are
+rebuilt, which is decided for all partitions at once: a step rebuilds when
+any atom anywhere has moved more than ``skin / 2`` since the last build
+(the Verlet criterion of the single-partition run). One step is these tasks
+(``P`` partitions, neighbours ``q`` of ``p``)::
+
+    drift p          half kick and drift of p's atoms (model.drift_block)
+    moved p          did one of them move more than skin / 2?   (a bool)
+    rebuild          any(moved)                                  (one task)
+    migrants q->p    rebuild: q's atoms now in p's slab;   else nothing
+    settle p         rebuild: p keeps its own and takes the migrants
+    ghosts q->p      rebuild: positions of q's atoms within the ghost radius
+                     of p's slab (a fresh ghost list); else the positions of
+                     the same atoms as last time, in the same order
+    kick p           forces on p's atoms from p's atoms and its ghosts, the
+                     second half kick (model.kick_with_ghosts); on a rebuild
+                     it also remembers which of its atoms each neighbour needs
+
+Why it is exact: between rebuilds no atom moves more than ``skin / 2``, so
+an atom that was farther than ``cutoff + skin`` from a slab at the last
+rebuild (not a ghost) cannot come within ``cutoff`` of that slab's atoms,
+the same argument that makes the Verlet list valid. Pair distances use the
+minimum image of the whole box, so ghosts need no image shifts, and with two
+slabs an atom near both edges of the other slab is sent once. Each force is
+summed from the same pairs as in the single-partition run, in another
+order: results agree to rounding (chaotic dynamics amplify it slowly).
+
+A slab must be at least ``ghost radius + margin`` thick (``margin``, the
+skin, is how far an atom may stray from its slab before a rebuild), so that
+ghosts and migrants only come from the adjacent slabs.
+
+The model provides ``ghost_radius``, ``migration_margin``,
+``block_positions``, ``atom_ids``, ``select_atoms``, ``concat_blocks``,
+``drift_block``, ``block_needs_rebuild``, ``kick_with_ghosts``,
+``to_host``, ``block_sums``/``combine_sums``, ``block_health``/``combine_health``
+and a ``box`` (see :class:`hpcgpu.workloads.md.LennardJones`).
+"""
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hpcgpu.distributed import _on_worker, _PartitionedExecutor
+from hpcgpu.errors import ConfigError, UnstableSimulation
+
+__all__ = ["DomainExecutor", "Slabs"]
+
+
+@dataclass(frozen=True)
+class Slabs:
+    """Slabs of a periodic box along one axis.
+
+    Attributes
+    ----------
+    bounds : tuple of float
+        ``P + 1`` edges from 0 to ``length``; slab ``p`` is ``[bounds[p], bounds[p + 1])``.
+    axis : int
+        The axis cut (0, 1, 2 for x, y, z).
+    length : float
+        The box side along ``axis``.
+
+    Examples
+    --------
+    >>> slabs = Slabs((0.0, 5.0, 10.0), axis=2, length=10.0)
+    >>> slabs.of(np, np.array([0.0, 4.9, 5.0, 9.99])).tolist()
+    [0, 0, 1, 1]
+    >>> slabs.near(np, np.array([5.5, 9.5, 7.5]), 0, 1.0).tolist()
+    [True, True, False]
+    """
+
+    bounds: tuple
+    axis: int
+    length: float
+
+    @property
+    def count(self):
+        return len(self.bounds) - 1
+
+    def of(self, xp, z):
+        """The slab of each coordinate in ``z`` (wrapped into ``[0, length)``)."""
+        inner = xp.asarray(np.asarray(self.bounds[1:-1], dtype=np.float64))
+        return xp.searchsorted(inner, z.astype(np.float64), side="right")
+
+    def near(self, xp, z, p, radius):
+        """Whether each coordinate lies within ``radius`` of slab ``p`` (periodic), outside it or in it."""
+        lo, hi, length = self.bounds[p], self.bounds[p + 1], self.length
+        z = z.astype(np.float64)
+        below = xp.remainder(lo - z, length) < radius
+        above = xp.remainder(z - hi, length) < radius
+        return below | above | ((z >= lo) & (z < hi))
+
+    def neighbours(self, p):
+        """The other slabs next to ``p`` (periodic), each once, in increasing order."""
+        if self.count == 1:
+            return ()
+        return tuple(sorted({(p - 1) % self.count, (p + 1) % self.count}))
+
+
+@dataclass(frozen=True)
+class _Domain:
+    """One partition: its atoms (a model state carrying its neighbour list) and its send lists.
+
+    ``send[k]`` indexes the atoms that neighbour ``slabs.neighbours(p)[k]``
+    holds as ghosts (None until the first rebuild).
+    """
+
+    state: object
+    send: tuple = None
+
+
+# -- tasks (module functions: they pickle by reference) ------------------------------
+
+def _drift(model, dt, domain):
+    model = _on_worker(model)
+    return replace(domain, state=model.drift_block(domain.state, dt))
+
+
+def _moved(model, domain):
+    return _on_worker(model).block_needs_rebuild(domain.state)
+
+
+def _any(*flags):
+    return any(flags)
+
+
+def _slab_index(model, slabs, state):
+    return slabs.of(model.backend.xp, model.block_positions(state)[slabs.axis])
+
+
+def _migrants(model, slabs, domain, rebuild, destination):
+    if not rebuild:
+        return None
+    model = _on_worker(model)
+    xp = model.backend.xp
+    index = xp.nonzero(_slab_index(model, slabs, domain.state) == destination)[0]
+    return model.select_atoms(domain.state, index)
+
+
+def _settle(model, slabs, p, domain, rebuild, *arrivals):
+    if not rebuild:
+        return domain
+    model = _on_worker(model)
+    xp, state = model.backend.xp, domain.state
+    slab = _slab_index(model, slabs, state)
+    allowed = (p, *slabs.neighbours(p))
+    if int(sum(int((slab == q).sum()) for q in allowed)) != state.size:
+        strays = [int(i) for i in model.backend.to_host(model.atom_ids(state))[
+            ~np.isin(model.backend.to_host(slab), allowed)][:5]]
+        raise UnstableSimulation(
+            f"atoms {strays} left partition {p} for a slab beyond its neighbours within one neighbour-list "
+            f"period: they moved faster than the decomposition allows (reduce dt, or use fewer partitions)",
+            step=int(state.step), field="positions", cfl=math.nan)
+    staying = model.select_atoms(state, xp.nonzero(slab == p)[0])
+    return _Domain(model.concat_blocks([staying, *arrivals]))
+
+
+def _ghost_index(model, slabs, state, destination):
+    xp = model.backend.xp
+    near = slabs.near(xp, model.block_positions(state)[slabs.axis], destination, model.ghost_radius())
+    return xp.nonzero(near)[0]
+
+
+def _ghosts(model, slabs, domain, rebuild, k, destination):
+    model = _on_worker(model)
+    index = _ghost_index(model, slabs, domain.state, destination) if rebuild else domain.send[k]
+    return model.block_positions(domain.state)[:, index]
+
+
+def _kick(model, slabs, p, dt, domain, rebuild, *ghosts):
+    model = _on_worker(model)
+    xp, state = model.backend.xp, domain.state
+    positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
+    state = model.kick_with_ghosts(state, positions, dt, rebuild)
+    send = domain.send
+    if rebuild:
+        send = tuple(_ghost_index(model, slabs, state, q) for q in slabs.neighbours(p))
+    return _Domain(state, send)
+
+
+def _domain_health(model, domain):
+    return _on_worker(model).block_health(domain.state)
+
+
+def _domain_sums(model, domain, start, extra):
+    return _on_worker(model).block_sums(domain.state, start, extra)
+
+
+def _domain_to_host(model, domain):
+    return _on_worker(model).to_host(domain.state)
+
+
+class DomainExecutor(_PartitionedExecutor):
+    """Slabs of a periodic box on dask workers, with ghost atoms and migration.
+
+    Parameters are those of :func:`hpcgpu.distributed.DistributedExecutor`;
+    ``weights`` set the slab thicknesses (proportional), ``steps_per_task``
+    must be 1 (every step needs fresh ghost positions).
+
+    Raises
+    ------
+    ConfigError
+        A slab thinner than the ghost radius plus the margin (too many
+        partitions for the box), or ``steps_per_task`` other than 1.
+
+    Examples
+    --------
+    >>> from hpcgpu import Simulation  # doctest: +SKIP
+    >>> from hpcgpu.workloads.md import LennardJones  # doctest: +SKIP
+    >>> model = LennardJones(8, temperature=1.44, backend="numba")  # doctest: +SKIP
+    >>> Simulation(model, dt=0.005, stop_steps=100, client=client, partitions=2).run()  # doctest: +SKIP
+    """
+
+    unit = "atoms"
+    axis = 2
+    _health_task = staticmethod(_domain_health)
+    _sums_task = staticmethod(_domain_sums)
+    _host_task = staticmethod(_domain_to_host)
+
+    def _check_steps_per_task(self):
+        if self.steps_per_task != 1:
+            raise ConfigError(f"steps_per_task must be 1 for {self.model.name}: every step needs the ghost "
+                              f"atoms' new positions; got {self.steps_per_task}")
+
+    def _layout(self, partitions):
+        model = self.model
+        length = float(model.box[self.axis])
+        edges = np.concatenate([[0.0], np.cumsum(self.weights) / np.sum(self.weights) * length])
+        edges[-1] = length
+        thinnest = float(np.diff(edges).min())
+        needed = model.ghost_radius() + model.migration_margin()
+        if partitions > 1 and thinnest < needed:
+            raise ConfigError(
+                f"partitions={partitions} cuts the box (side {length:.4g} along {'xyz'[self.axis]}) into slabs "
+                f"as thin as {thinnest:.4g}; each must be at least cutoff + 2 skin = {needed:.4g} so that ghosts "
+                f"and migrating atoms come from the adjacent slabs only: use at most "
+                f"{max(1, int(length // needed))} partitions or a bigger system")
+        self.slabs = Slabs(tuple(float(e) for e in edges), self.axis, length)
+
+    def _split(self, host_state):
+        model = self.model
+        slab = self.slabs.of(np, model.block_positions(host_state)[self.axis])
+        blocks = [model.select_atoms(host_state, np.nonzero(slab == p)[0]) for p in range(self.slabs.count)]
+        self.bounds = [(0, block.size) for block in blocks]  # atoms per partition at the start
+        return [_Domain(block) for block in blocks]
+
+    def request_diagnostics(self, step):
+        futures = [self._submit(_domain_sums, self._model, block, 0, None,
+                                key=self._key("diagnostics", self.superstep, p), worker=self.owner[p])
+                   for p, block in enumerate(self.blocks)]
+        self._pending.append(("diagnostics", step, futures))
+
+    def _join(self, host_blocks):
+        """The atoms of every partition in id order (the order of the single-partition state)."""
+        model = self.model
+        state = model.concat_blocks(host_blocks)
+        return model.select_atoms(state, np.argsort(model.atom_ids(state), kind="stable"))
+
+    def _superstep(self, steps):
+        for _ in range(steps):
+            self._one_step()
+
+    def _one_step(self):
+        model, slabs, dt = self._model, self.slabs, self.dt
+        self.superstep += 1
+        n = self.superstep
+        count = slabs.count
+
+        def submit(function, *args, phase, index, worker):
+            return self._submit(function, *args, key=self._key(phase, n, *index), worker=worker)
+
+        drifted = [submit(_drift, model, dt, block, phase="drift", index=(p,), worker=self.owner[p])
+                   for p, block in enumerate(self.blocks)]
+        moved = [submit(_moved, model, block, phase="moved", index=(p,), worker=self.owner[p])
+                 for p, block in enumerate(drifted)]
+        rebuild = submit(_any, *moved, phase="rebuild", index=(), worker=self.owner[0])
+        settled = []
+        for p in range(count):
+            arrivals = [submit(_migrants, model, slabs, drifted[q], rebuild, p, phase="migrants",
+                               index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
+            settled.append(submit(_settle, model, slabs, p, drifted[p], rebuild, *arrivals, phase="settle",
+                                  index=(p,), worker=self.owner[p]))
+        new = []
+        for p in range(count):
+            ghosts = [submit(_ghosts, model, slabs, settled[q], rebuild, slabs.neighbours(q).index(p), p,
+                             phase="ghosts", index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
+            new.append(submit(_kick, model, slabs, p, dt, settled[p], rebuild, *ghosts, phase="kick",
+                              index=(p,), worker=self.owner[p]))
+        self.blocks = new
+        self.step += 1
+
+    def describe(self):
+        out = super().describe()
+        out["slab_edges"] = list(self.slabs.bounds)
+        return out
