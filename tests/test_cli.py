@@ -128,7 +128,7 @@ def test_run_md_writes_snapshots_trajectory_picture_and_summary(tmp_path):
     result = run("run", "md", "--n-cells", "4", "--steps", "60", "--snapshots", "3", "--xyz", "--out", str(out),
                  "--backend", "numba", "--no-progress")
     assert result.returncode == 0, result.stderr
-    assert "M atom-steps/s" in result.stdout and "g(r) peak" in result.stdout
+    assert " atom-steps/s" in result.stdout and "g(r) peak" in result.stdout
     snapshots = xr.open_zarr(out / "snapshots.zarr")
     assert snapshots.sizes["time"] == 4 and snapshots["positions"].shape[1:] == (3, 256)
     diagnostics = xr.open_zarr(out / "snapshots.zarr", group="diagnostics")
@@ -139,6 +139,16 @@ def test_run_md_writes_snapshots_trajectory_picture_and_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 60 and summary["n"] == 256 and abs(summary["energy_relative_change"]) < 1e-3
     assert summary["neighbor_rebuilds"] >= 1 and summary["rdf_samples"] >= 1 and summary["xyz"].endswith(".xyz")
+
+
+def test_run_md_on_two_workers(tmp_path):
+    out = tmp_path / "slabs"
+    result = run("run", "md", "--n-cells", "5", "--steps", "30", "--snapshots", "2", "--out", str(out),
+                 "--backend", "numba", "--workers", "2", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "2 slabs along z holding [250, 250] atoms" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["partitions"] == 2 and summary["step"] == 30 and abs(summary["energy_relative_change"]) < 1e-3
 
 
 def test_run_md_langevin_and_bad_input(tmp_path):

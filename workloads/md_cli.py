@@ -39,16 +39,17 @@ def add_arguments(parser):
     parser.add_argument("--rdf-samples", type=int, default=10,
                         help="states of the second half of the run averaged into g(r) (default 10)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cluster = parser.add_argument_group("cluster (default: in-process, no dask)")
+    cluster.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
+    cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS")
+    cluster.add_argument("--partitions", type=int,
+                         help="slabs of the box along z, one per partition (default: one per worker)")
 
 
 def run(args):
     """Run the model as the parsed ``args`` say; prints a summary; returns 0."""
-    import numpy as np
-
     from hpcgpu.errors import ConfigError
-    from hpcgpu.output import ZarrWriter
-    from hpcgpu.simulation import Simulation
-    from hpcgpu.workloads.md import LennardJones, XYZWriter
+    from hpcgpu.workloads.md import LennardJones
 
     for name in ("steps", "snapshots", "rdf_samples"):
         if getattr(args, name) < 1:
@@ -60,8 +61,30 @@ def run(args):
     steps = args.steps
     out = args.out or os.path.join("hpcgpu-output", f"md-{model.case}")
     os.makedirs(out, exist_ok=True)
+    client = None
+    if args.workers is not None or args.scheduler is not None:
+        from hpcgpu.cluster import cluster
+
+        client = cluster(args.scheduler, workers=args.workers)
+    try:
+        return _run(args, model, state, steps, out, client)
+    finally:
+        if client is not None:
+            local = getattr(client, "cluster", None) if args.scheduler is None else None
+            client.close()
+            if local is not None:
+                local.close()
+
+
+def _run(args, model, state, steps, out, client):
+    import numpy as np
+
+    from hpcgpu.output import ZarrWriter
+    from hpcgpu.simulation import Simulation
+    from hpcgpu.workloads.md import XYZWriter
+
     sim = Simulation(model, state, dt=args.dt, stop_steps=steps, progress=False if args.no_progress else None,
-                     diagnostics=max(1, steps // 200))
+                     diagnostics=max(1, steps // 200), client=client, partitions=args.partitions)
     every = Every(max(1, steps // args.snapshots))
     zarr_path = os.path.join(out, "snapshots.zarr")
     sim.add_writer(ZarrWriter(zarr_path, every))
@@ -72,9 +95,13 @@ def run(args):
     sim.add_callback(rdf, Every(max(1, (steps - steps // 2) // args.rdf_samples)), name="rdf")
     print(f"hpcgpu: {model!r}, dt={args.dt:g}, {steps} steps to t={steps * args.dt:g}", file=sys.stderr)
     started = time.perf_counter()
-    sim.run()
-    if rdf.samples == 0:
-        rdf(sim, force=True)
+    try:
+        sim.run()
+        if rdf.samples == 0:
+            rdf(sim, force=True)
+    finally:
+        if client is not None:
+            sim.close()
     wall = time.perf_counter() - started
     summary = sim.summary()
     summary.pop("point_updates_per_s", None)  # a grid model's measure
@@ -155,7 +182,7 @@ def _plot(path, model, diagnostics, r, g, samples):
 def _print_summary(s):
     print(f"md/{s['thermostat']} on {s['backend']} ({s['dtype']}, N = {s['n']}, density {s['density']:.4g}): "
           f"{s['step']} steps to t = {s['time']:.6g} in {s['wall_s']:.2f} s wall")
-    print(f"  speed:          {s['steps_per_s']:.1f} steps/s, {s['atom_steps_per_s'] / 1e6:.2f} M atom-steps/s "
+    print(f"  speed:          {s['steps_per_s']:.1f} steps/s, {s['atom_steps_per_s']:.3g} atom-steps/s "
           f"(JIT warm-up {s['warmup_s']:.2f} s, not counted)")
     if s["thermostat"] == "none":
         print(f"  energy change:  {s['energy_relative_change']:+.3e} (relative)")
@@ -166,6 +193,9 @@ def _print_summary(s):
           f"(tail {s['energy_tail_per_atom']:+.4f})")
     print(f"  structure:      g(r) peak {s['rdf_peak_g']:.2f} at r = {s['rdf_peak_r']:.3f}; MSD {s['msd']:.3f} sigma^2")
     print(f"  neighbour list: {s['neighbor_rebuilds']} builds in {s['step']} steps")
+    if s.get("executor") == "distributed":
+        print(f"  cluster:        {s['workers']} workers, {s['partitions']} slabs along z holding "
+              f"{s['atoms_per_partition']} atoms at the start")
     print(f"  output:         {s['zarr']} (xarray.open_zarr)")
     if "xyz" in s:
         print(f"  trajectory:     {s['xyz']} (extended XYZ)")
