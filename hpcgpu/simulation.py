@@ -22,9 +22,10 @@ Examples
 """
 
 import math
+import os
 import time as _time
 
-from hpcgpu.errors import ConfigError, UnstableSimulation
+from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
 from hpcgpu.executors import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.validation import check_float, check_int
@@ -121,6 +122,7 @@ class Simulation:
         self.check_schedule = as_schedule(default if check is None else check, "check")
         self._latest_cfl = (None, float("nan"))
         self._run_started = None
+        self._checkpoint = None
 
     def _make_executor(self, state, client, partitions, steps_per_task, weights):
         if client is None:
@@ -174,7 +176,7 @@ class Simulation:
         return self._records[-1]
 
     # -- running -----------------------------------------------------------------
-    def run(self, steps=None, *, stop_time=None, wall_time_limit=None):
+    def run(self, steps=None, *, stop_time=None, wall_time_limit=None, checkpoint=None, checkpoint_every=None):
         """Advance until a stop criterion is met; returns the simulation.
 
         Parameters
@@ -185,6 +187,14 @@ class Simulation:
             Overrides the constructor's ``stop_time``.
         wall_time_limit : float, optional
             Overrides the constructor's ``wall_time_limit``.
+        checkpoint : str, optional
+            A directory for checkpoints of the global state (see
+            :mod:`hpcgpu.checkpoint`): written on ``checkpoint_every`` and
+            when the run stops (at its end or at the wall-time limit), so
+            that :meth:`resume` continues it. On a cluster, a run that loses
+            a worker restarts from the last checkpoint on the workers left.
+        checkpoint_every : int or Schedule, optional
+            When to write checkpoints besides the last (an int: every N steps).
 
         Notes
         -----
@@ -207,7 +217,9 @@ class Simulation:
            must have passed; then callbacks run in the order added, then
            writers write; then the progress bar moves and the stop criteria
            (steps, model time, wall time) are tested.
-        4. Writers are closed (diagnostics written) when the run stops.
+        4. When the run stops, a checkpoint is written (if asked for) and
+           writers are closed (diagnostics written). Checkpoints on
+           ``checkpoint_every`` are written after the writers of their step.
 
         Raises
         ------
@@ -221,6 +233,16 @@ class Simulation:
         wall_limit = wall_time_limit if wall_time_limit is not None else self.wall_time_limit
         if target_step is None and wall_limit is None:
             raise ConfigError("run needs a stop criterion: steps, stop_steps, stop_time or wall_time_limit")
+        if checkpoint is None and checkpoint_every is not None:
+            raise ConfigError("checkpoint_every needs a checkpoint directory (checkpoint=PATH)")
+        self._checkpoint = None if checkpoint is None else (
+            os.fspath(checkpoint), None if checkpoint_every is None else as_schedule(checkpoint_every, "checkpoint_every"))
+        try:
+            return self._run(target_step, wall_limit)
+        finally:
+            self._checkpoint = None
+
+    def _run(self, target_step, wall_limit):
         if not self._warmed_up:
             start = _time.perf_counter()
             self.model.warm_up()
@@ -234,21 +256,30 @@ class Simulation:
         try:
             while True:
                 elapsed = _time.perf_counter() - started
-                if target_step is not None and self.step >= target_step:
-                    break
-                if wall_limit is not None and elapsed >= wall_limit:
-                    break
-                done = self.step - steps_at_start
-                seconds_per_step = elapsed / done if done else None
-                n = self._steps_to_next_event(target_step, seconds_per_step)
-                self._executor.advance(n)
-                self.step += n
-                self.time = self.step * self.dt
-                self._events()
+                stop = ((target_step is not None and self.step >= target_step)
+                        or (wall_limit is not None and elapsed >= wall_limit))
+                try:
+                    if stop:
+                        self._executor.synchronize()
+                        self._flush(block=True)
+                        break
+                    done = self.step - steps_at_start
+                    seconds_per_step = elapsed / done if done else None
+                    n = self._steps_to_next_event(target_step, seconds_per_step)
+                    self._executor.advance(n)
+                    self.step += n
+                    self.time = self.step * self.dt
+                    self._events()
+                except ClusterError as error:
+                    self._recover(error)  # from the last checkpoint, or re-raise
+                    if bar is not None:
+                        bar.n = max(0, self.step - steps_at_start)
+                        bar.refresh()
+                    continue
                 if bar is not None:
                     bar.update(n)
-            self._executor.synchronize()
-            self._flush(block=True)
+            if self._checkpoint is not None:
+                self.write_checkpoint(self._checkpoint[0])
         finally:
             if bar is not None:
                 bar.close()
@@ -280,6 +311,8 @@ class Simulation:
             yield schedule
         for writer in self._writers:
             yield writer.schedule
+        if getattr(self, "_checkpoint", None) is not None and self._checkpoint[1] is not None:
+            yield self._checkpoint[1]
 
     def _steps_to_next_event(self, target_step, seconds_per_step):
         granularity = self._executor.granularity
@@ -300,17 +333,21 @@ class Simulation:
         diag = self.diagnostics_schedule.fires(step, now, dt)
         callbacks = [(f, n) for s, f, n in self._callbacks if s.fires(step, now, dt)]
         writers = [w for w in self._writers if w.schedule.fires(step, now, dt)]
-        if force_check or diag or callbacks or writers or self.check_schedule.fires(step, now, dt):
+        schedule = getattr(self, "_checkpoint", None) and self._checkpoint[1]
+        save = bool(schedule) and schedule.fires(step, now, dt)
+        if force_check or diag or callbacks or writers or save or self.check_schedule.fires(step, now, dt):
             self._executor.request_health(step)
         if diag or force_check:
             self._executor.request_diagnostics(step)
         # Callbacks and writers see the state: every check up to now must pass first,
         # so that nothing is written from a run that has blown up.
-        self._flush(block=bool(callbacks or writers))
+        self._flush(block=bool(callbacks or writers or save))
         for function, _ in callbacks:
             function(self)
         for writer in writers:
             writer.write(self)
+        if save:
+            self.write_checkpoint(self._checkpoint[0])
 
     def _flush(self, block=False):
         """Take in finished checks and diagnostics; raise on the first failed check."""
@@ -376,6 +413,86 @@ class Simulation:
     def close(self):
         """Release the executor's resources (cluster-side state included)."""
         self._executor.close()
+
+    # -- checkpoints ---------------------------------------------------------------
+    def write_checkpoint(self, path):
+        """Write the global state, step, time and diagnostics under ``path`` (atomically); returns its directory."""
+        from hpcgpu import checkpoint
+
+        self._flush(block=True)
+        state = self._executor.global_state()
+        save = getattr(self.model, "checkpoint_state", self.model.to_host)
+        meta = {"step": self.step, "time": self.time, "dt": self.dt, "name": self.name,
+                "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
+                "model": repr(self.model),
+                "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
+        return checkpoint.write_checkpoint(path, self.model, save(state), meta)
+
+    @classmethod
+    def resume(cls, path, *, backend=None, client=None, partitions=None, steps_per_task=None, weights=None,
+               stop_steps=None, stop_time=None, wall_time_limit=None, progress=None, **kwargs):
+        """A simulation continuing from the newest good checkpoint under ``path``.
+
+        The run continues exactly as the uninterrupted one would (bitwise on
+        the same backend and number of workers; to rounding on another
+        count): same model, state, step, time, dt, stop criteria (unless
+        given here) and the diagnostics recorded so far. Callbacks and
+        writers are not saved: add them again.
+
+        Parameters
+        ----------
+        path : str
+            The checkpoint directory given to :meth:`run`.
+        backend : str, optional
+            Continue on another backend (default: the one it ran on; ``auto`` resolves here).
+        client, partitions, steps_per_task, weights, progress, wall_time_limit
+            As for the constructor: any number of workers, or none.
+        stop_steps, stop_time : optional
+            New stop criteria (default: the saved ones).
+
+        Raises
+        ------
+        ConfigError
+            No usable checkpoint under ``path``.
+        """
+        from hpcgpu import checkpoint
+
+        model, host_state, meta = checkpoint.read_checkpoint(os.fspath(path))
+        if backend is not None or getattr(model, "backend_request", None) == "auto":
+            model = model.with_backend(backend or "auto")
+        restore = getattr(model, "restore_state", None) or (lambda state: model.concat_blocks([state]))
+        sim = cls(model, restore(host_state), dt=meta["dt"],
+                  stop_steps=meta["stop_steps"] if stop_steps is None else stop_steps,
+                  stop_time=meta["stop_time"] if stop_time is None else stop_time, wall_time_limit=wall_time_limit,
+                  progress=progress, name=meta["name"], client=client, partitions=partitions,
+                  steps_per_task=steps_per_task, weights=weights, **kwargs)
+        sim.step, sim.time, sim._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
+        return sim
+
+    def _recover(self, error):
+        """After a lost worker: restart from the last checkpoint on the workers left; returns the step."""
+        from hpcgpu import checkpoint
+
+        if self._checkpoint is None or not checkpoint.list_checkpoints(self._checkpoint[0]):
+            raise error
+        executor = self._executor
+        if not hasattr(executor, "client"):
+            raise error
+        import warnings
+
+        model, host_state, meta = checkpoint.read_checkpoint(self._checkpoint[0])
+        restore = getattr(self.model, "restore_state", None) or (lambda state: self.model.concat_blocks([state]))
+        try:
+            executor.close()
+        except Exception:  # noqa: BLE001 - the old partitions are gone anyway
+            pass
+        client = executor.client
+        self._executor = self._make_executor(restore(host_state), client, executor.partitions,
+                                             executor.steps_per_task, None)
+        self.step, self.time, self._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
+        warnings.warn(f"{self.name}: {error}; restarted from the checkpoint at step {self.step} on "
+                      f"{len(self._executor.workers)} worker(s)", RuntimeWarning, stacklevel=3)
+        return self.step
 
     def __repr__(self):
         return (f"Simulation(name={self.name!r}, model={self.model!r}, dt={self.dt:g}, step={self.step}, "

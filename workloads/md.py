@@ -430,6 +430,27 @@ class LennardJones:
                   for group in zip(*(s.arrays() for s in states))]
         return MDState(*arrays, step=states[0].step, rebuilds=max(s.rebuilds for s in states))
 
+    random_state_description = ("counter-based: the Langevin noise is a pure function of (seed, step, atom id); "
+                                "the seed is in the model and the step in the state")
+
+    def checkpoint_state(self, state):
+        """The state on the host for a checkpoint, with its neighbour list when that is on the host.
+
+        Keeping the list makes a resumed run sum forces in the same order as
+        the uninterrupted one (bitwise on the same backend).
+        """
+        host = self.to_host(state)
+        if state.neighbors is not None and not self.backend.on_gpu:
+            host = replace(host, neighbors=state.neighbors)
+        return host
+
+    def restore_state(self, host):
+        """A checkpointed state on this model's backend (its neighbour list kept on the CPU)."""
+        state = self.concat_blocks([host])
+        if host.neighbors is not None and not self.backend.on_gpu and host.neighbors.size == state.size:
+            state = replace(state, neighbors=host.neighbors)
+        return state
+
     def to_host(self, state):
         host = (self.backend.to_host(a) for a in state.arrays())
         return MDState(*host, step=state.step, rebuilds=state.rebuilds)
