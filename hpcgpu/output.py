@@ -46,21 +46,35 @@ class ZarrWriter:
         Also write the diagnostics time series (group ``diagnostics``) at the
         end of each run.
     overwrite : bool
+    append : bool
+        Continue an existing store (a run resumed from a checkpoint):
+        snapshots are appended, and those of steps the store already holds
+        (written after the checkpoint, before the run stopped) are not
+        written twice.
     """
 
-    def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True):
+    def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
         self.path = os.fspath(path)
         self.schedule = as_schedule(schedule)
         self.fields = None if fields is None else tuple(fields)
         self.diagnostics = diagnostics
         self.overwrite = overwrite
         self.snapshots = 0
-        if os.path.exists(self.path):
+        self._last_step = None
+        if append and os.path.exists(self.path):
+            import xarray as xr
+
+            stored = xr.open_zarr(self.path)
+            self.snapshots = stored.sizes.get("time", 0)
+            self._last_step = int(stored["step"].max()) if "step" in stored.coords and self.snapshots else None
+        elif os.path.exists(self.path):
             if not overwrite:
                 raise ConfigError(f"path {self.path!r} exists; pass overwrite=True or another path")
 
     def write(self, simulation):
         """Append the current state of ``simulation``."""
+        if self._last_step is not None and simulation.step <= self._last_step:
+            return  # already in the store (written before the run was resumed)
         ds = simulation.model.to_dataset(simulation.state, time=simulation.time)
         ds = ds.assign_coords(step=("time", [simulation.step]))
         if self.fields is not None:

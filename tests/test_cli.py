@@ -163,3 +163,29 @@ def test_run_md_langevin_and_bad_input(tmp_path):
                      "--no-progress")
         assert result.returncode == 2, (args, result.stderr)
         assert "Traceback" not in result.stderr and word in result.stderr
+
+
+def test_a_batch_job_stops_at_its_wall_time_with_a_checkpoint_and_the_next_one_resumes(tmp_path):
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    common = ("--no-progress", "--out", str(out))
+    first = run("run", "weather", "--nx", "128", "--ny", "96", "--steps", "3000", "--backend", "numba",
+                "--snapshots", "6", "--checkpoint", str(ckpt), "--wall-time", "0.3", *common)
+    assert first.returncode == 0, first.stderr
+    stopped = json.loads((out / "summary.json").read_text())["step"]
+    assert 0 < stopped < 3000
+    second = run("run", "weather", "--resume", str(ckpt), "--snapshots", "6", *common)
+    assert second.returncode == 0, second.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 3000 and summary["case"] == "unstable_jet"
+    steps = xr.open_zarr(out / "fields.zarr")["step"].values.tolist()
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 3000 and len(steps) == 7
+    for workload, extra in (("md", ("--n-cells", "4", "--steps", "20")), ("astro", ("--n", "64", "--steps", "20"))):
+        path = tmp_path / workload
+        result = run("run", workload, *extra, "--backend", "numba", "--checkpoint", str(path / "ckpt"),
+                     "--out", str(path / "a"), "--no-progress")
+        assert result.returncode == 0, result.stderr
+        result = run("run", workload, "--resume", str(path / "ckpt"), "--steps", "30", "--out", str(path / "a"),
+                     "--no-progress")
+        assert result.returncode == 0 and "checkpoint" not in result.stderr.lower(), result.stderr
+    bad = run("run", "weather", "--checkpoint-every", "5", "--steps", "10", *common)
+    assert bad.returncode == 2 and "--checkpoint-every needs --checkpoint" in bad.stderr

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from hpcgpu._cli_checkpoint import add_checkpoint_arguments, run_options, start
 from hpcgpu.schedules import Every
 
 HELP = "gravitational N-body model (astrophysics)"
@@ -36,6 +37,7 @@ def add_arguments(parser):
     cluster.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
     cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS")
     cluster.add_argument("--partitions", type=int, help="blocks of bodies (default: one per worker)")
+    add_checkpoint_arguments(parser)
 
 
 def run(args):
@@ -58,14 +60,17 @@ def run(args):
         from hpcgpu.cluster import cluster
 
         client = cluster(args.scheduler, workers=args.workers)
-    sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-                     diagnostics=max(1, steps // 200), client=client, partitions=args.partitions)
+    sim = start(args, lambda: Simulation(
+        model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
+        diagnostics=max(1, steps // 200), client=client, partitions=args.partitions), client,
+        diagnostics=max(1, steps // 200))
+    model, steps, dt = sim.model, sim.stop_steps, sim.dt
     zarr_path = os.path.join(out, "snapshots.zarr")
-    sim.add_writer(ZarrWriter(zarr_path, Every(max(1, steps // max(1, args.snapshots)))))
+    sim.add_writer(ZarrWriter(zarr_path, Every(max(1, steps // max(1, args.snapshots))), append=bool(args.resume)))
     print(f"hpcgpu: {model!r}, dt={dt:.4g}, {steps} steps to t={steps * dt:.4g}", file=sys.stderr)
     started = time.perf_counter()
     try:
-        sim.run()
+        sim.run(**run_options(args))
         final = model.to_host(sim.state)
     finally:
         if client is not None:
@@ -74,7 +79,8 @@ def run(args):
     summary = sim.summary()
     interactions = model.n * model.n if model.method == "direct" else float("nan")
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path), n=model.n,
-                   backend=model.backend.name, dtype=model.dtype.name, case=args.case, method=model.method,
+                   backend=model.backend.name, dtype=model.dtype.name, case=getattr(model, "case", args.case),
+                   method=model.method,
                    interactions_per_s=interactions * summary["steps_per_s"])
     diagnostics = sim.diagnostics
     first, last = diagnostics.isel(time=0), diagnostics.isel(time=-1)
@@ -84,7 +90,7 @@ def run(args):
     summary["lagrangian_radius_50"] = float(last.lagrangian_radius_50)
     png = os.path.join(out, "final.png")
     save_panels(png, [_density(final, (0, 1), "x", "y"), _density(final, (0, 2), "x", "z")],
-                title=f"N-body, {args.case}, N = {model.n}, t = {sim.time:.3g}")
+                title=f"N-body, {getattr(model, 'case', args.case)}, N = {model.n}, t = {sim.time:.3g}")
     summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)

@@ -5,6 +5,7 @@ import os
 import sys
 import time
 
+from hpcgpu._cli_checkpoint import add_checkpoint_arguments, run_options, start
 from hpcgpu.schedules import Every
 
 HELP = "Lennard-Jones fluid (molecular dynamics)"
@@ -44,6 +45,7 @@ def add_arguments(parser):
     cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS")
     cluster.add_argument("--partitions", type=int,
                          help="slabs of the box along z, one per partition (default: one per worker)")
+    add_checkpoint_arguments(parser)
 
 
 def run(args):
@@ -83,11 +85,14 @@ def _run(args, model, state, steps, out, client):
     from hpcgpu.simulation import Simulation
     from hpcgpu.workloads.md import XYZWriter
 
-    sim = Simulation(model, state, dt=args.dt, stop_steps=steps, progress=False if args.no_progress else None,
-                     diagnostics=max(1, steps // 200), client=client, partitions=args.partitions)
+    sim = start(args, lambda: Simulation(
+        model, state, dt=args.dt, stop_steps=steps, progress=False if args.no_progress else None,
+        diagnostics=max(1, steps // 200), client=client, partitions=args.partitions), client,
+        diagnostics=max(1, steps // 200))
+    model, steps = sim.model, sim.stop_steps
     every = Every(max(1, steps // args.snapshots))
     zarr_path = os.path.join(out, "snapshots.zarr")
-    sim.add_writer(ZarrWriter(zarr_path, every))
+    sim.add_writer(ZarrWriter(zarr_path, every, append=bool(args.resume)))
     xyz_path = os.path.join(out, "trajectory.xyz")
     if args.xyz:
         sim.add_writer(XYZWriter(xyz_path, every))
@@ -96,7 +101,7 @@ def _run(args, model, state, steps, out, client):
     print(f"hpcgpu: {model!r}, dt={args.dt:g}, {steps} steps to t={steps * args.dt:g}", file=sys.stderr)
     started = time.perf_counter()
     try:
-        sim.run()
+        sim.run(**run_options(args))
         if rdf.samples == 0:
             rdf(sim, force=True)
     finally:

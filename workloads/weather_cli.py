@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from hpcgpu._cli_checkpoint import add_checkpoint_arguments, run_options, start
 from hpcgpu.schedules import Every
 
 HELP = "rotating shallow-water model (weather)"
@@ -36,6 +37,7 @@ def add_arguments(parser):
     cluster.add_argument("--partitions", type=int, help="row blocks of the state (default: one per worker)")
     cluster.add_argument("--steps-per-task", type=int, default=1, help="time steps per task, K (default 1)")
     cluster.add_argument("--weights", help="'calibrate' or comma-separated partition weights")
+    add_checkpoint_arguments(parser)
 
 
 def run(args):
@@ -62,16 +64,20 @@ def run(args):
         weights = args.weights if args.weights == "calibrate" else [float(w) for w in args.weights.split(",")]
     granularity = args.steps_per_task if client is not None else 1
     every = granularity * -(-max(1, steps // 200) // granularity)
-    sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-                     diagnostics=every, client=client, partitions=args.partitions,
-                     steps_per_task=args.steps_per_task if client is not None else None, weights=weights)
+    sim = start(args, lambda: Simulation(
+        model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None, diagnostics=every,
+        client=client, partitions=args.partitions, steps_per_task=args.steps_per_task if client is not None else None,
+        weights=weights), client, diagnostics=every,
+        steps_per_task=args.steps_per_task if client is not None else None)
+    model, steps, dt = sim.model, sim.stop_steps, sim.dt
     zarr_path = os.path.join(out, "fields.zarr")
     snapshot_every = max(1, steps // max(1, args.snapshots))
-    sim.add_writer(ZarrWriter(zarr_path, Every(granularity * -(-snapshot_every // granularity))))
-    print(f"hpcgpu: {model!r}, dt={dt:.4g} s, {steps} steps to t={steps * dt:.4g} s", file=sys.stderr)
+    sim.add_writer(ZarrWriter(zarr_path, Every(granularity * -(-snapshot_every // granularity)),
+                              append=bool(args.resume)))
+    print(f"hpcgpu: {model!r}, dt={dt:.4g} s, steps {sim.step} to {steps}, t={steps * dt:.4g} s", file=sys.stderr)
     started = time.perf_counter()
     try:
-        sim.run()
+        sim.run(**run_options(args))
         final = sim.state  # gathered once from a cluster, for the picture
     finally:
         if client is not None:
@@ -80,7 +86,7 @@ def run(args):
     summary = sim.summary()
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path),
                    grid=f"{model.grid.nx}x{model.grid.ny}", backend=model.backend.name, dtype=model.dtype.name,
-                   case=args.case)
+                   case=getattr(model, "case", args.case))
     png = os.path.join(out, "final.png")
     g = model.grid
     extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
@@ -89,7 +95,7 @@ def run(args):
              xlabel="x (km)", ylabel="y (km)"),
         dict(data=model.vorticity(final), label="relative vorticity (1/s)", extent=extent,
              cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
-    ], title=f"shallow water, {args.case}, t = {sim.time / 3600:.1f} h")
+    ], title=f"shallow water, {summary['case']}, t = {sim.time / 3600:.1f} h")
     summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)

@@ -1,0 +1,46 @@
+"""Checkpoint options shared by the ``hpcgpu run`` commands (batch jobs with wall-time limits).
+
+A batch job runs ``hpcgpu run weather --wall-time 3500 --checkpoint ckpt``;
+it stops cleanly before the scheduler kills it, with a checkpoint; the next
+job runs ``hpcgpu run weather --resume ckpt --wall-time 3500`` and continues
+exactly where it stopped (writing further checkpoints to the same place),
+appending to the same output store.
+"""
+
+__all__ = ["add_checkpoint_arguments", "start", "run_options"]
+
+
+def add_checkpoint_arguments(parser):
+    """Add ``--checkpoint``, ``--checkpoint-every``, ``--wall-time`` and ``--resume``."""
+    group = parser.add_argument_group("checkpoints (batch jobs)")
+    group.add_argument("--checkpoint", metavar="DIR", help="write checkpoints of the global state to DIR "
+                                                            "(at the end, at --wall-time, and --checkpoint-every)")
+    group.add_argument("--checkpoint-every", type=int, metavar="N", help="also checkpoint every N steps")
+    group.add_argument("--wall-time", type=float, metavar="SECONDS",
+                       help="stop cleanly after SECONDS of stepping (with a checkpoint when --checkpoint "
+                            "or --resume is given)")
+    group.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR (the model options "
+                                                       "are taken from the checkpoint)")
+
+
+def start(args, make, client, **kwargs):
+    """The Simulation to run: resumed from ``args.resume``, or ``make()``."""
+    from hpcgpu.errors import ConfigError
+    from hpcgpu.simulation import Simulation
+
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise ConfigError(f"--checkpoint-every must be >= 1; got {args.checkpoint_every}")
+    if args.checkpoint_every is not None and not (args.checkpoint or args.resume):
+        raise ConfigError("--checkpoint-every needs --checkpoint DIR (or --resume DIR)")
+    if args.wall_time is not None and not args.wall_time > 0:
+        raise ConfigError(f"--wall-time must be > 0 seconds; got {args.wall_time}")
+    if args.resume:
+        return Simulation.resume(args.resume, client=client, progress=False if args.no_progress else None,
+                                 partitions=getattr(args, "partitions", None), **kwargs)
+    return make()
+
+
+def run_options(args):
+    """Keyword arguments of ``Simulation.run`` for the checkpoint options."""
+    return dict(checkpoint=args.checkpoint or args.resume, checkpoint_every=args.checkpoint_every,
+                wall_time_limit=args.wall_time)
