@@ -40,7 +40,7 @@ def _cpu_count():
 
 def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto", host="127.0.0.1",
             dashboard_address="127.0.0.1:8787", protocol=None, rmm_pool_size=None,
-            device_memory_limit=None, jobqueue=None, security=None, timeout=20, quiet=False):
+            device_memory_limit=None, jobqueue=None, security=None, tls=False, timeout=20, quiet=False):
     """Return a dask ``Client`` on a new local cluster, a running scheduler or a batch system.
 
     Parameters
@@ -76,6 +76,12 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
         ``memory``, ``walltime``, ``job_extra_directives``, ...).
     security : distributed.Security, optional
         TLS certificates for the scheduler, workers and client.
+    tls : bool
+        Encrypt and authenticate every connection of a new local cluster
+        with TLS: without ``security``, a throw-away certificate authority
+        is made for this cluster (``distributed.Security.temporary``), so
+        only this client and its workers can talk to the scheduler. To
+        reach a scheduler by ``address`` over TLS, give ``security``.
     timeout : float
         Seconds to wait for a scheduler before giving up (default 20).
     quiet : bool
@@ -98,6 +104,19 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
         raise ConfigError(f"gpus must be 'auto', True or False; got {gpus!r}")
     if address is not None and jobqueue is not None:
         raise ConfigError("give either address (connect to a scheduler) or jobqueue (start one), not both")
+    if not isinstance(tls, bool):
+        raise ConfigError(f"tls must be True or False; got {tls!r}")
+    if tls:
+        if address is not None and security is None:
+            raise ConfigError("tls=True with an address needs security=distributed.Security(...) holding "
+                              "the certificates the scheduler trusts")
+        if protocol not in (None, "tls"):
+            raise ConfigError(f"tls=True needs protocol 'tls' (or none); got {protocol!r}")
+        protocol = "tls"
+        if security is None:
+            from distributed import Security
+
+            security = Security.temporary()
 
     from distributed import Client
 
@@ -119,6 +138,9 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
 def _connect(Client, address, timeout, security):
     if not isinstance(address, str) or "://" not in address and ":" not in address:
         raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r}")
+    if address.startswith("tls://") and (security is None or getattr(security, "tls_client_cert", None) is None):
+        raise ConfigError(f"the scheduler at {address!r} speaks TLS: pass security=distributed.Security("
+                          "tls_ca_file=..., tls_client_cert=..., tls_client_key=...) with certificates it trusts")
     try:
         return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as error:
