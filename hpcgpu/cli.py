@@ -1,4 +1,4 @@
-"""The ``hpcgpu`` command line: ``info``, ``run WORKLOAD``, ``bench SUITE``.
+"""The ``hpcgpu`` command line: ``info``, ``run WORKLOAD``, ``bench SUITE``, ``plan WORKLOAD``.
 
 Examples
 --------
@@ -9,11 +9,14 @@ Examples
     hpcgpu run md --n-cells 10 --thermostat langevin --temperature 0.85 --xyz
     hpcgpu bench stencil --size 2048
     hpcgpu bench nbody --dtype float64
+    hpcgpu plan weather --nx 16384 --ny 16384 --steps 10000 --device h100 --interconnect ndr
+    hpcgpu plan --check
 """
 
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from hpcgpu.errors import HpcgpuError
@@ -26,12 +29,17 @@ WORKLOADS = {
     "weather": "hpcgpu.workloads.weather_cli",
     "astro": "hpcgpu.workloads.astro_cli",
     "md": "hpcgpu.workloads.md_cli",
+    "vorticity": "hpcgpu.workloads.vorticity_cli",
 }
-SUITES = ("stencil", "scaling", "nbody")
+SUITES = ("stencil", "scaling", "nbody", "md", "matrix", "soak")
 # Per suite: (sizes, steps) defaults. Sizes are grid points per side
 # (stencil, scaling) or bodies (nbody); steps are diffusion steps per timed
 # call (stencil), steps per task (scaling) or evaluations per timed call (nbody).
-SUITE_DEFAULTS = {"stencil": ((4096,), 100), "scaling": ((2048,), 16), "nbody": ((4096, 16384), 10)}
+SUITE_DEFAULTS = {"stencil": ((4096,), 100), "scaling": ((2048,), 16), "nbody": ((4096, 16384), 10),
+                  # matrix: GEMM matrix side and SpMV grid side; SpMV products per timed call
+                  "matrix": ((1024, 2048), 10),
+                  # md: atoms (fcc, rounded to 4 n^3); time steps per timed call
+                  "md": ((32000,), 100)}
 
 
 def _info(args):
@@ -53,9 +61,47 @@ def _info(args):
     return 0
 
 
+def _acceptance(args):
+    """``hpcgpu bench`` without a suite: accept the attached cluster (JSON lines, HTML report)."""
+    from hpcgpu.bench import acceptance
+    from hpcgpu.bench.report import Thresholds, write_html
+    from hpcgpu.cluster import cluster
+
+    thresholds = Thresholds.from_toml(args.thresholds) if args.thresholds else Thresholds()
+    client = cluster(args.scheduler, workers=args.workers, quiet=True)
+    try:
+        info = client.scheduler_info()["workers"]
+        hosts = len({w.get("host", a) for a, w in info.items()})
+        estimate = acceptance.estimate_seconds(len(info), args.quick, hosts)
+        print(f"hpcgpu bench: accepting {len(info)} worker(s) on {hosts} host(s) at {client.scheduler.address}; "
+              f"{'quick' if args.quick else 'full'} suite, about {estimate / 60:.0f} min "
+              f"(dashboard {client.dashboard_link})", file=sys.stderr)
+        records = acceptance.run_acceptance(client, quick=args.quick, thresholds=thresholds, stream=sys.stdout)
+    finally:
+        local = getattr(client, "cluster", None) if args.scheduler is None else None
+        client.close()
+        if local is not None:
+            local.close()
+    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+    write_html(records, args.report)
+    acceptance.print_summary(records)
+    print(f"hpcgpu bench: report {os.path.abspath(args.report)}", file=sys.stderr)
+    return 0 if [r for r in records if r["kind"] == "summary"][-1]["passed"] else 1
+
+
 def _bench(args):
     from hpcgpu.backends import BACKEND_NAMES, backend_status, get_backend
     from hpcgpu.bench.harness import Recorder
+
+    if args.suite is None:
+        return _acceptance(args)
+    if args.suite == "soak":
+        from hpcgpu.bench.soak import run_soak
+        from hpcgpu.cluster import cluster
+
+        client = cluster(args.scheduler, quiet=True) if args.scheduler else None
+        report = run_soak(args.minutes, client=client, kill_every=args.kill_every, stream=sys.stdout)
+        return 0 if report["final_state_matches_reference"] else 1
 
     names = args.backend or [n for n in BACKEND_NAMES
                              if backend_status(n).usable and not (n == "cuda" and get_backend("cuda").simulated)]
@@ -79,6 +125,12 @@ def _bench(args):
     return 0
 
 
+def _plan(args):
+    from hpcgpu.plan import run_command
+
+    return run_command(args)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="hpcgpu",
@@ -97,8 +149,11 @@ def build_parser():
         module.add_arguments(workload)
         workload.set_defaults(handler=module.run)
 
-    bench = sub.add_parser("bench", help="run benchmarks (one JSON object per result line)")
-    bench.add_argument("suite", choices=SUITES, help="benchmark suite")
+    bench = sub.add_parser("bench", help="accept a cluster, or run one benchmark suite (JSON lines)",
+                           description="Without a suite: cluster acceptance (inventory, ceilings, kernels "
+                                       "against their rooflines and numpy, transfers, scaling, energy) with an "
+                                       "HTML report. With a suite: that benchmark alone.")
+    bench.add_argument("suite", nargs="?", choices=SUITES, help="benchmark suite (default: cluster acceptance)")
     bench.add_argument("workload", nargs="?", default="weather",
                        help="workload of the scaling suite (default: weather)")
     bench.add_argument("--backend", action="append", choices=("numpy", "numba", "cuda", "cupy"),
@@ -114,7 +169,27 @@ def build_parser():
     bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs)")
     bench.add_argument("--budget", type=float, default=20.0,
                        help="seconds of repeats per case and backend (default 20)")
+    soak = bench.add_argument_group("soak (suite 'soak')")
+    soak.add_argument("--minutes", type=float, default=5.0, help="length of the disturbed run (default 5)")
+    soak.add_argument("--kill-every", type=float, help="seconds between worker kills (default: a quarter of "
+                                                       "the run, at least 10)")
+    accept = bench.add_argument_group("cluster acceptance (no suite)")
+    accept.add_argument("--quick", action="store_true", help="small sizes (under 3 minutes on a laptop)")
+    accept.add_argument("--scheduler", metavar="ADDRESS", help="accept the cluster at ADDRESS (default: a "
+                                                                "local one, one worker per GPU or core)")
+    accept.add_argument("--thresholds", metavar="FILE", help="TOML file of pass/fail thresholds")
+    accept.add_argument("--report", default=os.path.join("hpcgpu-output", "acceptance", "report.html"),
+                        help="HTML report (default hpcgpu-output/acceptance/report.html)")
     bench.set_defaults(handler=_bench)
+
+    from hpcgpu.plan import add_arguments as add_plan_arguments
+
+    plan = sub.add_parser("plan", help="predict time, memory per GPU and efficiency on 1..N GPUs",
+                          description="Predict time to solution, memory per GPU and parallel efficiency of a "
+                                      "workload on 1, 2, 4, ... GPUs from the roofline, the halo/ghost traffic "
+                                      "and dask's overhead; --check compares the model with this machine.")
+    add_plan_arguments(plan)
+    plan.set_defaults(handler=_plan)
     return parser
 
 

@@ -18,8 +18,8 @@ PY="python3 -P"
   $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt"
 # STAGES selects what runs (default: all):
-#   variants tests bench-cpu bench-gpu nbody scaling weather cpu-tests
-STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody scaling weather cpu-tests"}
+#   variants tests bench-cpu bench-gpu nbody matrix scaling weather cpu-tests
+STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody matrix scaling weather cpu-tests"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has variants; then
 echo "== GPU kernel variants"
@@ -36,6 +36,7 @@ has bench-cpu && timeout ${BENCH_S:-200} $PY -m hpcgpu.cli bench stencil --size 
     --backend numpy --backend numba >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
 has bench-gpu && timeout ${BENCH_S:-200} $PY -m hpcgpu.cli bench stencil --size 4096 --size 8192 \
     --dtype float32 --dtype float64 --backend cuda --backend cupy --budget 2 >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+has bench-gpu && { timeout ${MD_S:-150} $PY -m hpcgpu.cli bench md --backend cuda --backend cupy --size 1048576 --steps 20 --dtype float32 --dtype float64 --budget 2 > "$OUT/md.jsonl" 2> "$OUT/md.err"; cut -c1-420 "$OUT/md.jsonl"; }
 $PY - "$OUT/bench.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -56,6 +57,22 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     print(r.get("backend"), r.get("dtype"), r.get("size"), r.get("value"), r.get("gflops"), r.get("error", ""))
+PY
+fi
+if has matrix; then
+echo "== matrix kernels on the GPU (GEMM n = 8192, SpMV on the 8192^2-point Poisson matrix)"
+timeout ${MATRIX_S:-180} $PY -m hpcgpu.cli bench matrix --backend cuda --backend cupy --size 8192 \
+    --dtype float32 --dtype float64 --budget 2 > "$OUT/matrix.jsonl" 2> "$OUT/matrix.err"
+$PY - "$OUT/matrix.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("error"):
+        print(r["case"], r["backend"], r["dtype"], r["size"], "ERROR", r["error"][:200]); continue
+    scale, unit = (1e12, "TFLOP/s") if r["metric"] == "flops_per_s" else (1e9, "GB/s")
+    print(f"{r['case']:10s} {r['backend']:5s} {r['dtype']:8s} {r['size']:5d} {r['value']/scale:8.2f} {unit}"
+          f"  cuBLAS fraction {r.get('fraction_of_cublas') or 0:.2f}  copy fraction {r.get('fraction_of_copy') or 0:.2f}"
+          f"  rel. error {r.get('relative_error', 0):.1e}")
 PY
 fi
 if has scaling; then

@@ -1,0 +1,307 @@
+"""Device and interconnect profiles for ``hpcgpu plan``: data sheets, measurements, assumptions.
+
+A :class:`DeviceProfile` holds the ceilings of one device (one dask worker:
+a GPU, or a CPU core) and the fraction of its roofline that each kernel
+family reaches; a :class:`LinkProfile` holds a worker-to-worker link. Named
+profiles come from vendor data sheets (cited beside each); the fractions come
+from measurements in ``docs/benchmarks.md`` where the project has them and
+are marked as assumptions where it does not. :func:`measured_device` builds a
+profile from the JSON lines of ``hpcgpu bench``.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from hpcgpu.errors import ConfigError
+
+__all__ = ["DeviceProfile", "LinkProfile", "DEVICES", "LINKS", "device_profile", "link_profile",
+           "measured_device"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Ceilings of one device and the fraction of its roofline each kernel family reaches.
+
+    Attributes
+    ----------
+    name : str
+    kind : str
+        ``"gpu"`` or ``"cpu"``.
+    memory_bytes : float
+        Device memory (B); for a CPU core, its share of the host memory.
+    bandwidth : float
+        Peak memory bandwidth (B/s), from the data sheet or measured.
+    copy_fraction : float
+        Achievable copy bandwidth over ``bandwidth`` (1 for a measured copy).
+    peak_flops : dict
+        ``{"float32": flop/s, "float64": flop/s}`` without tensor cores.
+    fractions : dict
+        ``{family: {dtype: fraction}}``: the fraction of the roofline bound
+        (copy bandwidth or peak) a kernel family reaches.
+    sources : dict
+        ``{family: text}``: where each fraction comes from.
+    source : str
+        Where the ceilings come from.
+    launch_s : float
+        Cost of starting one kernel from Python (s): what bounds a step on
+        a tiny grid however fast the device is.
+    """
+
+    name: str
+    kind: str
+    memory_bytes: float
+    bandwidth: float
+    copy_fraction: float
+    peak_flops: dict
+    fractions: dict
+    sources: dict = field(default_factory=dict)
+    source: str = ""
+    launch_s: float = 0.0
+
+    @property
+    def copy_bandwidth(self):
+        """Achievable copy bandwidth (B/s): what the stencil fractions are measured against."""
+        return self.bandwidth * self.copy_fraction
+
+    def fraction(self, family, dtype):
+        """Fraction of the roofline that kernel ``family`` reaches in ``dtype``."""
+        by_dtype = self.fractions[family]
+        return by_dtype.get(str(dtype), by_dtype.get("float32"))
+
+    def peak(self, dtype):
+        """Peak flop/s in ``dtype`` (non-tensor)."""
+        return self.peak_flops[str(dtype)]
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    """A worker-to-worker link: bandwidth per direction (B/s) and latency per message (s)."""
+
+    name: str
+    bandwidth: float
+    latency_s: float
+    source: str = ""
+
+
+# Fractions of the roofline per kernel family (families: "stencil" = the
+# fused SSP-RK3 shallow-water step, "md" = Lennard-Jones forces on a full
+# neighbour list, "neighbor_build" = the cell-list build, "nbody" = direct
+# all-pairs gravity, "copy" = the task path's block copies).
+_GPU_FRACTIONS = {
+    # docs/benchmarks.md, H200 session 2026-11-30 at 8192^2: best backend per
+    # dtype (cupy float32 0.26, cuda float64 0.34), first-generation kernels.
+    "stencil": {"float32": 0.26, "float64": 0.34},
+    "md": {"float32": 0.4, "float64": 0.4},
+    "neighbor_build": {"float32": 0.3, "float64": 0.3},
+    "nbody": {"float32": 0.5, "float64": 0.5},
+    "copy": {"float32": 1.0, "float64": 1.0},
+}
+_GPU_SOURCES = {
+    "stencil": "measured: docs/benchmarks.md, H200 2026-11-30 (shallow_water fraction_of_copy)",
+    "md": "assumed (not yet measured on a GPU): 0.4 of copy bandwidth, neighbour gathers counted in full",
+    "neighbor_build": "assumed (not measured): 0.3 of copy bandwidth",
+    "nbody": "assumed (not yet measured on a GPU): 0.5 of FP peak at 20 flops per interaction, "
+             "as tiled all-pairs kernels reach (Nyland, Harris, Prins, GPU Gems 3, ch. 31)",
+    "copy": "a copy runs at the copy bandwidth",
+}
+# Starting a Numba-CUDA or CuPy kernel from Python costs some 5-50 us (an
+# assumption: launch latency plus argument handling); on the CPU a parallel
+# Numba region costs a few us.
+_GPU_LAUNCH_S = 20e-6
+_CPU_LAUNCH_S = 5e-6
+# docs/bench-h200-2026-11-30.jsonl: CuPy device-to-device copies at 3.9-4.2 TB/s
+# of the H200's 4.8 TB/s; taken as typical of HBM for the other GPUs.
+_HBM_COPY_FRACTION = 0.85
+
+DEVICES = {
+    # NVIDIA H100 Tensor Core GPU data sheet (SXM5): 80 GB HBM3 at 3.35 TB/s,
+    # FP32 67 TFLOP/s, FP64 34 TFLOP/s (non-tensor).
+    "h100": DeviceProfile("h100", "gpu", 80e9, 3.35e12, _HBM_COPY_FRACTION,
+                          {"float32": 67e12, "float64": 34e12}, _GPU_FRACTIONS, _GPU_SOURCES,
+                          "NVIDIA H100 SXM data sheet", _GPU_LAUNCH_S),
+    # NVIDIA H200 Tensor Core GPU data sheet (SXM): 141 GB HBM3e at 4.8 TB/s,
+    # the same FP32/FP64 rates as the H100 SXM.
+    "h200": DeviceProfile("h200", "gpu", 141e9, 4.8e12, _HBM_COPY_FRACTION,
+                          {"float32": 67e12, "float64": 34e12}, _GPU_FRACTIONS, _GPU_SOURCES,
+                          "NVIDIA H200 SXM data sheet", _GPU_LAUNCH_S),
+    # NVIDIA A100 Tensor Core GPU data sheet (80GB SXM): 2,039 GB/s HBM2e,
+    # FP32 19.5 TFLOP/s, FP64 9.7 TFLOP/s (non-tensor).
+    "a100": DeviceProfile("a100", "gpu", 80e9, 2.039e12, _HBM_COPY_FRACTION,
+                          {"float32": 19.5e12, "float64": 9.7e12}, _GPU_FRACTIONS, _GPU_SOURCES,
+                          "NVIDIA A100 80GB SXM data sheet", _GPU_LAUNCH_S),
+    # One core of this development machine (Xeon, AVX-512, 2.6 GHz, 23 GB for
+    # 2 cores), one dask worker per core. Copy: docs/benchmarks.md measured
+    # 20-22 GB/s with 2 Numba threads; 11 GB/s per core. Peak: 2 FMA units x
+    # 16 float32 lanes x 2 flops x 2.6 GHz = 166 GFLOP/s (83 in float64).
+    "cpu": DeviceProfile(
+        "cpu", "cpu", 11.5e9, 11e9, 1.0, {"float32": 166e9, "float64": 83e9},
+        {"stencil": {"float32": 0.70, "float64": 0.70},
+         # 139 and 44 GFLOP/s on 2 cores (docs/benchmarks.md) over 333 and 166
+         "nbody": {"float32": 0.42, "float64": 0.26},
+         "md": {"float32": 0.3, "float64": 0.3},
+         "neighbor_build": {"float32": 0.3, "float64": 0.3},
+         "copy": {"float32": 1.0, "float64": 1.0}},
+        {"stencil": "measured: docs/benchmarks.md, numba shallow_water 0.70 of copy (4096^2, 2 cores)",
+         "nbody": "measured: docs/benchmarks.md, numba direct sum 139 (float32) and 44 (float64) GFLOP/s",
+         "md": "assumed (not measured): 0.3 of copy bandwidth",
+         "neighbor_build": "assumed (not measured): 0.3 of copy bandwidth",
+         "copy": "a copy runs at the copy bandwidth"},
+        "this development machine, one worker per core (docs/benchmarks.md)", _CPU_LAUNCH_S),
+}
+
+LINKS = {
+    # NVLink 4 (H100/H200 SXM data sheets): 900 GB/s per GPU both ways together,
+    # 450 GB/s per direction; a few microseconds through NVSwitch. Reached by
+    # dask-cuda with protocol="ucx"; NVLink joins at most 8 GPUs (one HGX node).
+    "nvlink": LinkProfile("nvlink", 450e9, 3e-6, "NVLink 4, H100 SXM data sheet; UCX"),
+    # InfiniBand NDR, 400 Gb/s per port (NVIDIA Quantum-2 / ConnectX-7): 50 GB/s,
+    # about 2 us for a small message end to end.
+    "ndr": LinkProfile("ndr", 50e9, 2e-6, "InfiniBand NDR 400 Gb/s; UCX"),
+    # 100 Gb/s Ethernet: 12.5 GB/s line rate, ~12 GB/s achievable; ~20 us over TCP.
+    "100gbe": LinkProfile("100gbe", 12e9, 20e-6, "100 Gb/s Ethernet, TCP"),
+    # Loopback TCP between two LocalCluster workers here, measured through dask
+    # (64 MiB in ~35 ms beyond a trivial task: ~2 GB/s); dask's own per-task
+    # latency is counted by the scheduler model, not here.
+    "tcp-local": LinkProfile("tcp-local", 2e9, 50e-6, "loopback TCP through dask on this machine (measured)"),
+}
+
+
+def device_profile(name_or_path, *, memory_gb=None):
+    """The device profile named ``name_or_path``, or one measured by ``hpcgpu bench`` (a .jsonl path).
+
+    Raises
+    ------
+    ConfigError
+        An unknown name (the message lists the valid ones) or an unusable file.
+
+    Examples
+    --------
+    >>> device_profile("h100").bandwidth
+    3350000000000.0
+    """
+    if isinstance(name_or_path, DeviceProfile):
+        return name_or_path
+    text = str(name_or_path)
+    if text.lower() in DEVICES:
+        profile = DEVICES[text.lower()]
+        if memory_gb is not None:
+            profile = replace(profile, memory_bytes=_positive("memory_gb", memory_gb) * 1e9)
+        return profile
+    if text.endswith(".jsonl") or Path(text).is_file():
+        return measured_device(text, memory_gb=memory_gb)
+    raise ConfigError(f"device must be one of {sorted(DEVICES)} or a .jsonl file of `hpcgpu bench` "
+                      f"results; got {name_or_path!r}")
+
+
+def link_profile(name, *, bandwidth_gbs=None, latency_us=None):
+    """The interconnect named ``name``, optionally with bandwidth (GB/s) or latency (us) overridden.
+
+    Examples
+    --------
+    >>> link_profile("ndr").bandwidth
+    50000000000.0
+    """
+    if isinstance(name, LinkProfile):
+        link = name
+    elif str(name).lower() in LINKS:
+        link = LINKS[str(name).lower()]
+    else:
+        raise ConfigError(f"interconnect must be one of {sorted(LINKS)}; got {name!r}")
+    if bandwidth_gbs is not None:
+        link = replace(link, bandwidth=_positive("link_bandwidth_gbs", bandwidth_gbs) * 1e9)
+    if latency_us is not None:
+        latency = float(latency_us)
+        if not (math.isfinite(latency) and latency >= 0):
+            raise ConfigError(f"link_latency_us must be a finite number >= 0; got {latency_us!r}")
+        link = replace(link, latency_s=latency * 1e-6)
+    return link
+
+
+def _positive(name, value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not (math.isfinite(number) and number > 0):
+        raise ConfigError(f"{name} must be a positive number; got {value!r}")
+    return number
+
+
+def _median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+
+def measured_device(path, *, memory_gb=None):
+    """A device profile from the JSON lines of ``hpcgpu bench`` (one device model).
+
+    Copy bandwidth: records with metric ``bytes_per_s`` whose case names a
+    copy, else the ``copy_gb_per_s`` the stencil and matrix suites record
+    beside their kernels (median over records). Peak flop/s per dtype: GEMM
+    records (metric ``flops_per_s``), else the N-body ``gflops``; missing
+    ones fall back to the named GPU or CPU profile. Fractions: the measured
+    ``fraction_of_copy`` of ``shallow_water`` (best backend per dtype) and the
+    N-body rate over the peak; others from the named profile of that kind.
+    Memory: a ``memory_bytes`` field of an inventory record, else ``memory_gb``.
+
+    Raises
+    ------
+    ConfigError
+        No file, no bandwidth in it, or no memory size.
+    """
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as error:
+        raise ConfigError(f"device file {str(path)!r} cannot be read ({error}); give a named device "
+                          f"{sorted(DEVICES)} or a .jsonl file of `hpcgpu bench` results") from error
+    records = []
+    for line in lines:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    ok = [r for r in records if r.get("value") is not None or r.get("copy_gb_per_s") is not None]
+    kind = "gpu" if any(r.get("backend") in ("cuda", "cupy") for r in ok) else "cpu"
+    base = DEVICES["h100"] if kind == "gpu" else DEVICES["cpu"]
+    copies = [r["value"] for r in ok if r.get("metric") == "bytes_per_s" and "copy" in str(r.get("case", ""))]
+    if not copies:
+        copies = [r["copy_gb_per_s"] * 1e9 for r in ok if r.get("copy_gb_per_s")]
+    if not copies:
+        raise ConfigError(f"device file {str(path)!r} holds no copy bandwidth (records with metric "
+                          "'bytes_per_s' or a 'copy_gb_per_s' field): run `hpcgpu bench stencil` there")
+    peak = dict(base.peak_flops)
+    for dtype in ("float32", "float64"):
+        gemm = [r["value"] for r in ok if r.get("metric") == "flops_per_s" and r.get("dtype") == dtype]
+        nbody = [r["gflops"] * 1e9 for r in ok if r.get("gflops") and r.get("dtype") == dtype]
+        if gemm or nbody:
+            peak[dtype] = max(gemm or nbody)
+    fractions = {family: dict(values) for family, values in base.fractions.items()}
+    sources = dict(base.sources)
+    for dtype in ("float32", "float64"):
+        measured = [r["fraction_of_copy"] for r in ok if r.get("case") == "shallow_water"
+                    and r.get("dtype") == dtype and r.get("fraction_of_copy")]
+        if measured:
+            fractions["stencil"][dtype] = max(measured)
+            sources["stencil"] = f"measured: {Path(path).name} (shallow_water fraction_of_copy)"
+        nbody = [r["gflops"] * 1e9 for r in ok if r.get("case") == "direct" and r.get("gflops")
+                 and r.get("dtype") == dtype]
+        if nbody:
+            fractions["nbody"][dtype] = min(1.0, max(nbody) / peak[dtype])
+            sources["nbody"] = f"measured: {Path(path).name} (N-body rate over the peak)"
+    memory = [r.get("memory_bytes") or r.get("device_memory_bytes") for r in records]
+    memory = [m for m in memory if m]
+    if memory_gb is not None:
+        memory_bytes = _positive("memory_gb", memory_gb) * 1e9
+    elif memory:
+        memory_bytes = float(min(memory))
+    else:
+        raise ConfigError(f"device file {str(path)!r} does not say how much memory the device has: "
+                          "give memory_gb (--memory-gb)")
+    return DeviceProfile(f"measured:{Path(path).name}", kind, memory_bytes, _median(copies), 1.0, peak,
+                         fractions, sources, f"measured by hpcgpu bench ({Path(path).name}, {len(ok)} records)",
+                         base.launch_s)

@@ -1,0 +1,311 @@
+"""Cluster acceptance: measure every worker, every pair, every workload; judge against thresholds.
+
+:func:`run_acceptance` drives the probes of :mod:`hpcgpu.bench.probes` on
+each worker of an attached dask cluster, measures worker-to-worker
+transfers for every ordered pair, runs strong and weak scaling of the
+weather, molecular-dynamics and N-body models over 1..N workers through the
+partitioned engine, and checks the results against :class:`Thresholds`.
+Every result is one JSON-able dict (``"suite": "acceptance"``, ``"kind"``
+says what it is); :mod:`hpcgpu.bench.report` turns them into HTML.
+
+Workers on the same host share memory bandwidth and cores, so their
+single-worker measurements run one host-mate at a time; workers on
+different hosts are measured at once.
+
+Examples
+--------
+>>> from hpcgpu.cluster import cluster  # doctest: +SKIP
+>>> records = run_acceptance(cluster(workers=2), quick=True)  # doctest: +SKIP
+>>> [r for r in records if r["kind"] == "verdict"][0]["passed"]  # doctest: +SKIP
+True
+"""
+
+import json
+import math
+import statistics
+import sys
+import time
+import uuid
+
+import numpy as np
+
+from hpcgpu.bench import probes
+from hpcgpu.bench.report import Thresholds
+
+__all__ = ["run_acceptance", "estimate_seconds", "WORKLOADS"]
+
+WORKLOADS = ("weather", "md", "nbody")
+# Rough seconds per worker for the single-worker probes, and per scaling run (quick, full).
+_PROBE_S = {True: 8.0, False: 40.0}
+_SCALING_RUN_S = {True: 4.0, False: 25.0}
+
+
+def estimate_seconds(workers, quick, hosts=1, workloads=WORKLOADS):
+    """A rough run time of :func:`run_acceptance` (s), printed before it starts."""
+    rounds = math.ceil(workers / max(1, hosts))
+    pairs = workers * (workers - 1)
+    counts = len(_worker_counts(workers))
+    return rounds * _PROBE_S[quick] + pairs * (0.5 if quick else 2.0) + 2 * counts * len(workloads) * _SCALING_RUN_S[quick]
+
+
+def _worker_counts(workers):
+    counts = sorted({1, workers, *(2**k for k in range(int(math.log2(max(workers, 1))) + 1))})
+    return [c for c in counts if c <= workers]
+
+
+def _emit(records, record, stream):
+    record = {"suite": "acceptance", **record}
+    records.append(record)
+    if stream is not None:
+        print(json.dumps(record, default=_plain), file=stream, flush=True)
+    return record
+
+
+def _plain(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return str(value)
+
+
+def _on_each(client, workers, hosts, function, *args, key):
+    """``{worker: function(*args)}`` run on every worker, one worker per host at a time."""
+    by_host = {}
+    for w in workers:
+        by_host.setdefault(hosts[w], []).append(w)
+    results = {}
+    for round_index in range(max(len(ws) for ws in by_host.values())):
+        batch = [ws[round_index] for ws in by_host.values() if round_index < len(ws)]
+        futures = {w: client.submit(function, *args, key=f"{key}-{uuid.uuid4().hex[:8]}", workers=[w],
+                                    allow_other_workers=False, pure=False) for w in batch}
+        for w, f in futures.items():
+            try:
+                results[w] = f.result()
+            except Exception as exc:  # noqa: BLE001 - a worker that cannot run a probe is a finding
+                results[w] = {"error": f"{type(exc).__name__}: {exc}"}
+    return results
+
+
+def _payload(nbytes):
+    return np.ones(max(1, nbytes // 8))
+
+
+def _touch(array):
+    return int(array.nbytes)
+
+
+def measure_transfers(client, workers, nbytes, repeats=3):
+    """``{(source, destination): (seconds small, seconds large)}`` for every ordered pair.
+
+    Each is the median wall time of a task on the destination that needs an
+    array made on the source: a tiny one (latency, including the scheduler
+    round trip a dask program pays) and one of ``nbytes`` (bandwidth from
+    the difference). Every repeat moves a freshly made array, never a
+    replica the destination already holds.
+    """
+    from distributed import wait
+
+    out = {}
+    for source in workers:
+        for destination in workers:
+            if destination == source:
+                continue
+            timings = {}
+            for size in (8, nbytes):
+                durations = []
+                for _ in range(repeats):
+                    made = client.submit(_payload, size, workers=[source], allow_other_workers=False, pure=False,
+                                         key=f"acceptance-payload-{uuid.uuid4().hex[:8]}")
+                    wait(made)
+                    start = time.perf_counter()
+                    client.submit(_touch, made, workers=[destination], allow_other_workers=False, pure=False,
+                                  key=f"acceptance-transfer-{uuid.uuid4().hex[:8]}").result()
+                    durations.append(time.perf_counter() - start)
+                    del made
+                timings[size] = float(np.median(durations))
+            out[(source, destination)] = (timings[8], timings[nbytes])
+    return out
+
+
+def _scaling(client, workload, workers, quick, stream, records):
+    """Strong and weak scaling of one workload over 1..N workers (seconds per step, efficiency)."""
+    from hpcgpu.simulation import Simulation
+
+    counts = _worker_counts(len(workers))
+    largest = counts[-1]
+    results = {}
+    for mode in ("strong", "weak"):
+        base = None
+        for count in counts:
+            model, state, dt, steps, k, size = _scaling_case(workload, mode, count, largest, quick)
+            sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False, client=client, partitions=count,
+                             steps_per_task=k, diagnostics=steps, check=steps)
+            try:
+                sim.run(steps=k)  # compile and place the partitions
+                start = time.perf_counter()
+                sim.run()
+                seconds = (time.perf_counter() - start) / (steps - k)
+            finally:
+                sim.close()
+            base = seconds if base is None else base
+            efficiency = base / (count * seconds) if mode == "strong" else base / seconds
+            results[(mode, count)] = seconds
+            _emit(records, {"kind": "scaling", "workload": workload, "mode": mode, "workers": count,
+                            "seconds_per_step": seconds, "efficiency": efficiency, "size": size,
+                            "steps_per_task": k}, stream)
+    return results
+
+
+def _scaling_case(workload, mode, count, largest, quick):
+    """``(model, state, dt, steps, steps_per_task, size)`` of a scaling run on ``count`` workers."""
+    share = count if mode == "weak" else largest
+    if workload == "weather":
+        from hpcgpu.workloads.weather import ShallowWater
+
+        side = 256 if quick else 1024
+        model = ShallowWater("turbulence", nx=side, ny=side * share, backend="auto", dtype="float32",
+                             Lx=1e6, Ly=1e6 * share)
+        state = model.initial_state()
+        k = 8 if quick else 16
+        return model, state, model.suggested_dt(state), 4 * k, k, [side, side * share]
+    if workload == "md":
+        from hpcgpu.workloads.md import LennardJones
+
+        cells = 5 if quick else 12
+        model = LennardJones((cells, cells, cells * share), temperature=1.44, backend="auto")
+        return model, model.initial_state(), 0.005, 40 if quick else 100, 1, model.n
+    if workload == "nbody":
+        from hpcgpu.workloads.astro import NBody
+
+        n = int((2048 if quick else 16384) * math.sqrt(share))  # weak: work N^2 grows with the workers
+        model = NBody("plummer", n=n, backend="auto")
+        return model, model.initial_state(), 0.001, 20 if quick else 50, 1, n
+    raise ValueError(workload)
+
+
+def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS, stream=None,
+                   transfer_bytes=None):
+    """Measure the attached cluster and judge it; returns the list of records.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    quick : bool
+        Small sizes (minutes on a laptop).
+    thresholds : Thresholds, optional
+        Pass/fail limits (default :class:`Thresholds` ()).
+    workloads : sequence of str
+        Which of :data:`WORKLOADS` to scale.
+    stream : file, optional
+        Where to print each record as a JSON line as it is made.
+    transfer_bytes : int, optional
+        Payload of the bandwidth measurement (default 16 MiB quick, 256 MiB full).
+    """
+    thresholds = thresholds or Thresholds()
+    info = client.scheduler_info()["workers"]
+    workers = sorted(info)
+    if not workers:
+        from hpcgpu.errors import ClusterError
+
+        raise ClusterError("the dask cluster has no workers")
+    records = []
+    started = time.perf_counter()
+    inventories = _on_each(client, workers, {w: w for w in workers}, probes.inventory, key="acceptance-inventory")
+    hosts = {w: inventories[w].get("host", w) for w in workers}
+    for w in workers:
+        _emit(records, {"kind": "inventory", "worker": w, **inventories[w]}, stream)
+    ceilings = _on_each(client, workers, hosts, probes.ceilings, "auto", quick, key="acceptance-ceilings")
+    for w in workers:
+        _emit(records, {"kind": "ceiling", "worker": w, **ceilings[w]}, stream)
+    for w in workers:
+        if "error" in ceilings[w]:
+            continue
+        checks = _on_each(client, [w], hosts, probes.kernel_checks, ceilings[w], "auto", quick,
+                          key="acceptance-kernels")[w]
+        for check in (checks if isinstance(checks, list) else [checks]):
+            _emit(records, {"kind": "kernel", "worker": w, **check}, stream)
+    energy = _on_each(client, workers, hosts, probes.energy_per_step, "auto", quick, key="acceptance-energy")
+    for w in workers:
+        _emit(records, {"kind": "energy", "worker": w, **energy[w]}, stream)
+    nbytes = transfer_bytes or (16 if quick else 256) * 2**20
+    for (source, destination), (small, large) in measure_transfers(client, workers, nbytes).items():
+        bandwidth = nbytes / (large - small) if large > small else math.inf
+        _emit(records, {"kind": "transfer", "source": source, "destination": destination, "bytes": nbytes,
+                        "latency_s": small, "bandwidth_bytes_per_s": bandwidth,
+                        "same_host": hosts[source] == hosts[destination]}, stream)
+    for workload in workloads:
+        _scaling(client, workload, workers, quick, stream, records)
+    for record in judge(records, thresholds, workers):
+        _emit(records, record, stream)
+    _emit(records, {"kind": "run", "seconds": time.perf_counter() - started, "quick": quick,
+                    "workers": len(workers), "hosts": len(set(hosts.values()))}, stream)
+    return records
+
+
+def _median_of_peers(values, worker):
+    peers = [v for w, v in values.items() if w != worker and v is not None and math.isfinite(v)]
+    return statistics.median(peers) if peers else None
+
+
+def judge(records, thresholds, workers):
+    """Verdict records: per worker, per pair, per scaling series, then one overall."""
+    verdicts = []
+
+    def verdict(subject, check, passed, detail):
+        verdicts.append({"kind": "verdict", "subject": subject, "check": check, "passed": bool(passed),
+                         "detail": detail})
+
+    rates = {}  # (metric) -> {worker: value}
+    for r in records:
+        if r["kind"] == "ceiling" and "error" not in r:
+            rates.setdefault("copy bandwidth", {})[r["worker"]] = r["copy_bytes_per_s"]
+            rates.setdefault("GEMM rate", {})[r["worker"]] = r["gemm_flops_per_s"]
+        elif r["kind"] == "kernel":
+            rates.setdefault(f"{r['family']} rate", {})[r["worker"]] = r["rate"]
+            verdict(r["worker"], f"{r['family']} correct", r["passed"] or not thresholds.correctness,
+                    f"max relative error {r['max_relative_error']:.2e} (tolerance {r['tolerance']:.0e})")
+        elif r["kind"] == "ceiling":
+            verdict(r["worker"], "probes ran", False, r["error"])
+    for metric, values in rates.items():
+        for w, value in values.items():
+            median = _median_of_peers(values, w)
+            if median:
+                ratio = value / median
+                verdict(w, f"{metric} vs peers", ratio >= thresholds.peer_fraction,
+                        f"{ratio:.0%} of the median of its peers (threshold {thresholds.peer_fraction:.0%})")
+    transfers = {(r["source"], r["destination"]): r["bandwidth_bytes_per_s"] for r in records
+                 if r["kind"] == "transfer"}
+    for pair, value in transfers.items():
+        others = [v for p, v in transfers.items() if p != pair and math.isfinite(v)]
+        if others and math.isfinite(value):
+            ratio = value / statistics.median(others)
+            verdict(f"{pair[0]} -> {pair[1]}", "transfer bandwidth vs peers", ratio >= thresholds.transfer_fraction,
+                    f"{ratio:.0%} of the median pair (threshold {thresholds.transfer_fraction:.0%})")
+    for r in records:
+        if r["kind"] == "scaling" and r["workers"] > 1:
+            limit = thresholds.strong_efficiency if r["mode"] == "strong" else thresholds.weak_efficiency
+            verdict(f"{r['workload']} on {r['workers']} workers", f"{r['mode']} scaling efficiency",
+                    r["efficiency"] >= limit, f"{r['efficiency']:.0%} (threshold {limit:.0%})")
+    devices = {r["worker"]: r.get("device") for r in records if r["kind"] == "inventory"}
+    reference = rates.get("stencil/diffusion rate", {})
+    fastest = max(reference.values()) if reference else None
+    verdicts.append({"kind": "balance", "mixed": len(set(devices.values())) > 1, "devices": devices,
+                     "relative_speed": {w: v / fastest for w, v in reference.items()} if fastest else {},
+                     "partition_weights": _weights(reference)})
+    failed = [v for v in verdicts if v["kind"] == "verdict" and not v["passed"]]
+    verdicts.append({"kind": "summary", "passed": not failed, "checks": sum(v["kind"] == "verdict" for v in verdicts),
+                     "failed": [f"{v['subject']}: {v['check']} ({v['detail']})" for v in failed]})
+    return verdicts
+
+
+def _weights(rates):
+    """The partition weights the engine would give each worker (proportional to its rate)."""
+    total = sum(rates.values())
+    return {w: v / total for w, v in rates.items()} if total else {}
+
+
+def print_summary(records, stream=sys.stderr):
+    summary = [r for r in records if r["kind"] == "summary"][-1]
+    print(f"hpcgpu bench: {'PASSED' if summary['passed'] else 'FAILED'} ({summary['checks']} checks, "
+          f"{len(summary['failed'])} failed)", file=stream)
+    for line in summary["failed"]:
+        print(f"  FAIL {line}", file=stream)

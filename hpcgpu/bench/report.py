@@ -1,0 +1,228 @@
+"""Acceptance thresholds (a TOML file) and the self-contained HTML report.
+
+Thresholds, with their defaults (a file may set any of them, under a
+``[thresholds]`` table)::
+
+    [thresholds]
+    peer_fraction = 0.7        # a worker's copy bandwidth, GEMM or kernel rate below 70 % of
+                               # the median of its peers fails
+    transfer_fraction = 0.5    # a worker pair's bandwidth below 50 % of the median pair fails
+    strong_efficiency = 0.5    # strong-scaling parallel efficiency below this fails
+    weak_efficiency = 0.7      # weak-scaling parallel efficiency below this fails
+    correctness = true         # a kernel that disagrees with numpy fails
+
+The report embeds its charts as PNG data (matplotlib), so the one HTML file
+can be mailed or attached to a ticket: a pass/fail summary, the inventory, a
+roofline chart per worker, scaling curves, the transfer-bandwidth heatmap,
+energy and the balance of a mixed cluster.
+
+Examples
+--------
+>>> Thresholds().peer_fraction
+0.7
+>>> Thresholds.from_mapping({"thresholds": {"strong_efficiency": 0.8}}).strong_efficiency
+0.8
+"""
+
+import base64
+import html
+import io
+import math
+import tomllib
+from dataclasses import dataclass, fields
+
+from hpcgpu.errors import ConfigError
+
+__all__ = ["Thresholds", "write_html"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Pass/fail limits of cluster acceptance (see the module docstring)."""
+
+    peer_fraction: float = 0.7
+    transfer_fraction: float = 0.5
+    strong_efficiency: float = 0.5
+    weak_efficiency: float = 0.7
+    correctness: bool = True
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type is bool or f.name == "correctness":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"thresholds.{f.name} must be true or false; got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ConfigError(f"thresholds.{f.name} must be a number between 0 and 1; got {value!r}")
+
+    @classmethod
+    def from_mapping(cls, mapping):
+        """Thresholds from a parsed TOML document (its ``[thresholds]`` table)."""
+        unknown_tables = set(mapping) - {"thresholds"}
+        if unknown_tables:
+            raise ConfigError(f"the thresholds file may only hold a [thresholds] table; found "
+                              f"{', '.join(sorted(unknown_tables))}")
+        table = mapping.get("thresholds", {})
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(table) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown threshold(s) {', '.join(unknown)}; valid keys: {', '.join(names)}")
+        return cls(**table)
+
+    @classmethod
+    def from_toml(cls, path):
+        """Read a TOML file; errors name the file and the key."""
+        try:
+            with open(path, "rb") as stream:
+                document = tomllib.load(stream)
+        except OSError as error:
+            raise ConfigError(f"thresholds file {path}: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"thresholds file {path} is not valid TOML: {error}") from None
+        try:
+            return cls.from_mapping(document)
+        except ConfigError as error:
+            raise ConfigError(f"thresholds file {path}: {error}") from None
+
+
+def _png(figure):
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    plt.close(figure)
+    return f'<img alt="chart" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+
+
+def _short(worker):
+    return worker.replace("tcp://", "").replace("tls://", "")
+
+
+def _roofline(records):
+    """Achieved rate against the roofs, per worker: one point per kernel family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kernels = [r for r in records if r["kind"] == "kernel" and r.get("fraction_of_roof") is not None]
+    workers = sorted({r["worker"] for r in kernels})
+    fig, ax = plt.subplots(figsize=(7, 4))
+    families = sorted({r["family"] for r in kernels})
+    for i, w in enumerate(workers):
+        mine = {r["family"]: r["fraction_of_roof"] for r in kernels if r["worker"] == w}
+        ax.bar([f + i / (len(workers) + 1) for f in range(len(families))], [mine.get(f, 0) for f in families],
+               width=1 / (len(workers) + 1), label=_short(w))
+    ax.axhline(1.0, color="k", lw=1, ls="--")
+    ax.set_xticks(range(len(families)), families, rotation=20, ha="right")
+    ax.set_ylabel("fraction of roofline floor")
+    ax.set_title("Kernels against their roofs (memory: copy bandwidth; compute: GEMM rate)")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _scaling_chart(records):
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in records if r["kind"] == "scaling"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+    for ax, mode in zip(axes, ("strong", "weak")):
+        for workload in sorted({r["workload"] for r in runs}):
+            series = sorted((r["workers"], r["efficiency"]) for r in runs if r["workload"] == workload
+                            and r["mode"] == mode)
+            if series:
+                ax.plot(*zip(*series), marker="o", label=workload)
+        ax.axhline(1.0, color="k", lw=1, ls="--")
+        ax.set_xlabel("workers")
+        ax.set_title(f"{mode} scaling")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("parallel efficiency")
+    return _png(fig)
+
+
+def _heatmap(records):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    transfers = [r for r in records if r["kind"] == "transfer"]
+    workers = sorted({r["source"] for r in transfers} | {r["destination"] for r in transfers})
+    if not workers:
+        return "<p>One worker: no pairs to measure.</p>"
+    index = {w: i for i, w in enumerate(workers)}
+    grid = np.full((len(workers), len(workers)), np.nan)
+    for r in transfers:
+        value = r["bandwidth_bytes_per_s"]
+        grid[index[r["source"]], index[r["destination"]]] = value / 1e9 if math.isfinite(value) else np.nan
+    fig, ax = plt.subplots(figsize=(4 + 0.3 * len(workers), 3.5 + 0.3 * len(workers)))
+    image = ax.imshow(grid, cmap="viridis")
+    fig.colorbar(image, ax=ax, label="GB/s")
+    labels = [_short(w) for w in workers]
+    ax.set_xticks(range(len(workers)), labels, rotation=45, ha="right", fontsize=7)
+    ax.set_yticks(range(len(workers)), labels, fontsize=7)
+    ax.set_xlabel("destination")
+    ax.set_ylabel("source")
+    ax.set_title("Worker-to-worker bandwidth")
+    return _png(fig)
+
+
+def _table(rows, columns):
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(row.get(c)))}</td>" for c in columns) + "</tr>"
+                   for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+def write_html(records, path, title="hpcgpu cluster acceptance"):
+    """Write the self-contained HTML report of acceptance ``records`` to ``path``; returns the path."""
+    summary = [r for r in records if r["kind"] == "summary"][-1]
+    balance = [r for r in records if r["kind"] == "balance"][-1]
+    run = [r for r in records if r["kind"] == "run"]
+    verdict = "PASSED" if summary["passed"] else "FAILED"
+    failed = "".join(f"<li>{html.escape(line)}</li>" for line in summary["failed"]) or "<li>none</li>"
+    sections = [
+        f"<h1>{html.escape(title)}</h1>",
+        f'<h2 id="summary">Summary: <span class="{verdict.lower()}">{verdict}</span></h2>',
+        f"<p>{summary['checks']} checks, {len(summary['failed'])} failed"
+        + (f"; {run[-1]['workers']} workers on {run[-1]['hosts']} host(s), {run[-1]['seconds']:.0f} s" if run else "")
+        + f"</p><ul>{failed}</ul>",
+        '<h2 id="inventory">Inventory</h2>',
+        _table([r for r in records if r["kind"] == "inventory"],
+               ["worker", "host", "device", "device_memory_bytes", "cpu_cores", "memory_bytes", "driver_cuda",
+                "cuda_runtime", "backend", "numpy", "numba", "hpcgpu"]),
+        '<h2 id="ceilings">Ceilings</h2>',
+        _table([r for r in records if r["kind"] == "ceiling"],
+               ["worker", "copy_bytes_per_s", "gemm_flops_per_s", "gemm_library", "error"]),
+        '<h2 id="roofline">Roofline</h2>', _roofline(records),
+        _table([r for r in records if r["kind"] == "kernel"],
+               ["worker", "family", "rate", "unit", "roof", "fraction_of_roof", "max_relative_error", "passed"]),
+        '<h2 id="scaling">Scaling</h2>', _scaling_chart(records),
+        _table([r for r in records if r["kind"] == "scaling"],
+               ["workload", "mode", "workers", "size", "seconds_per_step", "efficiency"]),
+        '<h2 id="transfers">Transfers</h2>', _heatmap(records),
+        _table([r for r in records if r["kind"] == "transfer"],
+               ["source", "destination", "latency_s", "bandwidth_bytes_per_s", "same_host"]),
+        '<h2 id="energy">Energy</h2>',
+        _table([r for r in records if r["kind"] == "energy"],
+               ["worker", "available", "source", "joules_per_step", "watts", "why"]),
+        '<h2 id="balance">Balance</h2>',
+        f"<p>Device models: {'mixed' if balance['mixed'] else 'uniform'}.</p>",
+        _table([{"worker": w, "device": balance["devices"].get(w), "relative_speed": balance["relative_speed"].get(w),
+                 "partition_weight": balance["partition_weights"].get(w)} for w in sorted(balance["devices"])],
+               ["worker", "device", "relative_speed", "partition_weight"]),
+        '<h2 id="checks">All checks</h2>',
+        _table([r for r in records if r["kind"] == "verdict"], ["subject", "check", "passed", "detail"]),
+    ]
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;"
+             "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}.passed{color:green}.failed{color:red}")
+    with open(path, "w") as stream:
+        stream.write(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                     f"<style>{style}</style></head><body>{''.join(sections)}</body></html>")
+    return path

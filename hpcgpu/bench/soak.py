@@ -1,0 +1,111 @@
+"""``hpcgpu bench soak``: the weather model on a cluster while workers are killed at random.
+
+Not a CI test: a benchmark of resilience an operator runs for minutes or
+hours. A local cluster of two worker processes (or the cluster at
+``--scheduler``) runs the shallow-water model with checkpoints; a
+background thread SIGKILLs a random worker process every ``kill_every``
+seconds (the nanny restarts it, as a batch system would replace a node).
+The run survives from its last checkpoint each time. At the end the final
+state is compared with an undisturbed single-process run of the same steps,
+and one JSON line reports steps done, restarts, steps redone, wall time and
+the time lost to failures, and whether the states match bitwise.
+"""
+
+import json
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+import warnings
+
+import numpy as np
+
+__all__ = ["run_soak"]
+
+
+def _killer(client, every, stop, killed, rng):
+    """Kill a random worker process every ``every`` seconds until ``stop`` is set."""
+    while not stop.wait(every):
+        try:
+            pids = client.run(os.getpid)
+        except Exception:  # noqa: BLE001 - a worker is restarting: try again next time
+            continue
+        if len(pids) < 2:
+            continue  # never kill the last worker standing
+        address = rng.choice(sorted(pids))
+        try:
+            os.kill(pids[address], signal.SIGKILL)
+            killed.append({"address": address, "pid": pids[address], "at_s": time.perf_counter()})
+        except ProcessLookupError:
+            pass
+
+
+def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="numba", seed=0, stream=None):
+    """Soak the engine for about ``minutes``; returns (and prints) the report dict.
+
+    Parameters
+    ----------
+    minutes : float
+        Wall-clock length of the disturbed run (> 0).
+    client : distributed.Client, optional
+        Default: a new local cluster of two single-threaded worker processes.
+    kill_every : float, optional
+        Seconds between kills (default: a quarter of the run, at least 10 s).
+    """
+    from hpcgpu.cluster import cluster
+    from hpcgpu.simulation import Simulation
+    from hpcgpu.validation import check_float
+    from hpcgpu.workloads.weather import ShallowWater
+
+    minutes = check_float("minutes", minutes, minimum=0.0, strict_min=True)
+    seconds = 60.0 * minutes
+    kill_every = max(10.0, seconds / 4) if kill_every is None else check_float(
+        "kill_every", kill_every, minimum=0.0, strict_min=True)
+    own = client is None
+    if own:
+        client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        model = ShallowWater("unstable_jet", nx=nx, ny=ny, backend=backend)
+        dt = model.suggested_dt(model.initial_state())
+        probe = Simulation(model, dt=dt, stop_steps=100, progress=False, client=client, partitions=2,
+                           steps_per_task=4).run(steps=20)  # compile and place, then time the rest
+        begun = time.perf_counter()
+        probe.run()
+        rate = 80 / (time.perf_counter() - begun)
+        probe.close()
+        steps = max(40, int(rate * seconds * 0.8) // 4 * 4)
+        stop, killed = threading.Event(), []
+        with tempfile.TemporaryDirectory(prefix="hpcgpu-soak-") as path:
+            sim = Simulation(model, dt=dt, stop_steps=steps, progress=False, client=client, partitions=2,
+                             steps_per_task=4)
+            killer = threading.Thread(target=_killer, args=(client, kill_every, stop, killed, random.Random(seed)),
+                                      daemon=True)
+            started = time.perf_counter()
+            killer.start()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    sim.run(checkpoint=path, checkpoint_every=max(4, steps // 20 // 4 * 4))
+            finally:
+                stop.set()
+                killer.join()
+            wall = time.perf_counter() - started
+            final = sim.state
+            sim.close()
+        reference = Simulation(model, dt=dt, stop_steps=steps, progress=False).run()
+        matches = all(np.array_equal(getattr(final, f), getattr(reference.state, f)) for f in ("u", "v", "h"))
+        redone = sum(r["steps_lost"] for r in sim.restarts)
+        report = {"suite": "soak", "case": "unstable_jet", "backend": backend, "size": [nx, ny], "minutes": minutes,
+                  "steps": sim.step, "kills": len(killed), "restarts": len(sim.restarts), "steps_redone": redone,
+                  "wall_s": wall, "time_lost_s": redone / rate if rate > 0 else None,
+                  "undisturbed_estimate_s": steps / rate if rate > 0 else None,
+                  "final_state_matches_reference": bool(matches)}
+        print(json.dumps(report), file=stream, flush=True)
+        return report
+    finally:
+        if own:
+            local = client.cluster
+            client.close()
+            local.close()
