@@ -85,7 +85,8 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
     timeout : float
         Seconds to wait for a scheduler before giving up (default 20).
     quiet : bool
-        Do not print the dashboard link.
+        Do not print the links to the dask dashboard and its hpcgpu page
+        (:mod:`hpcgpu.dashboard`, registered on the scheduler either way).
 
     Raises
     ------
@@ -130,8 +131,12 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
         client = Client(_local_cluster(workers, threads_per_worker, gpus, host, dashboard_address,
                                        protocol, rmm_pool_size, device_memory_limit, security),
                         timeout=timeout, security=security)
+    from hpcgpu import dashboard
+
+    page = dashboard.register(client)  # the hpcgpu page in the dask dashboard; None if the scheduler refused it
     if not quiet:
-        print(f"hpcgpu: dask dashboard at {client.dashboard_link}", file=sys.stderr)
+        beside = f", hpcgpu page at {page}" if page else ""
+        print(f"hpcgpu: dask dashboard at {client.dashboard_link}{beside}", file=sys.stderr)
     return client
 
 

@@ -25,6 +25,7 @@ import math
 import os
 import time as _time
 
+from hpcgpu.dashboard import publish as _publish_status
 from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
 from hpcgpu.executors import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
@@ -91,6 +92,7 @@ class Simulation:
                  wall_time_limit=None, diagnostics=None, check=None, progress=None, name=None,
                  client=None, partitions=None, steps_per_task=None, weights=None):
         self.model = model
+        _check_memory(model, client, partitions)
         state = model.initial_state() if state is None else state
         if dt is None:
             dt = model.suggested_dt(state)
@@ -123,6 +125,8 @@ class Simulation:
         self._latest_cfl = (None, float("nan"))
         self._run_started = None
         self._checkpoint = None
+        self._checked_step = None
+        self.restarts = []  # one record per restart from a checkpoint after a lost worker
 
     def _make_executor(self, state, client, partitions, steps_per_task, weights):
         if client is None:
@@ -217,7 +221,8 @@ class Simulation:
            must have passed; then callbacks run in the order added, then
            writers write; then the progress bar moves and the stop criteria
            (steps, model time, wall time) are tested.
-        4. When the run stops, a checkpoint is written (if asked for) and
+        4. When the run stops, the final state is checked (if its step was
+           not checked already), a checkpoint is written (if asked for) and
            writers are closed (diagnostics written). Checkpoints on
            ``checkpoint_every`` are written after the writers of their step.
 
@@ -260,6 +265,9 @@ class Simulation:
                         or (wall_limit is not None and elapsed >= wall_limit))
                 try:
                     if stop:
+                        if self._checked_step != self.step:  # never return an unchecked state
+                            self._executor.request_health(self.step)
+                            self._checked_step = self.step
                         self._executor.synchronize()
                         self._flush(block=True)
                         break
@@ -270,6 +278,7 @@ class Simulation:
                     self.step += n
                     self.time = self.step * self.dt
                     self._events()
+                    _publish_status(self)  # to the dask dashboard's hpcgpu page; never blocks
                 except ClusterError as error:
                     self._recover(error)  # from the last checkpoint, or re-raise
                     if bar is not None:
@@ -286,6 +295,7 @@ class Simulation:
             self.timing["run_s"] += _time.perf_counter() - started
             self._run_started = None
             self.timing["steps"] += self.step - steps_at_start
+            _publish_status(self, finished=True)
         for writer in self._writers:
             close = getattr(writer, "close", None)
             if close is not None:
@@ -337,6 +347,7 @@ class Simulation:
         save = bool(schedule) and schedule.fires(step, now, dt)
         if force_check or diag or callbacks or writers or save or self.check_schedule.fires(step, now, dt):
             self._executor.request_health(step)
+            self._checked_step = step
         if diag or force_check:
             self._executor.request_diagnostics(step)
         # Callbacks and writers see the state: every check up to now must pass first,
@@ -489,7 +500,11 @@ class Simulation:
         client = executor.client
         self._executor = self._make_executor(restore(host_state), client, executor.partitions,
                                              executor.steps_per_task, None)
+        lost = self.step - int(meta["step"])
         self.step, self.time, self._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
+        self._checked_step = None
+        self.restarts.append({"step": self.step, "steps_lost": lost, "error": str(error),
+                              "workers": len(self._executor.workers)})
         warnings.warn(f"{self.name}: {error}; restarted from the checkpoint at step {self.step} on "
                       f"{len(self._executor.workers)} worker(s)", RuntimeWarning, stacklevel=3)
         return self.step
@@ -497,6 +512,64 @@ class Simulation:
     def __repr__(self):
         return (f"Simulation(name={self.name!r}, model={self.model!r}, dt={self.dt:g}, step={self.step}, "
                 f"time={self.time:g})")
+
+    def _repr_html_(self):
+        """An HTML summary for Jupyter: the run, where it runs and its latest diagnostics.
+
+        Shows what is known on the client (no state is gathered, nothing is
+        computed): name, model, step, model time, dt, stop criteria, the
+        executor (partitions, steps per task, workers), timing and the last
+        recorded diagnostics.
+        """
+        from hpcgpu import display
+
+        stops = [f"{self.stop_steps} steps" if self.stop_steps is not None else None,
+                 f"t = {self.stop_time:g}" if self.stop_time is not None else None,
+                 f"{self.wall_time_limit:g} s wall" if self.wall_time_limit is not None else None]
+        facts = [("name", self.name), ("model", repr(self.model)), ("step", self.step),
+                 ("time", display.model_time(self.model, self.time)), ("dt", self.dt),
+                 ("stop at", ", ".join(s for s in stops if s) or "-")]
+        try:
+            executor = self._executor.describe()
+        except Exception:  # noqa: BLE001 - a display must not fail on a closed executor
+            executor = {}
+        facts += [(key.replace("_", " "), value) for key, value in executor.items()]
+        timing = self.timing
+        if timing["steps"]:
+            facts += [("JIT warm-up (s)", timing["warmup_s"]), ("run time (s)", timing["run_s"]),
+                      ("steps/s", timing["steps"] / timing["run_s"] if timing["run_s"] > 0 else float("nan"))]
+        sections = [(None, display.table(facts), True)]
+        if self._records:
+            last = self._records[-1]
+            rows = [(key, value) for key, value in last.items() if key not in ("step", "time")]
+            heading = f"diagnostics at step {last['step']} ({len(self._records)} records: sim.diagnostics)"
+            sections.append((heading, display.table(rows), True))
+        return display.summary(f"Simulation: {self.name}", sections)
+
+
+def _check_memory(model, client, partitions):
+    """Refuse a problem larger than this machine's or a worker's memory before allocating it."""
+    estimate = getattr(model, "memory_estimate", None)
+    if estimate is None:
+        return
+    what, nbytes = estimate()
+    from hpcgpu.validation import check_memory
+
+    if client is None:
+        check_memory(what, nbytes, model.backend)
+        return
+    # The client builds the global state once (its host copy), then each worker holds a share.
+    check_memory(f"{what} (the state built on the client)", nbytes // 4, model.backend)
+    workers = client.scheduler_info()["workers"]
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    if workers and min(limits) > 0:
+        count = partitions or len(workers)
+        per_worker = nbytes * -(-count // len(workers)) / count
+        if per_worker > min(limits):
+            raise ConfigError(
+                f"{what} needs about {per_worker:.3g} bytes per worker ({per_worker / 2**30:.4g} GiB) over "
+                f"{count} partitions on {len(workers)} workers, but the smallest worker has "
+                f"{min(limits) / 2**30:.4g} GiB; use more workers (or a smaller problem)")
 
 
 def _flat(attrs):

@@ -7,12 +7,15 @@ input never reaches a kernel.
 
 import math
 import numbers
+import os
 
 import numpy as np
 
 from hpcgpu.errors import ConfigError
 
 __all__ = [
+    "available_memory",
+    "check_memory",
     "check_int",
     "check_float",
     "check_choice",
@@ -102,6 +105,60 @@ def check_dtype(name, value):
         raise ConfigError(
             f"{name} must be one of {', '.join(FLOAT_DTYPES)}; got {value!r}")
     return dtype
+
+
+def available_memory(backend):
+    """Bytes this process can still allocate on ``backend``'s device (free GPU memory, or free RAM)."""
+    if getattr(backend, "on_gpu", False):
+        import cupy
+
+        free, _ = cupy.cuda.Device().mem_info
+        return int(free) + int(cupy.get_default_memory_pool().free_bytes())
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        # Linux reports reclaimable page cache as used: MemAvailable counts it.
+        with open("/proc/meminfo") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    available = max(available, int(line.split()[1]) * 1024)
+        return int(available)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_memory(what, nbytes, backend, *, available=None):
+    """Refuse a problem up front when its estimated memory exceeds what the device has free.
+
+    Parameters
+    ----------
+    what : str
+        The sizes that set the memory, named as the caller's parameters (``"nx=.., ny=.."``).
+    nbytes : int
+        Estimated bytes (state plus work buffers).
+    backend : Backend
+    available : int, optional
+        Bytes available (default: :func:`available_memory`).
+
+    Raises
+    ------
+    ConfigError
+        With the estimate and what is available.
+
+    Examples
+    --------
+    >>> from hpcgpu.backends import get_backend
+    >>> check_memory("n=10", 1 << 40, get_backend("numpy"), available=1 << 30)
+    Traceback (most recent call last):
+    ...
+    hpcgpu.errors.ConfigError: n=10 needs about 1.1e+12 bytes (1024 GiB) on numpy but about 1.07e+09 bytes (1 GiB) are free; use a smaller problem or more partitions on a cluster
+    """
+    available = available_memory(backend) if available is None else available
+    if available is not None and nbytes > available:
+        raise ConfigError(
+            f"{what} needs about {nbytes:.3g} bytes ({nbytes / 2**30:.4g} GiB) on {backend.name} but about "
+            f"{available:.3g} bytes ({available / 2**30:.4g} GiB) are free; use a smaller problem or more "
+            "partitions on a cluster")
+    return nbytes
 
 
 def check_finite_array(name, array):

@@ -131,3 +131,16 @@ def test_a_killed_worker_is_survived_from_the_last_checkpoint(tmp_path, client, 
             np.testing.assert_array_equal(value, expected[name], err_msg=name)
     sim.close()
     client.wait_for_workers(2, timeout=60)
+
+
+def test_soak_benchmark_reports_restarts_and_a_matching_final_state():
+    import io
+
+    from hpcgpu.bench.soak import run_soak
+
+    stream = io.StringIO()
+    report = run_soak(0.1, kill_every=2.5, nx=128, ny=128, stream=stream)
+    assert json.loads(stream.getvalue()) == report
+    assert report["kills"] >= 1 and report["restarts"] >= 1 and report["steps"] > 0
+    assert report["final_state_matches_reference"] is True
+    assert report["time_lost_s"] >= 0 and report["steps_redone"] >= 0

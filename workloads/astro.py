@@ -62,6 +62,12 @@ class NBodyState:
     def size(self):
         return self.masses.shape[0]
 
+    def _repr_html_(self):
+        """HTML summary for Jupyter: the number of bodies and each array's shape, dtype, device and range."""
+        from hpcgpu import display
+
+        return display.state_html(self, facts=[("bodies", self.size)])
+
 
 class NBody:
     """Gravitational N-body model: a named case on a backend.
@@ -125,6 +131,10 @@ class NBody:
         self.backend = get_backend(backend)
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self._spec = spec
+
+    def memory_estimate(self):
+        """``(what, bytes)``: positions, velocities, accelerations, masses, potentials and work copies."""
+        return f"n={self.n} ({self.dtype.name})", 24 * self.n * self.dtype.itemsize
 
     # -- set-up -----------------------------------------------------------------
     @property
@@ -390,6 +400,17 @@ class NBody:
     def __repr__(self):
         return (f"NBody(case={self.case!r}, n={self.n}, method={self.method!r}, dtype={self.dtype.name!r}, "
                 f"backend={self.backend.name!r})")
+
+    def _repr_html_(self):
+        """HTML summary for Jupyter: case, bodies, force method, softening, backend (all parameters collapsed)."""
+        from hpcgpu import display
+
+        method = self.method if self.method == "direct" else f"{self.method} (theta = {self.theta:g})"
+        return display.model_html(self, [
+            ("case", self.case), ("bodies", self.n), ("forces", method), ("softening", self.softening),
+            ("G", self.G), ("backend", self.backend.name), ("dtype", self.dtype.name), ("seed", self.seed),
+            ("case dt, stop time", f"{self.case_dt:g}, {self.stop_time:g} (N-body units)"),
+            ("integrator", "kick-drift-kick leapfrog")])
 
 
 class Leapfrog:

@@ -125,6 +125,12 @@ class MDState:
     def size(self):
         return self.ids.shape[0]
 
+    def _repr_html_(self):
+        """HTML summary for Jupyter: atoms, step, list builds and each array's shape, dtype, device and range."""
+        from hpcgpu import display
+
+        return display.state_html(self, facts=[("atoms", self.size)])
+
 
 class LennardJones:
     """Lennard-Jones fluid: atoms in a periodic orthorhombic box on a backend.
@@ -200,6 +206,15 @@ class LennardJones:
         self.backend = get_backend(backend)
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self.energy_shift = md_kernels.energy_shift(self.cutoff) if self.shift else 0.0
+
+    def memory_estimate(self):
+        """``(what, bytes)``: per atom, the state arrays (about 24 numbers) and a full neighbour list.
+
+        The list holds ``1.3 * 4/3 pi (cutoff + skin)^3 density`` int32 entries per atom.
+        """
+        listed = min(self.n, 1.3 * 4.0 / 3.0 * math.pi * (self.cutoff + self.skin) ** 3 * self.density)
+        per_atom = 24 * self.dtype.itemsize + 16 + 4 * listed
+        return f"n_cells={self.cells} ({self.n} atoms)", int(self.n * per_atom)
 
     @property
     def case(self):
@@ -550,6 +565,20 @@ class LennardJones:
         other.__dict__.update(self.__dict__)
         other.backend = get_backend(backend)
         return other
+
+    def _repr_html_(self):
+        """HTML summary for Jupyter: atoms, box, state point, potential, integrator (all parameters collapsed)."""
+        from hpcgpu import display
+
+        thermostat = "none (NVE, velocity Verlet)" if self.thermostat == "none" else \
+            f"Langevin BAOAB (NVT, friction {self.friction:g})"
+        return display.model_html(self, [
+            ("atoms", self.n), ("fcc cells", " x ".join(str(c) for c in self.cells)),
+            ("box (sigma)", " x ".join(f"{b:.4g}" for b in self.box)), ("density", self.density),
+            ("temperature", self.temperature),
+            ("potential", f"LJ cut at {self.cutoff:g}" + (", shifted" if self.shift else ", truncated")),
+            ("skin", self.skin), ("thermostat", thermostat), ("backend", self.backend.name),
+            ("dtype", self.dtype.name), ("seed", self.seed)])
 
     def __repr__(self):
         return (f"LennardJones(n={self.n}, density={self.density:.4g}, temperature={self.temperature:g}, "

@@ -66,6 +66,13 @@ class ShallowWaterState:
     def arrays(self):
         return (self.u, self.v, self.h)
 
+    def _repr_html_(self):
+        """HTML summary for Jupyter: shape, dtype, device and range of ``u``, ``v``, ``h``."""
+        from hpcgpu import display
+
+        ny, nx = self.h.shape
+        return display.state_html(self, facts=[("grid (nx x ny)", f"{nx} x {ny}")])
+
 
 @dataclass(frozen=True)
 class ShallowWaterParams:
@@ -161,6 +168,15 @@ class ShallowWater:
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self._spec = spec
         self._f_corner = None
+
+    def memory_estimate(self):
+        """``(what, bytes)``: the sizes that set the memory and the bytes a run needs.
+
+        Three fields, the SSP-RK3 stage buffers and the fused kernels' work
+        arrays: about twelve grid arrays.
+        """
+        return (f"nx={self.grid.nx}, ny={self.grid.ny} ({self.dtype.name})",
+                12 * self.grid.nx * self.grid.ny * self.dtype.itemsize)
 
     # -- set-up ------------------------------------------------------------
     def coriolis_corners(self):
@@ -484,6 +500,19 @@ class ShallowWater:
     def __repr__(self):
         return (f"ShallowWater(case={self.case!r}, nx={self.grid.nx}, ny={self.grid.ny}, "
                 f"dtype={self.dtype.name!r}, backend={self.backend.name!r})")
+
+    def _repr_html_(self):
+        """HTML summary for Jupyter: case, grid, domain, physics, backend (all parameters collapsed)."""
+        from hpcgpu import display
+
+        g, p = self.grid, self.params
+        return display.model_html(self, [
+            ("case", self.case), ("grid (nx x ny)", f"{g.nx} x {g.ny} cells"),
+            ("domain", f"{g.Lx / 1e3:g} km x {g.Ly / 1e3:g} km"),
+            ("spacing dx, dy", f"{g.dx / 1e3:.4g} km, {g.dy / 1e3:.4g} km"),
+            ("boundary (x, y)", ", ".join(g.boundary)), ("backend", self.backend.name), ("dtype", self.dtype.name),
+            ("f0, beta", f"{p.f0:g} 1/s, {p.beta:g} 1/(m s)"), ("mean depth", f"{p.mean_depth:g} m"),
+            ("viscosity", f"{p.viscosity:g} m2/s"), ("scheme", "Arakawa-Lamb (1981) C-grid, SSP-RK3")])
 
 
 class RK3Stepper:
