@@ -426,8 +426,10 @@ class BarotropicVorticity:
 class RK3Stepper:
     """SSP-RK3 time stepping with a Poisson solve after every stage.
 
-    CG starts each solve from the previous stage's ``psi``, which cuts its
-    iterations several-fold. ``advance`` never modifies its input state.
+    CG starts each solve from the previous stage's ``psi``, which saves
+    about a tenth of its iterations (242 -> 219 at 128^2, tol 1e-8: a warm
+    start removes the smooth part of the error, CG's cheap part).
+    ``advance`` never modifies its input state.
 
     Parameters
     ----------

@@ -38,6 +38,10 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
+from hpcgpu.kernels._cuda_interop import array_module as _xp  # noqa: E402
+from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+
 from hpcgpu.kernels.md import _cells, _physics  # noqa: E402
 
 THREADS = 128
@@ -188,29 +192,6 @@ def _kernels(dtype_name):
         virial_out[i] = half * virial
 
     return build, forces
-
-
-def _on_device(array):
-    """A Numba view of a CuPy array without a host sync; NumPy arrays (simulator) pass through."""
-    if isinstance(array, np.ndarray):
-        return array
-    return cuda.as_cuda_array(array, sync=False)
-
-
-def _stream(array):
-    """CuPy's current stream as a Numba stream, so kernels queue behind CuPy's work."""
-    if isinstance(array, np.ndarray):
-        return 0
-    import cupy
-    ptr = cupy.cuda.get_current_stream().ptr
-    return cuda.external_stream(ptr) if ptr else 0
-
-
-def _xp(array):
-    if isinstance(array, np.ndarray):
-        return np
-    import cupy
-    return cupy
 
 
 def _blocks(n):
