@@ -58,3 +58,15 @@ def rng():
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"random seed: {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real two-process LocalCluster (one single-threaded worker each), one per test module."""
+    from hpcgpu.cluster import cluster
+
+    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    yield client
+    cluster_object = client.cluster
+    client.close()
+    cluster_object.close()

@@ -9,17 +9,7 @@ import pytest
 
 from hpcgpu.bench import acceptance, probes
 from hpcgpu.bench.report import Thresholds, write_html
-from hpcgpu.cluster import cluster
 from hpcgpu.errors import ConfigError
-
-
-@pytest.fixture(scope="module")
-def client():
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
-    yield client
-    cluster_object = client.cluster
-    client.close()
-    cluster_object.close()
 
 
 def test_quick_acceptance_from_the_command_line_writes_json_lines_and_an_html_report(tmp_path):

@@ -10,7 +10,6 @@ import pytest
 
 from hpcgpu import Simulation
 from hpcgpu.checkpoint import list_checkpoints
-from hpcgpu.cluster import cluster
 from hpcgpu.errors import ConfigError
 from hpcgpu.workloads.astro import NBody
 from hpcgpu.workloads.md import LennardJones
@@ -86,15 +85,6 @@ def test_wall_time_limit_stops_cleanly_with_a_checkpoint_and_resume_finishes(tmp
     resumed = Simulation.resume(tmp_path, progress=False).run()
     assert resumed.step == 1500
     np.testing.assert_array_equal(resumed.state.h, reference.state.h)
-
-
-@pytest.fixture(scope="module")
-def client():
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
-    yield client
-    cluster_object = client.cluster
-    client.close()
-    cluster_object.close()
 
 
 def test_resume_on_another_number_of_workers(tmp_path, client):

@@ -29,16 +29,6 @@ REQUIRE_BROWSER = (os.environ.get("HPCGPU_REQUIRE_BROWSER", "0") not in ("", "0"
                    or os.environ.get("CI", "").lower() not in ("", "0", "false"))
 
 
-@pytest.fixture(scope="module")
-def client():
-    """A real two-process LocalCluster (one single-threaded worker each) with the hpcgpu page."""
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
-    yield client
-    cluster_object = client.cluster
-    client.close()
-    cluster_object.close()
-
-
 def _get(url, timeout=10):
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.status, response.headers.get("Content-Type", ""), response.read().decode()

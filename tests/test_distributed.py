@@ -15,16 +15,6 @@ from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
 
-@pytest.fixture(scope="module")
-def client():
-    """A real two-process LocalCluster, one single-threaded worker each."""
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
-    yield client
-    cluster_object = client.cluster
-    client.close()
-    cluster_object.close()
-
-
 def _reference(model, state, dt, steps):
     return Simulation(model, state, dt=dt, stop_steps=steps, progress=False).run()
 

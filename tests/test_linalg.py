@@ -7,18 +7,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg
 
 from hpcgpu import linalg
-from hpcgpu.cluster import cluster
 from hpcgpu.errors import ConfigError, ConvergenceError
 from hpcgpu.kernels.matrix import CSRMatrix
-
-
-@pytest.fixture(scope="module")
-def client():
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
-    yield client
-    cluster_object = client.cluster
-    client.close()
-    cluster_object.close()
 
 
 def poisson(n, dtype=np.float64):
