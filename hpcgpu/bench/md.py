@@ -22,7 +22,7 @@ calls timed one by one (synchronised around each) gives the split:
 checks) for one call, and ``seconds_per_build``.
 
 The ``numpy`` reference builds its lists by brute force over all pairs
-(O(N^2): about 26 s per build at 32,000 atoms here), so it runs
+(O(N^2): 13 to 26 s per build at 32,000 atoms here), so it runs
 :data:`NUMPY_STEPS` steps, once, with no warm-up (it has nothing to
 compile); its JSON line says so (``note``), and its rate, like every other,
 includes the builds in its steps.

@@ -10,10 +10,18 @@ Neighbour build (:func:`build_neighbors`), from cell lists:
 3. in parallel over atoms, taken in cell order (neighbouring atoms scan the
    same cells, which stay in cache): for every y/z row of cells around the
    atom, the run of up to three cells in x is a contiguous range of the
-   sorted positions. Squared minimum-image distances over the range are
-   computed in one vectorised loop, then a branch-free loop appends the
-   atoms inside ``radius`` to a scratch row (always written, advanced by the
-   comparison), and the row is copied into the list, cut at its capacity.
+   sorted positions (rows, and end cells of a run, that lie farther than the
+   radius are skipped). The range is taken 8 candidates at a time: their
+   squared distances are compared with the radius in a vector register and
+   the indices of the hits packed with one AVX-512 compress instruction and
+   appended to a scratch row (:func:`_append_block`). Without AVX-512 (or
+   with an LLVM older than 19) one vectorised loop writes a 0/1 flag per
+   candidate and a branch-free loop appends them (always written, advanced
+   by the flag). The row is then copied into the list, cut at its capacity.
+   Most of the build is this scan: about 420 candidates per atom for 78
+   neighbours in the LJ liquid (radius 2.8, density 0.8442). With the other
+   changes here (unsigned compaction, whole blocks, closed-form run ends),
+   the compress halved the build: 21.5 -> 10.7 ms (32,000 atoms, one thread).
 
 A row's order is that of the scan (z rows, y rows, x runs, then index in
 the cell): deterministic, independent of the threads. If the caller keeps
@@ -27,13 +35,29 @@ instruction), evaluates :func:`._physics.lennard_jones` for every listed
 neighbour and selects the pairs inside the cutoff; LLVM vectorises it with
 gather instructions, the sums kept in vector lanes (``reassoc``). The pair
 physics is compiled without ``reassoc``, so only the sums are reordered.
+The loop is bound by floating-point instructions, so two of them go:
+
+* when every atom lies in the box ``[0, L)`` (a simulation keeps them
+  wrapped; checked per call), an atom at least the cutoff from every face
+  has only pairs whose raw difference is their minimum image, so its loop
+  skips the image arithmetic (a third of the instructions; 62 % of the
+  atoms of a 32,000-atom box). The result is bitwise that of the general
+  loop: for the pairs inside the cutoff the minimum image subtracts 0;
+* the last ``count % lanes`` neighbours run as one more vector block with
+  the unused lanes masked, not as a scalar loop (which cost about 10 %).
+
+(A float32 reciprocal refined by Newton steps in place of the float64
+division measured slower: the divider is not the bottleneck.)
 
 Subnormals are flushed inside the parallel loops (:mod:`hpcgpu.kernels._fpenv`).
 """
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import binding, ir
+from numba import njit, prange, types
+from numba.core import cgutils, config
+from numba.extending import intrinsic
 
 from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.md import _cells, _physics
@@ -109,23 +133,115 @@ def _gather(x, y, z, order, xs, ys, zs):
 
 # ---- neighbour build ----------------------------------------------------------------------
 
+BLOCK = 8
+"""Candidates are taken in whole blocks of this many (the sorted positions
+and the order are padded by a block): one vector compress per block
+(:func:`_append_block`), or, in the flag loops, a vectorised loop (4 float64
+or 8 float32 lanes) that never runs its scalar remainder, which cost more
+than the wasted lanes: ranges are short (a few dozen atoms)."""
+
+
+@njit(inline="always")
+def _whole_blocks(m):
+    """``m`` rounded up to whole blocks, unsigned."""
+    return (np.uint64(m) + np.uint64(BLOCK - 1)) & ~np.uint64(BLOCK - 1)
+
+
+def _vector_compress_available():
+    """Whether Numba compiles for AVX-512VL (a one-instruction 256-bit compress,
+    ``vpcompressd``) with an LLVM that has the generic ``vector.compress`` (>= 19)."""
+    if binding.llvm_version_info < (19,):
+        return False
+    features = config.CPU_FEATURES
+    if features is None:
+        features = binding.get_host_cpu_features().flatten()
+    return "+avx512vl" in features.split(",")
+
+
+VECTOR_COMPRESS = _vector_compress_available()
+"""The build appends each block of candidates with one vector compress
+(:func:`_append_block`) instead of the scalar flag loop of
+:func:`_append_within`: the build took a third less time (32,000 atoms, one
+thread: 17.5 -> 11.3 ms in float64). Elsewhere the flag loop serves."""
+
+
+def _splat(builder, value, width):
+    vector = ir.VectorType(value.type, width)
+    one = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+
+
+@intrinsic
+def _append_block(typingctx, xs, ys, zs, order, k, j1, self_k, xi, yi, zi, radius2, out, end):
+    """Append ``order[k + lane]`` at ``out[end:]`` for the lanes (``BLOCK`` of them)
+    with ``k + lane < j1``, ``k + lane != self_k`` and a squared distance from
+    (xi, yi, zi) below ``radius2``; returns the new end (uint64).
+
+    One vector load per array, the comparison in a vector register, the
+    indices of the hits packed by ``llvm.experimental.vector.compress``
+    (``vpcompressd`` in a register) and stored whole: ``out`` needs ``BLOCK``
+    spare entries past the last hit, and ``xs``, ``ys``, ``zs`` and
+    ``order`` ``BLOCK`` readable entries past ``j1``. The distance is computed
+    in the positions' dtype, as by :func:`_scan_shifted_flags`.
+    """
+    if not all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in (xs, ys, zs, order, out)):
+        return None  # contiguous 1-d arrays only: the blocks are loaded and stored as vectors
+    signature = types.uint64(xs, ys, zs, order, k, j1, self_k, xi, yi, zi, radius2, out, end)
+
+    def codegen(context, builder, sig, args):
+        at = sig.args
+        i64 = ir.IntType(64)
+        k, j1, self_k, end = (context.cast(builder, args[q], at[q], types.int64) for q in (4, 5, 6, 12))
+        dtype = at[0].dtype
+        centre = [_splat(builder, context.cast(builder, args[q], at[q], dtype), BLOCK) for q in (7, 8, 9, 10)]
+
+        def load_block(q):
+            data = context.make_array(at[q])(context, builder, args[q]).data
+            pointer = builder.bitcast(builder.gep(data, [k]), ir.VectorType(data.type.pointee, BLOCK).as_pointer())
+            return builder.load(pointer, align=1)
+
+        r2 = None
+        for q in range(3):
+            d = builder.fsub(load_block(q), centre[q], flags=("contract",))
+            square = builder.fmul(d, d, flags=("contract",))
+            r2 = square if r2 is None else builder.fadd(r2, square, flags=("contract",))
+        lanes = builder.add(_splat(builder, k, BLOCK), ir.Constant(ir.VectorType(i64, BLOCK), list(range(BLOCK))))
+        hits = builder.and_(builder.fcmp_ordered("<", r2, centre[3]),
+                            builder.and_(builder.icmp_signed("<", lanes, _splat(builder, j1, BLOCK)),
+                                         builder.icmp_signed("!=", lanes, _splat(builder, self_k, BLOCK))))
+        indices = load_block(3)
+        compress = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(indices.type, [indices.type, hits.type, indices.type]),
+            f"llvm.experimental.vector.compress.v{BLOCK}i32")
+        packed = builder.call(compress, [indices, hits, ir.Constant(indices.type, ir.Undefined)])
+        out = context.make_array(at[11])(context, builder, args[11]).data
+        builder.store(packed, builder.bitcast(builder.gep(out, [end]), indices.type.as_pointer()), align=1)
+        popcount = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
+        hits_count = builder.call(popcount, [builder.zext(builder.bitcast(hits, ir.IntType(BLOCK)), i64)])
+        return builder.add(end, hits_count)
+
+    return signature, codegen
+
+
 @njit(**_OPTS)
-def _append_within(order, j0, j1, self_k, r2_scratch, radius2, row_scratch, count):
-    """Append ``order[j0 + q]`` for every ``r2_scratch[q] < radius2``; sorted
-    atom ``self_k`` (if in range) is the atom itself, never its own neighbour."""
+def _append_within(order, j0, j1, self_k, flags, row_scratch, count):
+    """Append ``order[j0 + q]`` for every ``flags[q]`` (1 inside the radius, else
+    0); sorted atom ``self_k`` (if in range) is the atom itself, never its own
+    neighbour."""
     if j0 <= self_k < j1:
-        r2_scratch[self_k - j0] = radius2
+        flags[self_k - j0] = 0
     base = np.uint64(j0)
-    # Branch-free compaction: always store, advance by the comparison.
+    # Branch-free compaction: always store, advance by the flag (unsigned:
+    # no negative-index wraparound code in the loop).
+    end = np.uint64(count)
     for q in range(np.uint64(j1 - j0)):
-        row_scratch[count] = order[base + q]
-        count += np.intp(within(r2_scratch[q], radius2))
-    return count
+        row_scratch[end] = order[base + q]
+        end += flags[q]
+    return np.intp(end)
 
 
 @njit(**_OPTS)
-def _scan_shifted(xs, ys, zs, j0, j1, self_k, xi, yi, zi, radius2, order, r2_scratch, row_scratch,
-                  count):
+def _scan_shifted_flags(xs, ys, zs, j0, j1, self_k, xi, yi, zi, radius2, order, flags, row_scratch, count):
     """Append the atoms of sorted range ``j0:j1`` within ``radius`` of the
     point (xi, yi, zi), an image of the atom already shifted to the range's
     cells (no minimum image: the loop is loads and multiply-adds)."""
@@ -133,27 +249,38 @@ def _scan_shifted(xs, ys, zs, j0, j1, self_k, xi, yi, zi, radius2, order, r2_scr
     # prove non-negative keeps Numba's wraparound test, which turns the
     # loads into gathers.
     base = np.uint64(j0)
-    m = np.uint64(j1 - j0)
-    for q in range(m):
+    for q in range(_whole_blocks(j1 - j0)):
         dx = xs[base + q] - xi
         dy = ys[base + q] - yi
         dz = zs[base + q] - zi
-        r2_scratch[q] = dx * dx + dy * dy + dz * dz
-    return _append_within(order, j0, j1, self_k, r2_scratch, radius2, row_scratch, count)
+        flags[q] = np.uint64(within(dx * dx + dy * dy + dz * dz, radius2))
+    return _append_within(order, j0, j1, self_k, flags, row_scratch, count)
+
+
+@njit(**_OPTS)
+def _scan_shifted_compress(xs, ys, zs, j0, j1, self_k, xi, yi, zi, radius2, order, flags, row_scratch,
+                           count):
+    """:func:`_scan_shifted_flags` a block at a time with :func:`_append_block` (``flags`` unused)."""
+    end = np.uint64(count)
+    for k in range(j0, j1, BLOCK):
+        end = _append_block(xs, ys, zs, order, k, j1, self_k, xi, yi, zi, radius2, row_scratch, end)
+    return np.intp(end)
+
+
+_scan_shifted = _scan_shifted_compress if VECTOR_COMPRESS else _scan_shifted_flags
 
 
 @njit(**_OPTS)
 def _scan_images(xs, ys, zs, j0, j1, self_k, xi, yi, zi, lx, ly, lz, ilx, ily, ilz, radius2,
-                 order, r2_scratch, row_scratch, count):
+                 order, flags, row_scratch, count):
     """:func:`_scan_shifted` with the minimum image of every pair (small boxes)."""
     base = np.uint64(j0)
-    m = np.uint64(j1 - j0)
-    for q in range(m):
+    for q in range(_whole_blocks(j1 - j0)):
         dx = _separation(xs[base + q], xi, lx, ilx)
         dy = _separation(ys[base + q], yi, ly, ily)
         dz = _separation(zs[base + q], zi, lz, ilz)
-        r2_scratch[q] = dx * dx + dy * dy + dz * dz
-    return _append_within(order, j0, j1, self_k, r2_scratch, radius2, row_scratch, count)
+        flags[q] = np.uint64(within(dx * dx + dy * dy + dz * dz, radius2))
+    return _append_within(order, j0, j1, self_k, flags, row_scratch, count)
 
 
 @njit(inline="always")
@@ -166,9 +293,25 @@ def _gap(offset, coordinate, cell, side):
     return 0.0
 
 
+@njit(inline="always")
+def _x_run(coordinate, cell, side, reach, room2):
+    """First and last x cells within ``reach`` of ``cell`` that come closer than
+    ``sqrt(room2)`` to the coordinate (closed form: no search loop)."""
+    room = np.sqrt(room2)
+    left = coordinate - cell * side
+    right = (cell + 1) * side - coordinate
+    a = cell
+    b = cell
+    if room > left:
+        a = cell - min(reach, np.intp(np.ceil((room - left) / side)))
+    if room > right:
+        b = cell + min(reach, np.intp(np.ceil((room - right) / side)))
+    return a, b
+
+
 @njit(**_OPTS)
 def _atom_shifted(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach, sx, sy, sz, lx, ly, lz,
-                  radius2, prune2, r2_scratch, row_scratch):
+                  radius2, prune2, flags, row_scratch):
     """Neighbours of sorted atom ``k`` in a box of at least ``2 reach + 1``
     cells per axis (every cell of the stencil a distinct image): rows and
     end cells of x runs that lie farther than the radius from the atom are
@@ -204,36 +347,25 @@ def _atom_shifted(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach, sx
                 y_row -= ny
                 ys_image = yi - ly
             row = nx * (y_row + ny * z_row)
-            a = cx - reach
-            while a < cx:
-                gx = _gap(a - cx, np.float64(xi), cx, sx)
-                if gx * gx + gyz2 < prune2:
-                    break
-                a += 1
-            b = cx + reach
-            while b > cx:
-                gx = _gap(b - cx, np.float64(xi), cx, sx)
-                if gx * gx + gyz2 < prune2:
-                    break
-                b -= 1
+            a, b = _x_run(np.float64(xi), cx, sx, reach, prune2 - gyz2)
             if a < 0:
                 count = _scan_shifted(xs, ys, zs, start[row + a + nx], start[row + nx], k, xi + lx,
-                                      ys_image, zs_image, radius2, order, r2_scratch, row_scratch, count)
+                                      ys_image, zs_image, radius2, order, flags, row_scratch, count)
                 a = 0
             top = b
             if b >= nx:
                 top = nx - 1
             count = _scan_shifted(xs, ys, zs, start[row + a], start[row + top + 1], k, xi, ys_image,
-                                  zs_image, radius2, order, r2_scratch, row_scratch, count)
+                                  zs_image, radius2, order, flags, row_scratch, count)
             if b >= nx:
                 count = _scan_shifted(xs, ys, zs, start[row], start[row + b - nx + 1], k, xi - lx,
-                                      ys_image, zs_image, radius2, order, r2_scratch, row_scratch, count)
+                                      ys_image, zs_image, radius2, order, flags, row_scratch, count)
     return count
 
 
 @njit(**_OPTS)
 def _atom_images(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach, lx, ly, lz, ilx, ily, ilz,
-                 radius2, r2_scratch, row_scratch):
+                 radius2, flags, row_scratch):
     """Neighbours of sorted atom ``k`` in a small box: the distinct cells
     within ``reach`` (along an axis of fewer than ``2 reach + 1`` cells,
     all of them), minimum image for every pair."""
@@ -249,21 +381,21 @@ def _atom_images(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach, lx,
             row = nx * (y_row + ny * z_row)
             if nx < width:
                 count = _scan_images(xs, ys, zs, start[row], start[row + nx], k, xi, yi, zi, lx, ly, lz,
-                                     ilx, ily, ilz, radius2, order, r2_scratch, row_scratch, count)
+                                     ilx, ily, ilz, radius2, order, flags, row_scratch, count)
                 continue
             a = cx - reach
             b = cx + reach
             if a < 0:
                 count = _scan_images(xs, ys, zs, start[row + a + nx], start[row + nx], k, xi, yi, zi,
-                                     lx, ly, lz, ilx, ily, ilz, radius2, order, r2_scratch, row_scratch,
+                                     lx, ly, lz, ilx, ily, ilz, radius2, order, flags, row_scratch,
                                      count)
                 a = 0
             top = b if b < nx else nx - 1
             count = _scan_images(xs, ys, zs, start[row + a], start[row + top + 1], k, xi, yi, zi,
-                                 lx, ly, lz, ilx, ily, ilz, radius2, order, r2_scratch, row_scratch, count)
+                                 lx, ly, lz, ilx, ily, ilz, radius2, order, flags, row_scratch, count)
             if b >= nx:
                 count = _scan_images(xs, ys, zs, start[row], start[row + b - nx + 1], k, xi, yi, zi,
-                                     lx, ly, lz, ilx, ily, ilz, radius2, order, r2_scratch, row_scratch,
+                                     lx, ly, lz, ilx, ily, ilz, radius2, order, flags, row_scratch,
                                      count)
     return count
 
@@ -271,13 +403,13 @@ def _atom_images(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach, lx,
 @njit(parallel=True, **_OPTS)
 def _build_kernel(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, reach, sx, sy, sz, lx, ly, lz,
                   ilx, ily, ilz, radius2, prune2, shifted, neighbors_out, counts_out, n_chunks):
-    n = xs.shape[0]
+    n = counts_out.shape[0]
     capacity = neighbors_out.shape[1]
     largest = np.zeros(n_chunks, np.int64)
     for chunk in prange(n_chunks):
         fp_mode = flush_subnormals()
-        r2_scratch = np.empty(n, xs.dtype)
-        row_scratch = np.empty(n + 1, np.int32)
+        flags = np.empty(n + BLOCK, np.uint64)
+        row_scratch = np.empty(n + BLOCK + 1, np.int32)
         k0 = chunk * n // n_chunks
         k1 = (chunk + 1) * n // n_chunks
         most = 0
@@ -288,10 +420,10 @@ def _build_kernel(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, reach, sx, 
             cz = c // (nx * ny)
             if shifted:
                 count = _atom_shifted(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach,
-                                      sx, sy, sz, lx, ly, lz, radius2, prune2, r2_scratch, row_scratch)
+                                      sx, sy, sz, lx, ly, lz, radius2, prune2, flags, row_scratch)
             else:
                 count = _atom_images(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach,
-                                     lx, ly, lz, ilx, ily, ilz, radius2, r2_scratch, row_scratch)
+                                     lx, ly, lz, ilx, ily, ilz, radius2, flags, row_scratch)
             i = order[k]
             counts_out[i] = count
             for q in range(min(count, capacity)):
@@ -317,9 +449,11 @@ def _gather_wrapped(x, y, z, order, lx, ly, lz, xs, ys, zs):
 
 REACH = 1
 """Cells are at least ``radius / REACH`` wide and the stencil spans ``REACH``
-cells each way: with 2, the scanned cells hug the sphere of the radius
-more tightly (and rows and end cells that lie wholly outside it are
-skipped), about half the candidates of cells one radius wide."""
+cells each way. With 2 the scanned cells hug the sphere of the radius more
+tightly (fewer candidates), but the runs are shorter and the rows more:
+measured at 32,000 atoms (radius 2.8, 2 threads), a build took 10.8 ms with
+1, 17.0 ms with 2 and 26.9 ms with 3 (2 in x only, 1 in y and z: 6 % slower
+than 1)."""
 
 
 def build_neighbors(positions, box, radius, neighbors_out, counts_out):
@@ -332,9 +466,10 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
     cell = np.empty(n, np.int32)
     _assign_cells(positions[0], positions[1], positions[2], lx, ly, lz, nx, ny, nz, cell)
     start = np.empty(nx * ny * nz + 1, np.int64)
-    order = np.empty(n, np.int32)
+    padded_order = np.zeros(n + BLOCK, np.int32)  # a block of padding: see BLOCK
+    order = padded_order[:n]
     _sort_by_cell(cell, start, order)
-    sorted_positions = np.empty((3, n), dtype)
+    sorted_positions = np.zeros((3, n + BLOCK), dtype)  # a block of padding: see BLOCK
     xs, ys, zs = sorted_positions
     # With every stencil cell a distinct image, each range has one image
     # shift: positions are wrapped into the box and shifted per range.
@@ -345,7 +480,7 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
         _gather(positions[0], positions[1], positions[2], order, xs, ys, zs)
     # Rows are skipped only when their gap exceeds the radius by the cells' margin.
     prune2 = (radius * (1.0 + _cells.MARGIN)) ** 2
-    largest = _build_kernel(xs, ys, zs, order, start, cell[order], nx, ny, nz, REACH,
+    largest = _build_kernel(xs, ys, zs, padded_order, start, cell[order], nx, ny, nz, REACH,
                             lx / nx, ly / ny, lz / nz, t(lx), t(ly), t(lz),
                             t(1.0 / lx), t(1.0 / ly), t(1.0 / lz), t(radius * radius), prune2, shifted,
                             neighbors_out, counts_out, _chunks(n))
@@ -354,38 +489,92 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
 
 # ---- forces -----------------------------------------------------------------------------------
 
-@njit(**_OPTS)
-def _atom_sums(x, y, z, row, count, xi, yi, zi, lx, ly, lz, ilx, ily, ilz, cutoff2, sigma2, c4, c24,
-               shift, zero, one, two):
-    """Sums over the listed neighbours of one atom: (sum w dx, sum w dy, sum w dz, energy, virial)."""
+VECTOR_BYTES = 64
+"""Pairs are summed in blocks of this many bytes of coordinates (8 float64 or
+16 float32: the compiled loop's vector width times its unrolling)."""
+
+
+@njit(**_PAIR_OPTS)
+def _pair(dx, dy, dz, live, cutoff2, sigma2, c4, c24, shift, zero, one, two):
+    """``(weight, energy, virial)`` of one listed pair; zeros unless ``live`` and inside the cutoff."""
+    r2 = dx * dx + dy * dy + dz * dz
+    weight, e, w = lennard_jones(r2, sigma2, c4, c24, shift, one, two)
+    if not (live & within(r2, cutoff2)):
+        weight = zero
+        e = zero
+        w = zero
+    return weight, e, w
+
+
+@njit(inline="always", **_OPTS)
+def _atom_sums(x, y, z, row, count, xi, yi, zi, images, lx, ly, lz, ilx, ily, ilz, cutoff2, sigma2, c4,
+               c24, shift, zero, one, two):
+    """Sums over the listed neighbours of one atom: (sum w dx, sum w dy, sum w dz, energy, virial).
+
+    ``images`` false skips the minimum image (the caller knows every pair
+    inside the cutoff is its own nearest image); inlined, so the branch is
+    resolved at compile time. The last ``count % lanes`` neighbours run as
+    one more vector block with the unused lanes masked, not as a scalar loop.
+    """
     fx = zero
     fy = zero
     fz = zero
     energy = zero
     virial = zero
-    for k in range(count):
+    lanes = VECTOR_BYTES // x.itemsize
+    body = count - count % lanes
+    for k in range(body):
         # Unsigned: no negative-index wraparound, which would block the gathers.
         j = np.uint32(row[k])
-        dx = _separation(x[j], xi, lx, ilx)
-        dy = _separation(y[j], yi, ly, ily)
-        dz = _separation(z[j], zi, lz, ilz)
-        r2 = dx * dx + dy * dy + dz * dz
-        weight, e, w = lennard_jones(r2, sigma2, c4, c24, shift, one, two)
-        if not within(r2, cutoff2):
-            weight = zero
-            e = zero
-            w = zero
+        if images:
+            dx = _separation(x[j], xi, lx, ilx)
+            dy = _separation(y[j], yi, ly, ily)
+            dz = _separation(z[j], zi, lz, ilz)
+        else:
+            dx = x[j] - xi
+            dy = y[j] - yi
+            dz = z[j] - zi
+        weight, e, w = _pair(dx, dy, dz, True, cutoff2, sigma2, c4, c24, shift, zero, one, two)
         fx += weight * dx
         fy += weight * dy
         fz += weight * dz
         energy += e
         virial += w
+    if body < count:
+        last = count - 1
+        for q in range(lanes):
+            # Lanes past the count repeat the last neighbour, masked out.
+            j = np.uint32(row[min(body + q, last)])
+            if images:
+                dx = _separation(x[j], xi, lx, ilx)
+                dy = _separation(y[j], yi, ly, ily)
+                dz = _separation(z[j], zi, lz, ilz)
+            else:
+                dx = x[j] - xi
+                dy = y[j] - yi
+                dz = z[j] - zi
+            weight, e, w = _pair(dx, dy, dz, body + q < count, cutoff2, sigma2, c4, c24, shift, zero, one,
+                                 two)
+            fx += weight * dx
+            fy += weight * dy
+            fz += weight * dz
+            energy += e
+            virial += w
     return fx, fy, fz, energy, virial
 
 
+@njit(parallel=True, cache=True)
+def _inside_box(x, y, z, lx, ly, lz):
+    """Whether every atom lies in ``[0, L)`` along every axis."""
+    outside = 0
+    for i in prange(x.shape[0]):
+        outside += ((x[i] < 0) | (x[i] >= lx) | (y[i] < 0) | (y[i] >= ly) | (z[i] < 0) | (z[i] >= lz))
+    return outside == 0
+
+
 @njit(parallel=True, **_OPTS)
-def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, cutoff2, sigma2, c4, c24,
-                   shift, forces_out, energy_out, virial_out, n_chunks, zero, one, two, half):
+def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, interior, cutoff2, sigma2, c4,
+                   c24, shift, forces_out, energy_out, virial_out, n_chunks, zero, one, two, half):
     n = x.shape[0]
     capacity = neighbors.shape[1]
     for chunk in prange(n_chunks):
@@ -393,9 +582,19 @@ def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, cutoff
         i0 = chunk * n // n_chunks
         i1 = (chunk + 1) * n // n_chunks
         for i in range(i0, i1):
-            fx, fy, fz, energy, virial = _atom_sums(
-                x, y, z, neighbors[i], min(counts[i], capacity), x[i], y[i], z[i], lx, ly, lz,
-                ilx, ily, ilz, cutoff2, sigma2, c4, c24, shift, zero, one, two)
+            xi = x[i]
+            yi = y[i]
+            zi = z[i]
+            count = min(counts[i], capacity)
+            if (interior <= xi <= lx - interior) & (interior <= yi <= ly - interior) & (
+                    interior <= zi <= lz - interior):
+                fx, fy, fz, energy, virial = _atom_sums(
+                    x, y, z, neighbors[i], count, xi, yi, zi, False, lx, ly, lz, ilx, ily, ilz, cutoff2,
+                    sigma2, c4, c24, shift, zero, one, two)
+            else:
+                fx, fy, fz, energy, virial = _atom_sums(
+                    x, y, z, neighbors[i], count, xi, yi, zi, True, lx, ly, lz, ilx, ily, ilz, cutoff2,
+                    sigma2, c4, c24, shift, zero, one, two)
             forces_out[0, i] = -fx
             forces_out[1, i] = -fy
             forces_out[2, i] = -fz
@@ -409,8 +608,15 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
     """Lennard-Jones forces from a full neighbour list; see ``_numpy.forces``."""
     t = positions.dtype.type
     lx, ly, lz = (float(v) for v in box)
-    _forces_kernel(positions[0], positions[1], positions[2], neighbors, counts, t(lx), t(ly), t(lz),
-                   t(1.0 / lx), t(1.0 / ly), t(1.0 / lz), t(cutoff2), t(sigma * sigma), t(4.0 * epsilon),
-                   t(24.0 * epsilon), t(energy_shift), forces_out, energy_out, virial_out,
-                   _chunks(positions.shape[1]), t(0), t(1), t(2), t(0.5))
+    x, y, z = positions
+    # With every atom in [0, L), a pair whose atom i lies at least the cutoff
+    # from every face is inside the cutoff only as its raw difference: such
+    # atoms skip the minimum image. The margin covers the rounding of L.
+    interior = np.inf
+    if _inside_box(x, y, z, t(lx), t(ly), t(lz)):
+        interior = (1.0 + 1e-3) * np.sqrt(cutoff2) + 16 * np.finfo(t).eps * max(lx, ly, lz)
+    _forces_kernel(x, y, z, neighbors, counts, t(lx), t(ly), t(lz), t(1.0 / lx), t(1.0 / ly), t(1.0 / lz),
+                   t(interior), t(cutoff2), t(sigma * sigma), t(4.0 * epsilon), t(24.0 * epsilon),
+                   t(energy_shift), forces_out, energy_out, virial_out, _chunks(positions.shape[1]),
+                   t(0), t(1), t(2), t(0.5))
     return forces_out
