@@ -154,7 +154,7 @@ def _heatmap(records):
         value = r["bandwidth_bytes_per_s"]
         grid[index[r["source"]], index[r["destination"]]] = value / 1e9 if math.isfinite(value) else np.nan
     fig, ax = plt.subplots(figsize=(4 + 0.3 * len(workers), 3.5 + 0.3 * len(workers)))
-    image = ax.imshow(grid, cmap="viridis")
+    image = ax.imshow(grid, cmap="viridis", vmin=0)  # from zero: a 5 % spread must not look like 100 %
     fig.colorbar(image, ax=ax, label="GB/s")
     labels = [_short(w) for w in workers]
     ax.set_xticks(range(len(workers)), labels, rotation=45, ha="right", fontsize=7)
