@@ -18,8 +18,8 @@ PY="python3 -P"
   $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt"
 # STAGES selects what runs (default: all):
-#   variants tests bench-cpu bench-gpu nbody matrix scaling weather cpu-tests
-STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody matrix scaling weather cpu-tests"}
+#   variants tests bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests
+STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has variants; then
 echo "== GPU kernel variants"
@@ -93,6 +93,12 @@ echo "== weather on the GPU"
 timeout ${RUN_S:-90} $PY -m hpcgpu.cli run weather --nx 2048 --ny 1024 --dtype float32 --backend cuda \
     --stop-time 345600 --snapshots 2 --no-progress --out /tmp/weather > "$OUT/weather.txt" 2>&1
 cat "$OUT/weather.txt"; cp /tmp/weather/final.png /tmp/weather/summary.json "$OUT/" 2>/dev/null
+fi
+if has acceptance; then
+echo "== cluster acceptance on this GPU machine (one dask-cuda worker per GPU, quick sizes)"
+timeout ${ACCEPT_S:-150} $PY -m hpcgpu.cli bench --quick --report "$OUT/acceptance.html" \
+    > "$OUT/acceptance.jsonl" 2> "$OUT/acceptance.err"
+tail -12 "$OUT/acceptance.err"
 fi
 if has cpu-tests; then
 echo "== CPU tier on this machine"
