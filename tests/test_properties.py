@@ -83,7 +83,8 @@ def test_weather_parameters(data):
 @given(st.data())
 def test_nbody_parameters(data):
     parameters, broken = _with_one_broken(data.draw, {
-        "n": st.integers(2, 40), "softening": st.floats(0.0, 0.1), "dtype": st.sampled_from(["float32", "float64"]),
+        "n": st.integers(2, 40), "softening": st.one_of(st.just(0.0), st.floats(0.01, 0.1)),
+        "dtype": st.sampled_from(["float32", "float64"]),
         "backend": st.sampled_from(["numpy", "numba"]), "dt": st.floats(1e-4, 1e-2),
         "method": st.sampled_from(["direct", "tree"])},
         {"n": ints, "softening": floats, "dtype": bad_dtypes, "backend": bad_backends, "dt": floats,
@@ -95,7 +96,9 @@ def test_nbody_parameters(data):
                       method=p["method"])
         return Simulation(model, dt=p["dt"], stop_steps=3, progress=False).run()
 
-    sim = _outcome(run, [broken] if broken else ["CFL", "dt"])
+    # A tiny softening lets two close bodies whirl too fast for dt: refused as a CFL violation naming dt.
+    names = [broken] if broken else []
+    sim = _outcome(run, names + ["CFL", "dt"] if broken in (None, "softening", "n") else names)
     if sim is not None:
         _finite(sim.state)
 

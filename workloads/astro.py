@@ -23,6 +23,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.nbody import _softening_squared
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _astro_cases as cases
 
@@ -128,6 +129,8 @@ class NBody:
         self.theta = check_float("theta", theta, minimum=0.0, strict_min=True)
         self.seed = check_int("seed", seed, minimum=0)
         self.dtype = check_dtype("dtype", dtype)
+        # softening**2 must be a normal number of the dtype (the kernels' own check, named for this model)
+        self._eps2 = _softening_squared(self.softening, self.dtype)
         self.backend = get_backend(backend)
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self._spec = spec
@@ -190,7 +193,7 @@ class NBody:
         targets = source_positions[:, start:stop]
         accelerations = xp.empty((3, stop - start), dtype=self.dtype)
         potentials = xp.empty(stop - start, dtype=self.dtype)
-        eps2 = self.softening**2
+        eps2 = self._eps2
         if self.method == "direct":
             self.backend.kernels("nbody").direct(xp.ascontiguousarray(targets), source_positions, source_masses,
                                                  eps2, self.G, start, accelerations, potentials)

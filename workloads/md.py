@@ -189,7 +189,8 @@ class LennardJones:
         self.volume = self.box[0] * self.box[1] * self.box[2]
         self.density = self.n / self.volume
         self.temperature = check_float("temperature", temperature, minimum=0.0)
-        self.cutoff = check_float("cutoff", cutoff, minimum=0.0, strict_min=True)
+        # Below MIN_DISTANCE the cutoff would drop the repulsive core that keeps atoms apart.
+        self.cutoff = check_float("cutoff", cutoff, minimum=MIN_DISTANCE)
         if self.cutoff > min(self.box) / 2:
             raise ConfigError(
                 f"cutoff={self.cutoff:g} must be <= half the shortest box side ({min(self.box) / 2:.4g} "

@@ -317,8 +317,13 @@ def energy_shift(cutoff, *, epsilon=1.0, sigma=1.0):
     cutoff = check_float("cutoff", cutoff, minimum=0.0, strict_min=True)
     epsilon = check_float("epsilon", epsilon, minimum=0.0, strict_min=True)
     sigma = check_float("sigma", sigma, minimum=0.0, strict_min=True)
-    s6 = (sigma / cutoff) ** 6
-    return 4.0 * epsilon * (s6 * s6 - s6)
+    s6 = (sigma / cutoff) * (sigma / cutoff)
+    s6 = s6 * s6 * s6
+    shift = 4.0 * epsilon * (s6 * s6 - s6)
+    if not math.isfinite(shift):
+        raise ConfigError(f"cutoff={cutoff:g} is too short for sigma={sigma:g}: the pair energy there "
+                          "overflows a float (a Lennard-Jones cutoff is normally 2.5-3 sigma)")
+    return shift
 
 
 def _interaction(cutoff, box, epsilon, sigma, shift):
