@@ -65,7 +65,7 @@ def _acceptance(args):
     """``hpcgpu bench`` without a suite: accept the attached cluster (JSON lines, HTML report)."""
     from hpcgpu.bench import acceptance
     from hpcgpu.bench.report import Thresholds, write_html
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import close_client, cluster
 
     thresholds = Thresholds.from_toml(args.thresholds) if args.thresholds else Thresholds()
     client = cluster(args.scheduler, workers=args.workers, quiet=True)
@@ -78,10 +78,7 @@ def _acceptance(args):
               f"(dashboard {client.dashboard_link})", file=sys.stderr)
         records = acceptance.run_acceptance(client, quick=args.quick, thresholds=thresholds, stream=sys.stdout)
     finally:
-        local = getattr(client, "cluster", None) if args.scheduler is None else None
-        client.close()
-        if local is not None:
-            local.close()
+        close_client(client)
     os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
     write_html(records, args.report)
     acceptance.print_summary(records)

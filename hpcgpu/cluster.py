@@ -140,6 +140,16 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
     return client
 
 
+def close_client(client):
+    """Close ``client`` and the local cluster it started, if any (a joined scheduler keeps running)."""
+    if client is None:
+        return
+    local = getattr(client, "cluster", None)  # None for a client of a running scheduler
+    client.close()
+    if local is not None:
+        local.close()
+
+
 def _connect(Client, address, timeout, security):
     if not isinstance(address, str) or "://" not in address and ":" not in address:
         raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r}")

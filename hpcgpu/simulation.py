@@ -471,8 +471,7 @@ class Simulation:
         model, host_state, meta = checkpoint.read_checkpoint(os.fspath(path))
         if backend is not None or getattr(model, "backend_request", None) == "auto":
             model = model.with_backend(backend or "auto")
-        restore = getattr(model, "restore_state", None) or (lambda state: model.concat_blocks([state]))
-        sim = cls(model, restore(host_state), dt=meta["dt"],
+        sim = cls(model, _restore(model, host_state), dt=meta["dt"],
                   stop_steps=meta["stop_steps"] if stop_steps is None else stop_steps,
                   stop_time=meta["stop_time"] if stop_time is None else stop_time, wall_time_limit=wall_time_limit,
                   progress=progress, name=meta["name"], client=client, partitions=partitions,
@@ -491,14 +490,13 @@ class Simulation:
             raise error
         import warnings
 
-        model, host_state, meta = checkpoint.read_checkpoint(self._checkpoint[0])
-        restore = getattr(self.model, "restore_state", None) or (lambda state: self.model.concat_blocks([state]))
+        _, host_state, meta = checkpoint.read_checkpoint(self._checkpoint[0])  # this run's model is self.model
         try:
             executor.close()
         except Exception:  # noqa: BLE001 - the old partitions are gone anyway
             pass
         client = executor.client
-        self._executor = self._make_executor(restore(host_state), client, executor.partitions,
+        self._executor = self._make_executor(_restore(self.model, host_state), client, executor.partitions,
                                              executor.steps_per_task, None)
         lost = self.step - int(meta["step"])
         self.step, self.time, self._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
@@ -545,6 +543,12 @@ class Simulation:
             heading = f"diagnostics at step {last['step']} ({len(self._records)} records: sim.diagnostics)"
             sections.append((heading, display.table(rows), True))
         return display.summary(f"Simulation: {self.name}", sections)
+
+
+def _restore(model, host_state):
+    """A checkpointed host state on ``model``'s backend (the model's own ``restore_state`` if it has one)."""
+    restore = getattr(model, "restore_state", None)
+    return restore(host_state) if restore is not None else model.concat_blocks([host_state])
 
 
 def _check_memory(model, client, partitions):

@@ -6,7 +6,9 @@ import os
 import sys
 import time
 
-from hpcgpu._cli_checkpoint import add_checkpoint_arguments, run_options, start
+from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, open_client, run_options,
+                                start)
+from hpcgpu.cluster import close_client
 from hpcgpu.schedules import Every
 
 HELP = "gravitational N-body model (astrophysics)"
@@ -33,10 +35,7 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output directory (default: hpcgpu-output/astro-CASE)")
     parser.add_argument("--snapshots", type=int, default=8, help="snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    cluster = parser.add_argument_group("cluster (default: in-process, no dask)")
-    cluster.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
-    cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS")
-    cluster.add_argument("--partitions", type=int, help="blocks of bodies (default: one per worker)")
+    add_cluster_arguments(parser, "blocks of bodies (default: one per worker)")
     add_checkpoint_arguments(parser)
 
 
@@ -55,11 +54,7 @@ def run(args):
     steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
     out = args.out or os.path.join("hpcgpu-output", f"astro-{args.case}")
     os.makedirs(out, exist_ok=True)
-    client = None
-    if args.workers is not None or args.scheduler is not None:
-        from hpcgpu.cluster import cluster
-
-        client = cluster(args.scheduler, workers=args.workers)
+    client = open_client(args)
     sim = start(args, lambda: Simulation(
         model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
         diagnostics=max(1, steps // 200), client=client, partitions=args.partitions), client,
@@ -95,11 +90,7 @@ def run(args):
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)
     _print_summary(summary)
-    if client is not None:
-        local = getattr(client, "cluster", None) if args.scheduler is None else None
-        client.close()
-        if local is not None:
-            local.close()
+    close_client(client)
     return 0
 
 

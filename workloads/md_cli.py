@@ -5,7 +5,9 @@ import os
 import sys
 import time
 
-from hpcgpu._cli_checkpoint import add_checkpoint_arguments, run_options, start
+from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, open_client, run_options,
+                                start)
+from hpcgpu.cluster import close_client
 from hpcgpu.schedules import Every
 
 HELP = "Lennard-Jones fluid (molecular dynamics)"
@@ -40,11 +42,7 @@ def add_arguments(parser):
     parser.add_argument("--rdf-samples", type=int, default=10,
                         help="states of the second half of the run averaged into g(r) (default 10)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    cluster = parser.add_argument_group("cluster (default: in-process, no dask)")
-    cluster.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
-    cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS")
-    cluster.add_argument("--partitions", type=int,
-                         help="slabs of the box along z, one per partition (default: one per worker)")
+    add_cluster_arguments(parser, "slabs of the box along z, one per partition (default: one per worker)")
     add_checkpoint_arguments(parser)
 
 
@@ -63,19 +61,11 @@ def run(args):
     steps = args.steps
     out = args.out or os.path.join("hpcgpu-output", f"md-{model.case}")
     os.makedirs(out, exist_ok=True)
-    client = None
-    if args.workers is not None or args.scheduler is not None:
-        from hpcgpu.cluster import cluster
-
-        client = cluster(args.scheduler, workers=args.workers)
+    client = open_client(args)
     try:
         return _run(args, model, state, steps, out, client)
     finally:
-        if client is not None:
-            local = getattr(client, "cluster", None) if args.scheduler is None else None
-            client.close()
-            if local is not None:
-                local.close()
+        close_client(client)
 
 
 def _run(args, model, state, steps, out, client):

@@ -46,6 +46,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.grid import Grid
 from hpcgpu.kernels.matrix._poisson import PoissonOperator
 from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _vorticity_cases as cases
 
@@ -60,9 +61,6 @@ BOUNDARIES = (("periodic", "periodic"), ("periodic", "wall"))
 # advection and Rossby waves) and for real ones down to about -2.51 (viscosity).
 RK3_CFL_LIMIT = math.sqrt(3.0)
 _RK3_REAL_LIMIT = 2.51
-
-# SSP-RK3 (Shu-Osher form): out = y0 + b*(y - y0) + c*dt*L(y).
-_RK3_STAGES = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
 
 
 @dataclass(frozen=True)
@@ -449,7 +447,7 @@ class RK3Stepper:
         zeta0, psi0 = state.zeta, state.psi
         for _ in range(steps):
             zeta, psi = zeta0, psi0
-            for a, b, c in _RK3_STAGES:
+            for a, b, c in SSP_RK3_STAGES:
                 update = zeta + (c * dt) * model.tendency(zeta, psi) if a == 0 else \
                     zeta0 + b * (zeta - zeta0) + (c * dt) * model.tendency(zeta, psi)
                 psi = model.streamfunction(update, guess=psi)

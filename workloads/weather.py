@@ -41,9 +41,6 @@ CASES = cases.CASES
 # gravity-wave CFL number c dt sqrt(1/dx^2 + 1/dy^2) must stay below sqrt(3)/2.
 RK3_CFL_LIMIT = math.sqrt(3.0) / 2.0
 
-# SSP-RK3 (Shu-Osher form) as fused stages: out = a*y0 + b*y + c*dt*L(y).
-_RK3_STAGES = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
-
 
 @dataclass(frozen=True)
 class ShallowWaterState:
@@ -559,7 +556,8 @@ class RK3Stepper:
         for _ in range(steps):
             free = [w for w in work if w[0] is not y0[0]]
             first, second = free[0], free[1]
-            for (a, b, c), src, dst in zip(_RK3_STAGES, (y0, first, second), (first, second, first)):
+            stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, first))
+            for (a, b, c), src, dst in stages:
                 kernel(*y0, *src, *dst, f_corner, p.g, 1.0 / g.dx, 1.0 / g.dy, p.viscosity,
                        a, b, c * self.dt, *self.boundary)
             y0 = first

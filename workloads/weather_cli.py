@@ -6,7 +6,9 @@ import os
 import sys
 import time
 
-from hpcgpu._cli_checkpoint import add_checkpoint_arguments, run_options, start
+from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, open_client, run_options,
+                                start)
+from hpcgpu.cluster import close_client
 from hpcgpu.schedules import Every
 
 HELP = "rotating shallow-water model (weather)"
@@ -31,10 +33,7 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output directory (default: hpcgpu-output/weather-CASE)")
     parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    cluster = parser.add_argument_group("cluster (default: in-process, no dask)")
-    cluster.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
-    cluster.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS (tcp://host:8786)")
-    cluster.add_argument("--partitions", type=int, help="row blocks of the state (default: one per worker)")
+    cluster = add_cluster_arguments(parser, "row blocks of the state (default: one per worker)")
     cluster.add_argument("--steps-per-task", type=int, default=1, help="time steps per task, K (default 1)")
     cluster.add_argument("--weights", help="'calibrate' or comma-separated partition weights")
     add_checkpoint_arguments(parser)
@@ -54,11 +53,7 @@ def run(args):
     steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
     out = args.out or os.path.join("hpcgpu-output", f"weather-{args.case}")
     os.makedirs(out, exist_ok=True)
-    client = None
-    if args.workers is not None or args.scheduler is not None:
-        from hpcgpu.cluster import cluster
-
-        client = cluster(args.scheduler, workers=args.workers)
+    client = open_client(args)
     weights = None
     if args.weights:
         weights = args.weights if args.weights == "calibrate" else [float(w) for w in args.weights.split(",")]
@@ -100,11 +95,7 @@ def run(args):
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)
     _print_summary(summary)
-    if client is not None:
-        local = getattr(client, "cluster", None) if args.scheduler is None else None
-        client.close()
-        if local is not None:
-            local.close()
+    close_client(client)
     return 0
 
 

@@ -54,7 +54,7 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
     kill_every : float, optional
         Seconds between kills (default: a quarter of the run, at least 10 s).
     """
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import close_client, cluster
     from hpcgpu.simulation import Simulation
     from hpcgpu.validation import check_float
     from hpcgpu.workloads.weather import ShallowWater
@@ -106,6 +106,4 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
         return report
     finally:
         if own:
-            local = client.cluster
-            client.close()
-            local.close()
+            close_client(client)

@@ -19,10 +19,10 @@ working set of the same size, and the kernel's fraction of it.
 import numpy as np
 
 from hpcgpu.bench.harness import copy_bandwidth, measure
+from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 
 __all__ = ["run"]
 
-_RK3 = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
 
 
 def _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw):
@@ -57,7 +57,7 @@ def _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw):
 
     def call():
         first, second = bufs
-        for (a, b, c), src, dst in zip(_RK3, (y0, first, second), (first, second, first)):
+        for (a, b, c), src, dst in zip(SSP_RK3_STAGES, (y0, first, second), (first, second, first)):
             kernels.shallow_water_stage(*y0, *src, *dst, f, 9.81, spacing, spacing, 10.0,
                                         a, b, c * dt, 0, 0, 0)
 

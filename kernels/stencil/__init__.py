@@ -35,11 +35,16 @@ __all__ = [
     "diffuse",
     "shallow_water_tendency",
     "shallow_water_stage",
+    "SSP_RK3_STAGES",
 ]
 
 MIN_POINTS = 4
 """Smallest number of points along each axis that every kernel accepts."""
 
+
+SSP_RK3_STAGES = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
+"""Shu-Osher SSP-RK3 as ``(a, b, c)`` per stage: ``out = a y0 + b y + c dt L(y)``, with ``a + b = 1``
+(the ``a, b`` and ``c / dt`` of :func:`shallow_water_stage`; the weather and vorticity steppers use it)."""
 
 def normalize_boundary(boundary):
     """Return boundary codes ``(x, south, north)`` for a boundary spec.

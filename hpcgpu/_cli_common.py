@@ -1,4 +1,10 @@
-"""Checkpoint options shared by the ``hpcgpu run`` commands (batch jobs with wall-time limits).
+"""Options shared by the ``hpcgpu run`` commands: the cluster to run on, and checkpoints.
+
+Cluster: ``--workers N`` starts a local dask cluster, ``--scheduler ADDRESS``
+joins a running one, ``--partitions P`` splits the state; without them the
+model runs in this process.
+
+Checkpoints (batch jobs with wall-time limits):
 
 A batch job runs ``hpcgpu run weather --wall-time 3500 --checkpoint ckpt``;
 it stops cleanly before the scheduler kills it, with a checkpoint; the next
@@ -7,7 +13,28 @@ exactly where it stopped (writing further checkpoints to the same place),
 appending to the same output store.
 """
 
-__all__ = ["add_checkpoint_arguments", "start", "run_options"]
+__all__ = ["add_cluster_arguments", "open_client", "add_checkpoint_arguments", "start", "run_options"]
+
+
+def add_cluster_arguments(parser, partitions_help):
+    """Add ``--workers``, ``--scheduler`` and ``--partitions``; returns the group (for more options)."""
+    group = parser.add_argument_group("cluster (default: in-process, no dask)")
+    group.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
+    group.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS (tcp://host:8786)")
+    group.add_argument("--partitions", type=int, help=partitions_help)
+    return group
+
+
+def open_client(args):
+    """A dask client as ``--workers``/``--scheduler`` ask (None: run in this process).
+
+    Close it with :func:`hpcgpu.cluster.close_client`.
+    """
+    if args.workers is None and args.scheduler is None:
+        return None
+    from hpcgpu.cluster import cluster
+
+    return cluster(args.scheduler, workers=args.workers)
 
 
 def add_checkpoint_arguments(parser):
