@@ -19,7 +19,7 @@ A model plugs in by its ``decomposition``:
 
 ``"rows"`` (grids; :class:`RowExecutor`)
     ``decomposition_size``, ``periodic_rows``, ``halo_rows``,
-    ``advance_rows`` (see :class:`hpcgpu.workloads.weather.ShallowWater`);
+    ``advance_rows``, ``assemble_rows``, ``row_view`` (see :class:`hpcgpu.workloads.weather.ShallowWater`);
 ``"bodies"`` (all-pairs particles; :class:`BodyExecutor`)
     ``decomposition_size``, ``drift_block``, ``block_positions``,
     ``kick_block`` (see :class:`hpcgpu.workloads.astro.NBody`);
@@ -125,13 +125,14 @@ def _stepper_cache(model):
 
 def _advance_block(model, dt, steps, block, south, north, first_row):
     model = _on_worker(model)
-    pieces = [piece for piece in (south, block, north) if piece is not None]
-    assembled = model.concat_blocks(pieces)
+    # The block keeps spare rows around it from the task that made it: the
+    # halos go there, so a resident block is never copied whole (the spare
+    # rows are outside every view of the block that other tasks read).
+    assembled = model.assemble_rows(south, block, north)
     skip = 0 if south is None else south.h.shape[0]
     result = model.advance_rows(assembled, dt, steps, first_row - skip, south_open=south is not None,
-                                north_open=north is not None, cache=_stepper_cache(model))
-    # take_block copies: the result must not live in the reused work buffers
-    return model.take_block(result, skip, skip + block.h.shape[0])
+                                north_open=north is not None, cache=_stepper_cache(model), fresh=True)
+    return model.row_view(result, skip, skip + block.h.shape[0])
 
 
 def _first_rows(model, block, count):

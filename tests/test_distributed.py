@@ -24,6 +24,69 @@ def _assert_same(result, reference):
         np.testing.assert_array_equal(getattr(result.state, name), getattr(reference.state, name), err_msg=name)
 
 
+def _cut_and_advance(model, state, bounds, steps, blocks=None):
+    """One superstep of every row block in-process, as the executor's tasks do it."""
+    from hpcgpu.distributed import _advance_block, _first_rows, _last_rows
+
+    blocks = blocks or [model.take_block(state, a, b) for a, b in bounds]
+    south_width, north_width = model.halo_rows(steps)
+    count = len(blocks)
+    return [_advance_block(model, 30.0, steps, block, _last_rows(model, blocks[(p - 1) % count], south_width),
+                           _first_rows(model, blocks[(p + 1) % count], north_width), bounds[p][0])
+            for p, block in enumerate(blocks)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_resident_blocks_take_their_halos_in_place_and_match_one_block(backend):
+    model = ShallowWater("turbulence", nx=24, ny=40, backend=backend)
+    state = model.initial_state()
+    bounds = [(0, 17), (17, 40)]
+    first = _cut_and_advance(model, state, bounds, 2)
+    # the result of a task keeps spare rows for the next halos: assembling
+    # writes them there instead of copying the block
+    below, above = model.halo_rows(2)
+    south, north = model.take_block(first[1], 23 - below, 23), model.take_block(first[1], 0, above)
+    assembled = model.assemble_rows(south, first[0], north)
+    assert assembled.h.shape == (below + 17 + above, 24)
+    assert all(np.shares_memory(a, b) for a, b in zip(assembled.arrays(), first[0].arrays()))
+    np.testing.assert_array_equal(assembled.h[:below], south.h)
+    np.testing.assert_array_equal(assembled.h[below:below + 17], first[0].h)
+    # other halo widths do not fit the spare rows: new arrays
+    assert not np.shares_memory(model.assemble_rows(south, first[0], None).h, first[0].h)
+    # a block without spare rows (as after a transfer) is concatenated into new arrays
+    compact = model.take_block(first[0], 0, 17)
+    copied = model.assemble_rows(south, compact, north)
+    assert not np.shares_memory(copied.h, compact.h)
+    np.testing.assert_array_equal(copied.h, assembled.h)
+    second = _cut_and_advance(model, state, bounds, 2, blocks=first)
+    reference = model.step(state, 30.0, steps=4)
+    np.testing.assert_array_equal(np.concatenate([b.h for b in second]), model.backend.to_host(reference.h))
+    np.testing.assert_array_equal(np.concatenate([b.u for b in second]), model.backend.to_host(reference.u))
+
+
+def test_open_edges_step_only_the_rows_that_stay_valid():
+    from hpcgpu.workloads.weather import STAGE_REACH
+
+    model = ShallowWater("turbulence", nx=16, ny=48, backend="numpy")
+    state = model.initial_state()
+    calls = []
+    kernels = model.backend.kernels("stencil")
+    original = kernels.shallow_water_stage
+
+    def recording(*args):
+        calls.append(args[0].shape[0])
+        return original(*args)
+
+    kernels.shallow_water_stage = recording
+    try:
+        model.advance_rows(state, 30.0, 2, 0, south_open=True, north_open=True)
+        model.advance_rows(state, 30.0, 1, 0, south_open=False, north_open=False)
+    finally:
+        kernels.shallow_water_stage = original
+    shrink = sum(STAGE_REACH)
+    assert calls == [48 - shrink * s for s in range(6)] + [48, 48, 48]
+
+
 @pytest.mark.parametrize("partitions", [1, 2, 3, 4])
 def test_partitions_reproduce_the_single_block_run_bitwise(client, partitions):
     # 61 rows: uneven blocks for 2, 3 and 4 partitions

@@ -18,6 +18,7 @@ Examples
 1.0
 """
 
+import functools
 import math
 from dataclasses import dataclass, fields
 
@@ -40,6 +41,11 @@ CASES = cases.CASES
 # C-grid gravity waves reach |lambda| = 2 c sqrt(1/dx^2 + 1/dy^2), so the
 # gravity-wave CFL number c dt sqrt(1/dx^2 + 1/dy^2) must stay below sqrt(3)/2.
 RK3_CFL_LIMIT = math.sqrt(3.0) / 2.0
+
+# Rows (south, north) one tendency evaluation reads beyond the rows it
+# updates: dv needs the Arakawa-Lamb coefficients of the cell row below, which
+# need potential vorticity one row further; the north side reads one row.
+STAGE_REACH = (2, 1)
 
 
 @dataclass(frozen=True)
@@ -382,28 +388,59 @@ class ShallowWater:
     def halo_rows(self, steps):
         """Rows ``(south, north)`` that ``steps`` steps read beyond a row block.
 
-        One tendency reads 2 rows south (dv needs the coefficients of the
-        cell row below, which need potential vorticity a row further) and 1
-        row north; SSP-RK3 evaluates it three times per step.
+        One tendency reads ``STAGE_REACH`` = 2 rows south and 1 row north;
+        SSP-RK3 evaluates it three times per step.
         """
-        return 6 * steps, 3 * steps
+        return 3 * steps * STAGE_REACH[0], 3 * steps * STAGE_REACH[1]
 
     def take_block(self, state, start, stop):
         """Rows ``start:stop`` of a state, as independent arrays on the same device."""
         return ShallowWaterState(*(a[start:stop].copy() for a in state.arrays()))
 
+    def row_view(self, state, start, stop):
+        """Rows ``start:stop`` of a state as views (no copy; they keep the whole arrays alive)."""
+        return ShallowWaterState(*(a[start:stop] for a in state.arrays()))
+
     def concat_blocks(self, states):
-        """Row blocks stacked south to north, moved to this model's backend."""
+        """Row blocks stacked south to north, moved to this model's backend.
+
+        A single block already on the backend is returned as it is (callers
+        only read it).
+        """
+        asarray = functools.partial(self.backend.asarray, dtype=self.dtype)
+        if len(states) == 1:
+            return ShallowWaterState(*(asarray(a) for a in states[0].arrays()))
         xp = self.backend.xp
-        return ShallowWaterState(*(
-            xp.concatenate([self.backend.asarray(s.arrays()[k], dtype=self.dtype) for s in states])
-            for k in range(3)))
+        return ShallowWaterState(*(xp.concatenate([asarray(s.arrays()[k]) for s in states]) for k in range(3)))
+
+    def assemble_rows(self, south, block, north):
+        """``block`` with ``south`` rows below it and ``north`` rows above (either may be None).
+
+        A block returned by :meth:`advance_rows` with ``fresh=True`` and cut
+        by :meth:`row_view` sits inside arrays with spare rows on each side:
+        when they are exactly as many as the halos, the halos are written
+        into them and nothing else is copied, so a resident partition is not
+        copied twice per superstep. Otherwise (a block that was sent
+        between workers, or a different halo width) the rows are
+        concatenated into new arrays.
+        """
+        below = 0 if south is None else south.h.shape[0]
+        above = 0 if north is None else north.h.shape[0]
+        bases = [_spare_rows_base(a, below, above) for a in block.arrays()]
+        if any(base is None for base in bases) or block.h.dtype != self.dtype:
+            return self.concat_blocks([piece for piece in (south, block, north) if piece is not None])
+        for base, k in zip(bases, range(3)):
+            if south is not None:
+                base[:below] = self.backend.asarray(south.arrays()[k], dtype=self.dtype)
+            if north is not None:
+                base[base.shape[0] - above:] = self.backend.asarray(north.arrays()[k], dtype=self.dtype)
+        return ShallowWaterState(*bases)
 
     def to_host(self, state):
         """The state with NumPy arrays (for gathering to a client without a GPU)."""
         return ShallowWaterState(*(self.backend.to_host(a) for a in state.arrays()))
 
-    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None):
+    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None, fresh=False):
         """Advance a row block whose first row is global row ``first_row``.
 
         Open edges (partition halos) use the kernels' ``open`` rule; results
@@ -411,7 +448,8 @@ class ShallowWater:
         edges are the grid's own boundary. ``cache`` (a dict owned by the
         caller's thread) keeps steppers, so repeated calls on blocks of one
         shape reuse their work buffers; the result then lives in those
-        buffers until the next call with the same cache.
+        buffers until the next call with the same cache, unless ``fresh``
+        asks for it in newly allocated arrays that the caller may keep.
         """
         bc_x, bc_s, bc_n = self.grid.codes
         rows = state.h.shape[0]
@@ -423,7 +461,10 @@ class ShallowWater:
             stepper = self.stepper(dt, boundary=boundary, f_corner=f_corner)
             if cache is not None:
                 cache[key] = stepper
-        return stepper.advance(state, steps)
+        out = None
+        if fresh and steps > 0:
+            out = ShallowWaterState(*(self.backend.empty(a.shape, self.dtype) for a in state.arrays()))
+        return stepper.advance(state, steps, out=out)
 
     def block_health(self, state):
         """Extremes and non-finite fields of a row block (host scalars)."""
@@ -542,8 +583,12 @@ class RK3Stepper:
             self._work = [tuple(backend.empty(shape, dtype) for _ in range(3)) for _ in range(3)]
         return self._work
 
-    def advance(self, state, steps=1):
-        """Return the state ``steps`` time steps later."""
+    def advance(self, state, steps=1, out=None):
+        """Return the state ``steps`` time steps later.
+
+        ``out`` (a state of the same shape, neither ``state`` nor one of the
+        stepper's buffers) receives the result instead of a work buffer.
+        """
         steps = check_int("steps", steps, minimum=0)
         if steps == 0:
             return state
@@ -553,12 +598,44 @@ class RK3Stepper:
         f_corner = self.model._f_device() if self.f_corner is None else self.f_corner
         work = self._buffers(state)
         y0 = state.arrays()
-        for _ in range(steps):
+        # At an open edge (a partition's halo) each stage leaves its outer
+        # STAGE_REACH rows invalid, so the next stage only needs the rows
+        # that are still valid: the window shrinks stage by stage and ends on
+        # exactly the rows the halo protects. Half the redundant halo work of
+        # stepping the whole block; every valid point sees the same operations.
+        _, bc_s, bc_n = self.boundary
+        shrink_s = STAGE_REACH[0] if bc_s == OPEN else 0
+        shrink_n = STAGE_REACH[1] if bc_n == OPEN else 0
+        lo, hi = 0, state.h.shape[0]
+        for step in range(steps):
             free = [w for w in work if w[0] is not y0[0]]
             first, second = free[0], free[1]
-            stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, first))
+            last = first if out is None or step < steps - 1 else out.arrays()
+            stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, last))
             for (a, b, c), src, dst in stages:
-                kernel(*y0, *src, *dst, f_corner, p.g, 1.0 / g.dx, 1.0 / g.dy, p.viscosity,
+                window = (slice(lo, hi),)
+                kernel(*(x[window] for x in y0), *(x[window] for x in src), *(x[window] for x in dst),
+                       f_corner[lo:hi + 1], p.g, 1.0 / g.dx, 1.0 / g.dy, p.viscosity,
                        a, b, c * self.dt, *self.boundary)
-            y0 = first
+                lo, hi = lo + shrink_s, hi - shrink_n
+            y0 = last
         return ShallowWaterState(*y0)
+
+
+def _address(array):
+    """Device or host address of an array's first element."""
+    data = array.data
+    return data.ptr if hasattr(data, "ptr") else array.__array_interface__["data"][0]
+
+
+def _spare_rows_base(view, below, above):
+    """The 2-D array ``view`` is rows of, when it has exactly ``below`` and
+    ``above`` spare rows around it and is writable; else None."""
+    base = getattr(view, "base", None)
+    if not isinstance(base, type(view)) or base.ndim != 2 or view.ndim != 2 or base.shape[1:] != view.shape[1:]:
+        return None
+    if not base.flags.c_contiguous or not view.flags.c_contiguous or not getattr(base.flags, "writeable", True):
+        return None
+    if base.shape[0] != below + view.shape[0] + above:
+        return None
+    return base if _address(view) - _address(base) == below * base.strides[0] else None
