@@ -49,8 +49,8 @@ def test_weather_on_a_large_grid_is_bandwidth_bound():
     one = result.row(1)
     assert one.bound == "bandwidth"
     traffic_time = 24 * 4 * nx * ny / (h100.copy_bandwidth * h100.fraction("stencil", "float32"))
-    # the rest is the task path's block copies (a few per cent at K = 16)
-    assert traffic_time < one.compute_s < 1.1 * traffic_time
+    # the rest is the launches and the halo copies (under a per cent at K = 16)
+    assert traffic_time < one.compute_s < 1.02 * traffic_time
     assert one.time_to_solution_s == pytest.approx(10_000 * one.seconds_per_step)
 
 

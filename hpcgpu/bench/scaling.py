@@ -140,7 +140,14 @@ def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
         spec.close()
 
 
-def _time_engine(client, model, workers, steps_per_task, supersteps):
+def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
+    """Median over ``repeats`` timed runs of ``supersteps`` supersteps (this
+    machine is shared: one run can catch another job's burst).
+
+    Returns seconds per step, the critical compute and halo time per
+    superstep and the scheduler's share (of the median run), and the
+    seconds per step of every run.
+    """
     from distributed import get_task_stream
 
     state = model.initial_state()
@@ -149,14 +156,17 @@ def _time_engine(client, model, workers, steps_per_task, supersteps):
                                    name="bench-scaling")
     executor.advance(steps_per_task)  # compiles the kernels on every worker
     executor.synchronize()
-    with get_task_stream(client) as stream:
-        start = time.perf_counter()
-        executor.advance(steps_per_task * supersteps)
-        executor.synchronize()
-        wall = time.perf_counter() - start
-    compute, halo, share = _split(stream.data, wall, supersteps)
+    runs = []
+    for _ in range(repeats):
+        with get_task_stream(client) as stream:
+            start = time.perf_counter()
+            executor.advance(steps_per_task * supersteps)
+            executor.synchronize()
+            wall = time.perf_counter() - start
+        runs.append((wall / (steps_per_task * supersteps), *_split(stream.data, wall, supersteps)))
     executor.close()
-    return wall / (steps_per_task * supersteps), compute, halo, share
+    median = sorted(runs)[len(runs) // 2]
+    return (*median, [run[0] for run in runs])
 
 
 def _overlap_step(block, block_info=None, *, model_bytes, dt, starts, south_depth, periodic):
@@ -207,8 +217,11 @@ def _time_map_overlap(client, model, workers, steps):
 
 
 def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, budget_s=20.0,
-        workload="weather", max_workers=None, supersteps=3, balance=True):
-    """Run the scaling suite; ``sizes`` are points per side per worker, ``steps`` is K."""
+        workload="weather", max_workers=None, supersteps=3, balance=True, repeats=3):
+    """Run the scaling suite; ``sizes`` are points per side per worker, ``steps`` is K.
+
+    Each timing is the median of ``repeats`` runs of ``supersteps`` supersteps.
+    """
     if workload != "weather":
         from hpcgpu.errors import ConfigError
 
@@ -236,20 +249,22 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                             continue
                         model = _model(per_worker, ny, dtype, backend_name)
                         k = steps if min(model.halo_rows(steps)) * 2 <= ny // workers else 1
-                        seconds, compute, halo, share = _time_engine(client, model, workers, k, supersteps)
+                        seconds, compute, halo, share, runs = _time_engine(client, model, workers, k, supersteps,
+                                                                           repeats)
                         (weak if kind == "weak" else strong)[workers] = seconds
                         recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype,
                                      size=per_worker, metric="seconds_per_step", value=seconds, unit="s",
-                                     durations=[seconds * k * supersteps], workers=workers,
+                                     durations=[run * k * supersteps for run in runs], workers=workers,
                                      grid=[per_worker, ny], steps_per_task=k, compute_s=compute / k,
                                      halo_s=halo / k, scheduler_share=share)
                     if workers == top:
                         model = _model(per_worker, per_worker * workers, dtype, backend_name)
                         if k > 1:
-                            seconds1, _, _, share1 = _time_engine(client, model, workers, 1, supersteps * 4)
+                            seconds1, _, _, share1, runs = _time_engine(client, model, workers, 1, supersteps * 4,
+                                                                        repeats)
                             recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                                          metric="seconds_per_step", value=seconds1, unit="s",
-                                         durations=[seconds1 * supersteps * 4], workers=workers,
+                                         durations=[run * supersteps * 4 for run in runs], workers=workers,
                                          grid=[per_worker, per_worker * workers], steps_per_task=1,
                                          scheduler_share=share1)
                         baseline = _time_map_overlap(client, model, workers, max(3, supersteps))

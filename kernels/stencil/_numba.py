@@ -100,13 +100,10 @@ def _fill_ghosts(buf, bc_x, normal_x):
 
 
 @njit(**_OPTS)
-def _load_rows(r, h, u, v, h_buf, u_buf, v_buf, bc_x, bc_s, bc_n, zero_row):
-    """Copy logical row ``r`` of h, u and v into padded rows with GHOST columns
-    each side. One loop for the three keeps three reads from memory in flight:
-    a row at a time made the stage 5-10% slower."""
-    h_src = _row_source(h, r, bc_s, bc_n, False, zero_row)
-    u_src = _row_source(u, r, bc_s, bc_n, False, zero_row)
-    v_src = _row_source(v, r, bc_s, bc_n, True, zero_row)
+def _load_padded(h_src, u_src, v_src, h_buf, u_buf, v_buf, bc_x):
+    """Copy one row of h, u and v into padded rows with GHOST columns each
+    side. One loop for the three keeps three reads from memory in flight: a
+    row at a time made the stage 5-10% slower."""
     for i in range(h_src.shape[0]):
         k = i + GHOST
         h_buf[k] = h_src[i]
@@ -115,6 +112,13 @@ def _load_rows(r, h, u, v, h_buf, u_buf, v_buf, bc_x, bc_s, bc_n, zero_row):
     _fill_ghosts(h_buf, bc_x, False)
     _fill_ghosts(u_buf, bc_x, True)
     _fill_ghosts(v_buf, bc_x, False)
+
+
+@njit(**_OPTS)
+def _load_rows(r, h, u, v, h_buf, u_buf, v_buf, bc_x, bc_s, bc_n, zero_row):
+    """Logical row ``r`` of the 2-D fields h, u and v into padded rows."""
+    _load_padded(_row_source(h, r, bc_s, bc_n, False, zero_row), _row_source(u, r, bc_s, bc_n, False, zero_row),
+                 _row_source(v, r, bc_s, bc_n, True, zero_row), h_buf, u_buf, v_buf, bc_x)
 
 
 @njit(**_OPTS)
@@ -181,6 +185,60 @@ def _output_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
         alpha_w, beta_w, eps_w = alpha, beta, eps
 
 
+@njit(**_OPTS)
+def _sweep_row(r, h_ring, u_ring, v_ring, q_ring, vf_ring, uf_ring, bern_ring, f_corner, g, rdx, rdy,
+               half, quarter, bc_s):
+    """With padded input row ``r`` in the rings: potential vorticity on corner
+    row r, meridional flux on face row r, zonal flux and Bernoulli potential
+    on cell row r-1. One loop, and only columns 1..nx+2, which are all that
+    the output rows read."""
+    h_r, u_r, v_r = h_ring[r % 4], u_ring[r % 4], v_ring[r % 4]
+    h_m, u_m, v_m = h_ring[(r - 1) % 4], u_ring[(r - 1) % 4], v_ring[(r - 1) % 4]
+    q_r = q_ring[r % 3]
+    vf_r = vf_ring[r % 3]
+    uf_m = uf_ring[(r - 1) % 2]
+    bern_m = bern_ring[(r - 1) % 2]
+    f_r = _coriolis_row(f_corner, r, bc_s)
+    for i in range(h_r.shape[0] - 2 * GHOST + 2):
+        k = i + 1
+        q_r[k] = potential_vorticity(f_r, h_m[k - 1], h_m[k], h_r[k - 1], h_r[k],
+                                     u_m[k], u_r[k], v_r[k - 1], v_r[k], rdx, rdy, quarter)
+        vf_r[k] = mass_flux(h_m[k], h_r[k], v_r[k], half)
+        uf_m[k] = mass_flux(h_m[k - 1], h_m[k], u_m[k], half)
+        bern_m[k] = bernoulli(g, h_m[k], u_m[k], u_m[k + 1], v_m[k], v_r[k], quarter)
+
+
+@njit(**_OPTS)
+def _emit_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
+              u0_r, v0_r, h0_r, u_o, v_o, h_o, rdx, rdy, rdx2, rdy2, nu, b, c, c24, c_eps, c_phi,
+              bc_x, south_wall_row):
+    """Output cell row r-1 (see ``_output_row``), then the wall rules: no
+    tendency of the normal velocity at a wall."""
+    if nu != 0:
+        _output_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
+                    u0_r, v0_r, h0_r, u_o, v_o, h_o,
+                    rdx, rdy, rdx2, rdy2, nu, b, c, c24, c_eps, c_phi, True)
+    else:
+        _output_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
+                    u0_r, v0_r, h0_r, u_o, v_o, h_o,
+                    rdx, rdy, rdx2, rdy2, nu, b, c, c24, c_eps, c_phi, False)
+    u_m, v_m = u_ring[(r - 1) % 4], v_ring[(r - 1) % 4]
+    if bc_x == WALL:
+        u_o[0] = u0_r[0] + b * (u_m[GHOST] - u0_r[0])
+    if south_wall_row:
+        for i in range(v_o.shape[0]):
+            v_o[i] = v0_r[i] + b * (v_m[i + GHOST] - v0_r[i])
+
+
+@njit(**_OPTS)
+def stage_rings(width, dtype_like):
+    """The rings one stage sweep keeps: h, u, v (4 padded rows), q, vf (3), uf, bern (2)."""
+    dtype = dtype_like.dtype
+    return (np.zeros((4, width), dtype), np.zeros((4, width), dtype), np.zeros((4, width), dtype),
+            np.zeros((3, width), dtype), np.zeros((3, width), dtype), np.zeros((2, width), dtype),
+            np.zeros((2, width), dtype))
+
+
 @njit(parallel=True, **_OPTS)
 def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
                   g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n,
@@ -190,46 +248,18 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
     rdx2 = rdx * rdx
     rdy2 = rdy * rdy
     use_base = a != 0
-    use_viscosity = nu != 0
     for chunk in prange(n_chunks):
         fp_mode = flush_subnormals()  # subnormal float32 slows x86 many times over
         j0 = chunk * ny // n_chunks
         j1 = (chunk + 1) * ny // n_chunks
-        h_ring = np.zeros((4, width), h.dtype)
-        u_ring = np.zeros((4, width), h.dtype)
-        v_ring = np.zeros((4, width), h.dtype)
-        q_ring = np.zeros((3, width), h.dtype)
-        vf_ring = np.zeros((3, width), h.dtype)
-        uf_ring = np.zeros((2, width), h.dtype)
-        bern_ring = np.zeros((2, width), h.dtype)
+        h_ring, u_ring, v_ring, q_ring, vf_ring, uf_ring, bern_ring = stage_rings(width, h)
         # Zeros: the normal velocity beyond a wall, and x0 when a == 0
         # (x0 + b (x - x0) is then b x, and the *0 arrays are not read).
         zero_row = np.zeros(nx, h.dtype)
         for r in range(j0 - 2, j1 + 1):
-            h_r = h_ring[r % 4]
-            u_r = u_ring[r % 4]
-            v_r = v_ring[r % 4]
-            _load_rows(r, h, u, v, h_r, u_r, v_r, bc_x, bc_s, bc_n, zero_row)
-            h_m = h_ring[(r - 1) % 4]
-            u_m = u_ring[(r - 1) % 4]
-            v_m = v_ring[(r - 1) % 4]
-
-            # Corner row r: potential vorticity; face row r: meridional flux;
-            # cell row r-1: zonal flux and Bernoulli potential. One loop, and
-            # only columns 1..nx+2, which are all that the output rows read.
-            q_r = q_ring[r % 3]
-            vf_r = vf_ring[r % 3]
-            uf_m = uf_ring[(r - 1) % 2]
-            bern_m = bern_ring[(r - 1) % 2]
-            f_r = _coriolis_row(f_corner, r, bc_s)
-            for i in range(nx + 2):
-                k = i + 1
-                q_r[k] = potential_vorticity(f_r, h_m[k - 1], h_m[k], h_r[k - 1], h_r[k],
-                                             u_m[k], u_r[k], v_r[k - 1], v_r[k], rdx, rdy, quarter)
-                vf_r[k] = mass_flux(h_m[k], h_r[k], v_r[k], half)
-                uf_m[k] = mass_flux(h_m[k - 1], h_m[k], u_m[k], half)
-                bern_m[k] = bernoulli(g, h_m[k], u_m[k], u_m[k + 1], v_m[k], v_r[k], quarter)
-
+            _load_rows(r, h, u, v, h_ring[r % 4], u_ring[r % 4], v_ring[r % 4], bc_x, bc_s, bc_n, zero_row)
+            _sweep_row(r, h_ring, u_ring, v_ring, q_ring, vf_ring, uf_ring, bern_ring, f_corner, g, rdx, rdy,
+                       half, quarter, bc_s)
             jo = r - 1
             if jo < j0:
                 continue
@@ -237,22 +267,9 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
                 u0_r, v0_r, h0_r = u0[jo], v0[jo], h0[jo]
             else:
                 u0_r = v0_r = h0_r = zero_row
-            u_o, v_o, h_o = u_out[jo], v_out[jo], h_out[jo]
-            if use_viscosity:
-                _output_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
-                            u0_r, v0_r, h0_r, u_o, v_o, h_o,
-                            rdx, rdy, rdx2, rdy2, nu, b, c, c24, c_eps, c_phi, True)
-            else:
-                _output_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
-                            u0_r, v0_r, h0_r, u_o, v_o, h_o,
-                            rdx, rdy, rdx2, rdy2, nu, b, c, c24, c_eps, c_phi, False)
-            # Walls have no tendency of the normal velocity: redo those points
-            # with a zero one.
-            if bc_x == WALL:
-                u_o[0] = u0_r[0] + b * (u_m[GHOST] - u0_r[0])
-            if bc_s == WALL and jo == 0:
-                for i in range(nx):
-                    v_o[i] = v0_r[i] + b * (v_m[i + GHOST] - v0_r[i])
+            _emit_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
+                      u0_r, v0_r, h0_r, u_out[jo], v_out[jo], h_out[jo], rdx, rdy, rdx2, rdy2, nu, b, c,
+                      c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
         restore_fp_mode(fp_mode)
 
 
@@ -336,3 +353,7 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
     t = field.dtype.type
     _laplacian_kernel(field, out, t(rdx2), t(rdy2), bc_x, bc_s, bc_n)
     return out
+
+
+# One whole SSP-RK3 step in one sweep (kept in its own module).
+from hpcgpu.kernels.stencil._numba_rk3 import shallow_water_rk3_step  # noqa: E402, F401 - re-exported

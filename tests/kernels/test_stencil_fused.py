@@ -1,0 +1,49 @@
+"""The Numba backend's fused SSP-RK3 step is bitwise the three stage calls it replaces."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hpcgpu.kernels.stencil import SSP_RK3_STAGES
+from hpcgpu.kernels.stencil import _numba as kernels
+from hpcgpu.kernels.stencil._boundary import OPEN, PERIODIC, WALL
+
+BOUNDARIES = [(PERIODIC, PERIODIC, PERIODIC), (WALL, WALL, WALL), (PERIODIC, WALL, WALL), (WALL, PERIODIC, PERIODIC),
+              (WALL, OPEN, OPEN), (PERIODIC, OPEN, WALL), (PERIODIC, WALL, OPEN), (PERIODIC, OPEN, OPEN)]
+
+
+def _stage_by_stage(y0, f_corner, physics, dt, boundary):
+    first, second, out = ([np.full_like(a, np.nan) for a in y0] for _ in range(3))
+    for (a, b, c), src, dst in zip(SSP_RK3_STAGES, (y0, first, second), (first, second, out)):
+        kernels.shallow_water_stage(*y0, *src, *dst, f_corner, *physics, a, b, c * dt, *boundary)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_fused_step_equals_three_stages_bitwise(dtype, boundary, rng):
+    for (ny, nx), viscosity in itertools.product([(37, 21), (8, 6), (120, 16)], [0.0, 3.0]):
+        u, v = (rng.standard_normal((ny, nx)).astype(dtype) for _ in range(2))
+        h = (100 + rng.standard_normal((ny, nx))).astype(dtype)
+        f_corner = (1e-4 + 1e-5 * rng.standard_normal(ny + 1)).astype(dtype)
+        physics = (9.81, 1 / 1000.0, 1 / 1100.0, viscosity)
+        expected = _stage_by_stage((u, v, h), f_corner, physics, 5.0, boundary)
+        out = [np.full_like(a, np.nan) for a in (u, v, h)]
+        kernels.shallow_water_rk3_step(u, v, h, *out, f_corner, *physics, 5.0, SSP_RK3_STAGES, *boundary)
+        # rows within 6 south / 3 north of an open edge are not valid in either
+        lo, hi = (6 if boundary[1] == OPEN else 0), ny - (3 if boundary[2] == OPEN else 0)
+        for name, got, want in zip("uvh", out, expected):
+            np.testing.assert_array_equal(got[lo:hi], want[lo:hi], err_msg=f"{name} {ny}x{nx} nu={viscosity}")
+
+
+def test_fused_step_leaves_its_input_alone(rng):
+    y0 = [rng.standard_normal((40, 24)) for _ in range(3)]
+    y0[2] += 50
+    before = [a.copy() for a in y0]
+    out = [np.empty_like(a) for a in y0]
+    kernels.shallow_water_rk3_step(*y0, *out, np.full(41, 1e-4), 9.81, 1e-3, 1e-3, 0.0, 1.0, SSP_RK3_STAGES,
+                                   PERIODIC, PERIODIC, PERIODIC)
+    for a, b in zip(y0, before):
+        np.testing.assert_array_equal(a, b)
+    assert all(np.isfinite(a).all() for a in out)
