@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import xarray as xr
 
 # -P: the source tree must not shadow the installed package
@@ -56,15 +57,19 @@ def test_bench_stencil_prints_json_lines():
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert {(r["case"], r["backend"]) for r in lines} == {
-        ("diffusion", "numpy"), ("diffusion", "numba"), ("shallow_water", "numpy"), ("shallow_water", "numba")}
+        ("diffusion", "numpy"), ("diffusion", "numba"), ("shallow_water", "numpy"), ("shallow_water", "numba"),
+        ("shallow_water_fused_step", "numba")}
     required = {"suite", "case", "backend", "dtype", "size", "metric", "value", "unit", "median_s",
                 "repeats", "ratio_to_numpy"}
     for r in lines:
         assert required <= set(r)
         assert r["metric"] == "point_updates_per_s" and r["value"] > 0 and r["repeats"] >= 2
         assert r["fraction_of_copy"] > 0
-        if r["backend"] == "numba":
+        if r["backend"] == "numba" and r["case"] != "shallow_water_fused_step":
             assert r["ratio_to_numpy"] > 0
+    fused = next(r for r in lines if r["case"] == "shallow_water_fused_step")
+    stages = next(r for r in lines if r["case"] == "shallow_water" and r["backend"] == "numba")
+    assert fused["speedup_vs_stages"] == pytest.approx(stages["median_s"] / fused["median_s"])
 
 
 def test_bench_nbody_prints_json_lines():
