@@ -66,6 +66,15 @@ def _ring_source(ring, r, ny, bc_s, bc_n, normal_y, zero_row):
 
 
 @njit(**_OPTS)
+def _load_ring_rows(r, src_h, src_u, src_v, ny, h_ring, u_ring, v_ring, bc_x, bc_s, bc_n, zero_row):
+    """Logical row ``r`` of the previous stage's output rings into this stage's padded input ring."""
+    _load_padded(_ring_source(src_h, r, ny, bc_s, bc_n, False, zero_row),
+                 _ring_source(src_u, r, ny, bc_s, bc_n, False, zero_row),
+                 _ring_source(src_v, r, ny, bc_s, bc_n, True, zero_row),
+                 h_ring[r % 4], u_ring[r % 4], v_ring[r % 4], bc_x)
+
+
+@njit(**_OPTS)
 def _needed_row(r, ny, periodic):
     """The stage output row that loading logical row ``r`` waits for."""
     if periodic:
@@ -122,10 +131,7 @@ def _rk3_kernel(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu,
             # The latest stage that can go goes: stage outputs are read from
             # their rings before they are overwritten.
             if _needed_row(r3, ny, periodic) <= done2:
-                _load_padded(_ring_source(out2_h, r3, ny, bc_s, bc_n, False, zero_row),
-                             _ring_source(out2_u, r3, ny, bc_s, bc_n, False, zero_row),
-                             _ring_source(out2_v, r3, ny, bc_s, bc_n, True, zero_row),
-                             h3[r3 % 4], u3[r3 % 4], v3[r3 % 4], bc_x)
+                _load_ring_rows(r3, out2_h, out2_u, out2_v, ny, h3, u3, v3, bc_x, bc_s, bc_n, zero_row)
                 _sweep_row(r3, h3, u3, v3, q3, vf3, uf3, bern3, f_corner, g, rdx, rdy, half, quarter, bc_s)
                 jo = r3 - 1
                 if jo >= a3:
@@ -134,10 +140,7 @@ def _rk3_kernel(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu,
                               c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
                 r3 += 1
             elif r2 <= e2 and _needed_row(r2, ny, periodic) <= done1:
-                _load_padded(_ring_source(out1_h, r2, ny, bc_s, bc_n, False, zero_row),
-                             _ring_source(out1_u, r2, ny, bc_s, bc_n, False, zero_row),
-                             _ring_source(out1_v, r2, ny, bc_s, bc_n, True, zero_row),
-                             h2[r2 % 4], u2[r2 % 4], v2[r2 % 4], bc_x)
+                _load_ring_rows(r2, out1_h, out1_u, out1_v, ny, h2, u2, v2, bc_x, bc_s, bc_n, zero_row)
                 _sweep_row(r2, h2, u2, v2, q2, vf2, uf2, bern2, f_corner, g, rdx, rdy, half, quarter, bc_s)
                 jo = r2 - 1
                 if jo >= a2:
