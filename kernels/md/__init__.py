@@ -21,7 +21,8 @@ Public functions (validation once, dispatch on ``backend=``):
 
 ``build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend)``
     -> :class:`NeighborList`
-``needs_rebuild(neighbor_list, positions)`` -> bool
+``needs_rebuild(neighbor_list, positions, backend=None)`` -> bool
+``largest_displacement_squared(positions, reference, box, backend=None)`` -> float
 ``lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1, sigma=1,
 shift=True, backend)`` -> ``(forces (3, N), potential_energy, virial)``
 ``lj_forces_all_pairs(positions, box, *, cutoff, ...)``: the same without a
@@ -36,6 +37,13 @@ Each backend file (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``) exports::
            energy_shift, forces_out, energy_out, virial_out)
         # per-atom arrays: energy_out (N,) holds half of each pair's energy,
         # virial_out (N,) half of each pair's r . f, so sums give the totals
+
+and may export, where one pass beats the NumPy expressions (Numba)::
+
+    verlet_drift(positions, velocities, forces, images, box, dt)
+        -> (positions, velocities, images)   # half kick, drift, wrap; new arrays
+    verlet_kick(velocities, forces, dt) -> velocities   # v + f dt/2, a new array
+    largest_displacement_squared(positions, reference, box) -> float
 """
 
 import math
@@ -51,6 +59,7 @@ __all__ = [
     "NeighborList",
     "build_neighbor_list",
     "needs_rebuild",
+    "largest_displacement_squared",
     "lj_forces",
     "lj_forces_all_pairs",
     "energy_shift",
@@ -256,7 +265,7 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend=
     return NeighborList(neighbors, counts, positions.copy(), box, cutoff, skin, capacity)
 
 
-def needs_rebuild(neighbor_list, positions):
+def needs_rebuild(neighbor_list, positions, backend=None):
     """Whether some atom has moved more than ``skin / 2`` since the list was built.
 
     The displacement is the minimum image of ``positions - reference``, so
@@ -268,6 +277,9 @@ def needs_rebuild(neighbor_list, positions):
     neighbor_list : NeighborList
     positions : array (3, N)
         Current positions, same shape as the list's reference positions.
+    backend : str or Backend, optional
+        Whose one-pass kernel to use where it has one (Numba); the answer
+        is the same.
 
     Returns
     -------
@@ -284,15 +296,39 @@ def needs_rebuild(neighbor_list, positions):
     if getattr(positions, "shape", None) != reference.shape:
         raise ConfigError(f"positions must have the shape of the list's reference positions "
                           f"{reference.shape}; got {getattr(positions, 'shape', None)}")
+    limit = 0.5 * neighbor_list.skin
+    largest = largest_displacement_squared(positions, reference, neighbor_list.box, backend=backend)
+    return largest > limit * limit
+
+
+def largest_displacement_squared(positions, reference, box, *, backend=None):
+    """Largest squared minimum-image distance between matching columns of two ``(3, N)`` arrays.
+
+    ``reference`` may have more columns; its first N are used. Computed in
+    the positions' dtype (the same roundings on every backend).
+
+    Examples
+    --------
+    >>> x = np.array([[0.1, 9.9], [0.0, 0.0], [0.0, 0.0]])
+    >>> round(largest_displacement_squared(x, np.zeros((3, 2)), (10.0, 10.0, 10.0)), 12)
+    0.01
+    """
+    n = positions.shape[1]
+    if n == 0:
+        return 0.0
+    reference = reference[:, :n]
+    kernel = None if backend is None else getattr(get_backend(backend).kernels("md"),
+                                                  "largest_displacement_squared", None)
+    if kernel is not None:
+        return kernel(positions, reference, box)
     xp = _array_module(positions)
     largest = 0.0
     for axis in range(3):
-        length = neighbor_list.box[axis]
+        length = box[axis]
         d = positions[axis] - xp.asarray(reference[axis])
         d -= length * xp.rint(d * (1.0 / length))
         largest = largest + d * d
-    limit = 0.5 * neighbor_list.skin
-    return bool(largest.max() > limit * limit)
+    return float(largest.max())
 
 
 def _array_module(array):

@@ -620,3 +620,11 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
                    t(energy_shift), forces_out, energy_out, virial_out, _chunks(positions.shape[1]),
                    t(0), t(1), t(2), t(0.5))
     return forces_out
+
+
+# One-pass per-atom steps of velocity Verlet (kept in their own module).
+from hpcgpu.kernels.md._numba_atoms import (  # noqa: E402, F401
+    largest_displacement_squared,
+    verlet_drift,
+    verlet_kick,
+)
