@@ -546,8 +546,8 @@ class BodyExecutor(_PartitionedExecutor):
             n = self.superstep
             drifted = [self._submit(_drift_block, model, self.dt, block, key=self._key("drift", n, p),
                                     worker=self.owner[p]) for p, block in enumerate(self.blocks)]
-            positions = [self._submit(_block_positions, model, block, key=self._key("positions", n, p),
-                                      worker=self.owner[p]) for p, block in enumerate(drifted)]
+            positions = [self._submit_cut(_block_positions, model, block, key=self._key("positions", n, p),
+                                          worker=self.owner[p]) for p, block in enumerate(drifted)]
             self.blocks = [self._submit(_kick_block, model, self.dt, block, self.bounds[p][0], *positions,
                                         key=self._key("kick", n, p), worker=self.owner[p])
                            for p, block in enumerate(drifted)]

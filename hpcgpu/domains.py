@@ -277,21 +277,25 @@ class DomainExecutor(_PartitionedExecutor):
         def submit(function, *args, phase, index, worker):
             return self._submit(function, *args, key=self._key(phase, n, *index), worker=worker)
 
+        def cut(function, *args, phase, index, worker):
+            # small results read from a resident slab: on its worker, first
+            return self._submit_cut(function, *args, key=self._key(phase, n, *index), worker=worker)
+
         drifted = [submit(_drift, model, dt, block, phase="drift", index=(p,), worker=self.owner[p])
                    for p, block in enumerate(self.blocks)]
-        moved = [submit(_moved, model, block, phase="moved", index=(p,), worker=self.owner[p])
+        moved = [cut(_moved, model, block, phase="moved", index=(p,), worker=self.owner[p])
                  for p, block in enumerate(drifted)]
         rebuild = submit(_any, *moved, phase="rebuild", index=(), worker=self.owner[0])
         settled = []
         for p in range(count):
-            arrivals = [submit(_migrants, model, slabs, drifted[q], rebuild, p, phase="migrants",
-                               index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
+            arrivals = [cut(_migrants, model, slabs, drifted[q], rebuild, p, phase="migrants",
+                            index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
             settled.append(submit(_settle, model, slabs, p, drifted[p], rebuild, *arrivals, phase="settle",
                                   index=(p,), worker=self.owner[p]))
         new = []
         for p in range(count):
-            ghosts = [submit(_ghosts, model, slabs, settled[q], rebuild, slabs.neighbours(q).index(p), p,
-                             phase="ghosts", index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
+            ghosts = [cut(_ghosts, model, slabs, settled[q], rebuild, slabs.neighbours(q).index(p), p,
+                          phase="ghosts", index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
             new.append(submit(_kick, model, slabs, p, dt, settled[p], rebuild, *ghosts, phase="kick",
                               index=(p,), worker=self.owner[p]))
         self.blocks = new
