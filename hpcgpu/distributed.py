@@ -126,7 +126,32 @@ def _stepper_cache(model):
     return caches.setdefault(model, {})
 
 
+SLOWDOWN_ENV = "HPCGPU_EMULATE_SLOWDOWN"
+"""Environment variable (benchmarks and tests only): a worker started with it
+set to a factor f > 1 sleeps ``(f - 1)`` times the compute time after each
+row-block advance and calibration step, so it behaves like a device f times
+slower without taking CPU from the others. ``hpcgpu bench scaling`` uses it
+for its mixed-cluster balance case on machines without mixed devices."""
+
+
+def _emulate_slowdown(started):
+    """Sleep so that the work begun at ``started`` took SLOWDOWN_ENV times as long."""
+    import os
+
+    factor = float(os.environ.get(SLOWDOWN_ENV, "1") or 1)
+    if factor > 1:
+        time.sleep((factor - 1.0) * (time.perf_counter() - started))
+
+
 def _advance_block(model, dt, steps, block, south, north, first_row):
+    started = time.perf_counter()
+    try:
+        return _advance_rows_of_block(model, dt, steps, block, south, north, first_row)
+    finally:
+        _emulate_slowdown(started)
+
+
+def _advance_rows_of_block(model, dt, steps, block, south, north, first_row):
     model = _on_worker(model)
     # The block keeps spare rows around it from the task that made it: the
     # halos go there, so a resident block is never copied whole (the spare
@@ -186,7 +211,9 @@ def _calibration_rate(model, rows=256, seconds=0.3):
     model.advance_rows(block, dt, 1, 0, False, False)  # compile
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
+        started = time.perf_counter()
         block = model.advance_rows(block, dt, 2, 0, False, False)
+        _emulate_slowdown(started)
         steps += 2
     model.backend.synchronize()
     return steps / (time.perf_counter() - start)
@@ -280,7 +307,7 @@ class _PartitionedExecutor:
                                   "weights as numbers, one per partition")
             rates = calibrate_workers(client, model)
             self.rates = rates
-            weights = [rates[w] for w in self.owner]
+            weights = self._weights_from_rates([rates[w] for w in self.owner])
         elif len(weights) != partitions:
             raise ConfigError(f"weights must have one entry per partition ({partitions}); got {len(weights)}")
         self.weights = [float(w) for w in weights]
@@ -367,6 +394,10 @@ class _PartitionedExecutor:
     def _minimum_block(self, partitions):
         """Fewest items a block may hold."""
         return 1
+
+    def _weights_from_rates(self, rates):
+        """Block weights that make blocks on workers of these step rates finish together."""
+        return list(rates)
 
     def _check_steps_per_task(self):
         """Raise ConfigError if the decomposition cannot take K steps per task."""
@@ -481,6 +512,23 @@ class RowExecutor(_PartitionedExecutor):
 
     def _minimum_block(self, partitions):
         return max(self.model.halo_rows(self.steps_per_task)) if partitions > 1 else 1
+
+    def _weights_from_rates(self, rates):
+        """Rows in proportion to the rates, after the halo work every block does whatever its size.
+
+        A block steps its rows plus, on average, half its halo rows (the
+        stepped rows shrink stage by stage), so a slow worker's block needs
+        fewer rows than its rate's share: ``rows_p + extra`` proportional to
+        ``rate_p``.
+        """
+        count = len(rates)
+        if count == 1:
+            return list(rates)
+        extra = sum(self.model.halo_rows(self.steps_per_task)) / 2
+        total = self.model.decomposition_size() + count * extra
+        shares = [rate / sum(rates) * total - extra for rate in rates]
+        # split_rows raises a too-small block to the halo width; keep weights positive
+        return [max(share, 1e-3) for share in shares]
 
     def _neighbours(self, p):
         periodic = self.model.periodic_rows()

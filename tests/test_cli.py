@@ -109,6 +109,11 @@ def test_bench_scaling_prints_efficiency_and_baseline():
     assert ("weak-scaling", "parallel_efficiency") in metrics
     assert ("strong-scaling", "parallel_efficiency") in metrics
     assert ("map_overlap-baseline", "speedup_vs_map_overlap") in metrics
+    # the mixed pair: the emulated slow worker's block gets fewer rows after calibration
+    calibrated = next(r for r in lines if r["case"] == "balance" and r["weights"] == "calibrate")
+    assert calibrated["slowdown"] == 2.0
+    rates, rows = calibrated["rates"], calibrated["rows_per_partition"]
+    assert rates[0] != rates[1] and (rows[0] > rows[1]) == (rates[0] > rates[1])
     for r in lines:
         assert r["value"] > 0
         if r["metric"] == "seconds_per_step" and "scheduler_share" in r:

@@ -175,6 +175,36 @@ def test_weighted_partitions_follow_the_weights():
         assert abs((b - a) - 0.75 * rows) <= 1
 
 
+def test_calibrated_rates_leave_room_for_the_halo_work_of_each_block():
+    from types import SimpleNamespace
+
+    from hpcgpu.distributed import RowExecutor
+
+    model = ShallowWater("unstable_jet", nx=40, ny=400, backend="numpy")
+    executor = SimpleNamespace(model=model, steps_per_task=4)
+    weights = RowExecutor._weights_from_rates(executor, [2.0, 1.0])
+    extra = sum(model.halo_rows(4)) / 2
+    # each block's stepped rows (its own plus half its halo) follow the rates
+    assert sum(weights) == pytest.approx(400)
+    assert (weights[0] + extra) / (weights[1] + extra) == pytest.approx(2.0)
+    assert weights[0] / weights[1] > 2.0
+    assert RowExecutor._weights_from_rates(executor, [1.0, 1.0, 1.0]) == pytest.approx([400 / 3] * 3)
+
+
+def test_an_emulated_slow_worker_sleeps_in_proportion(monkeypatch):
+    from hpcgpu.distributed import SLOWDOWN_ENV, _emulate_slowdown
+
+    monkeypatch.setenv(SLOWDOWN_ENV, "3")
+    started = time.perf_counter()
+    time.sleep(0.02)
+    _emulate_slowdown(started)
+    assert time.perf_counter() - started >= 3 * 0.02
+    monkeypatch.setenv(SLOWDOWN_ENV, "1")
+    started = time.perf_counter()
+    _emulate_slowdown(started)
+    assert time.perf_counter() - started < 0.01
+
+
 def test_weights_reach_the_partitions(client):
     model = ShallowWater("unstable_jet", nx=16, ny=80, backend="numba")
     sim = Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, partitions=2,

@@ -13,9 +13,11 @@ core (or one GPU). Lines (metric):
     t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
     t(1) / (N t(N)).
 ``imbalance`` (case ``balance``)
-    a mixed cluster of a fast worker (several Numba threads) and a slow one
-    (one thread): the slowest block's compute time per superstep over the
-    fastest's, with equal blocks and with blocks sized by calibration.
+    a mixed cluster of a worker and one ``BALANCE_SLOWDOWN`` times slower
+    (emulated: it sleeps that much longer than it computes, see
+    :data:`hpcgpu.distributed.SLOWDOWN_ENV`): the slowest block's task time
+    per superstep over the fastest's, with equal blocks and with blocks
+    sized by calibration (1 is perfect balance).
 ``speedup_vs_map_overlap``
     the same model stepped by ``dask.array.map_overlap`` once per time step
     (one graph per step, submitted and waited on), on the same workers and
@@ -31,6 +33,9 @@ import numpy as np
 from hpcgpu.distributed import DistributedExecutor, _on_worker
 
 __all__ = ["run"]
+
+BALANCE_SLOWDOWN = 2.0
+"""How much slower the slow worker of the ``balance`` case is."""
 
 
 def _cluster(workers, gpus):
@@ -83,15 +88,24 @@ def _split(stream, wall, supersteps):
     return critical_compute, critical_halo, share
 
 
-def _mixed_cluster(fast_threads):
-    """Two CPU workers, one with ``fast_threads`` Numba threads and one with a single thread."""
+def _mixed_cluster(slowdown):
+    """Two single-threaded CPU workers, one ``slowdown`` times slower (emulated by sleeping).
+
+    A real mixed cluster (say 2 Numba threads against 1) needs more cores
+    than workers: on 2 cores the three threads share the cores and the
+    "fast" worker is not faster while both run. The emulated slow worker
+    sleeps instead of computing, so both run at full speed when they run.
+    """
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
-    def worker(threads):
-        return {"cls": Nanny, "options": {"nthreads": 1, "env": {"NUMBA_NUM_THREADS": str(threads)}}}
+    from hpcgpu.distributed import SLOWDOWN_ENV
+
+    def worker(factor):
+        env = {"NUMBA_NUM_THREADS": "1", SLOWDOWN_ENV: str(factor)}
+        return {"cls": Nanny, "options": {"nthreads": 1, "env": env}}
 
     spec = SpecCluster(scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}},
-                       workers={"fast": worker(fast_threads), "slow": worker(1)}, silence_logs=40)
+                       workers={"fast": worker(1.0), "slow": worker(slowdown)}, silence_logs=40)
     return Client(spec)
 
 
@@ -111,8 +125,7 @@ def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
     """Equal vs calibrated blocks on a fast + slow worker pair."""
     from distributed import get_task_stream
 
-    fast = max(2, len(os.sched_getaffinity(0)) // 2)
-    client = _mixed_cluster(fast)
+    client = _mixed_cluster(BALANCE_SLOWDOWN)
     try:
         client.wait_for_workers(2)
         model = _model(per_worker, 2 * per_worker, dtype, "numba")
@@ -131,7 +144,7 @@ def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
             recorder.add(case="balance", backend="numba", dtype=dtype, size=per_worker, metric="imbalance",
                          value=max(times.values()) / min(times.values()), unit="1",
                          durations=list(times.values()), weights=weights or "equal",
-                         rows_per_partition=rows, fast_threads=fast,
+                         rows_per_partition=rows, slowdown=BALANCE_SLOWDOWN,
                          rates=getattr(executor, "rates", None) and list(executor.rates.values()))
             executor.close()
     finally:
