@@ -304,6 +304,18 @@ def _column_neighbours(i, nx, bc_x):
     return max(i - 1, 0), min(i + 1, nx - 1)
 
 
+@njit(**_OPTS)
+def diffuse_row(row, south, north, out, cx, cy, bc_x):
+    """One diffusion step of a row from its own and its two neighbour rows."""
+    nx = row.shape[0]
+    for m in range(nx - 2):
+        i = m + 1
+        out[i] = diffusion_update(row[i], row[i - 1], row[i + 1], south[i], north[i], cx, cy)
+    for i in (0, nx - 1):
+        w, e = _column_neighbours(i, nx, bc_x)
+        out[i] = diffusion_update(row[i], row[w], row[e], south[i], north[i], cx, cy)
+
+
 @njit(parallel=True, **_OPTS)
 def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
     ny, nx = src.shape
@@ -311,23 +323,29 @@ def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
         fp_mode = flush_subnormals()
         js = _neighbour_row(j - 1, ny, bc_s, bc_n)
         jn = _neighbour_row(j + 1, ny, bc_s, bc_n)
-        row, south, north, out = src[j], src[js], src[jn], dst[j]
-        for m in range(nx - 2):
-            i = m + 1
-            out[i] = diffusion_update(row[i], row[i - 1], row[i + 1], south[i], north[i], cx, cy)
-        for i in (0, nx - 1):
-            w, e = _column_neighbours(i, nx, bc_x)
-            out[i] = diffusion_update(row[i], row[w], row[e], south[i], north[i], cx, cy)
+        diffuse_row(src[j], src[js], src[jn], dst[j], cx, cy, bc_x)
         restore_fp_mode(fp_mode)
 
 
 def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
-    """``steps`` explicit diffusion steps; returns the buffer holding the result."""
+    """``steps`` explicit diffusion steps; returns the buffer holding the result.
+
+    Several steps go in one sweep over memory (pipelined through
+    cache-resident rows; bitwise the step-by-step result): see
+    ``_numba_diffusion``.
+    """
     t = field.dtype.type
     src, dst = field, work
-    for _ in range(steps):
-        _diffuse_kernel(src, dst, t(cx), t(cy), bc_x, bc_s, bc_n)
+    per_sweep = steps_per_sweep(field.shape[1], field.dtype.itemsize)
+    done = 0
+    while done < steps:
+        chunk = min(per_sweep, steps - done)
+        if chunk == 1:
+            _diffuse_kernel(src, dst, t(cx), t(cy), bc_x, bc_s, bc_n)
+        else:
+            diffuse_steps(src, dst, t(cx), t(cy), chunk, bc_x, bc_s, bc_n)
         src, dst = dst, src
+        done += chunk
     return src
 
 
@@ -357,3 +375,4 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
 
 # One whole SSP-RK3 step in one sweep (kept in its own module).
 from hpcgpu.kernels.stencil._numba_rk3 import shallow_water_rk3_step  # noqa: E402, F401 - re-exported
+from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep  # noqa: E402

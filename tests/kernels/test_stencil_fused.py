@@ -1,4 +1,4 @@
-"""The Numba backend's fused SSP-RK3 step is bitwise the three stage calls it replaces."""
+"""The Numba backend's fused sweeps (an SSP-RK3 step; many diffusion steps) are bitwise the calls they replace."""
 
 import itertools
 
@@ -47,3 +47,26 @@ def test_fused_step_leaves_its_input_alone(rng):
     for a, b in zip(y0, before):
         np.testing.assert_array_equal(a, b)
     assert all(np.isfinite(a).all() for a in out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_diffusion_sweeps_of_many_steps_equal_single_steps_bitwise(dtype, boundary, rng):
+    for (ny, nx), steps in itertools.product([(37, 21), (4, 5), (130, 16)], [2, 13, 40]):
+        field = rng.random((ny, nx)).astype(dtype)
+        expected = field.copy()
+        for _ in range(steps):
+            out = np.empty_like(expected)
+            kernels._diffuse_kernel(expected, out, dtype(0.11), dtype(0.13), *boundary)
+            expected = out
+        got = kernels.diffuse(field.copy(), np.empty_like(field), 0.11, 0.13, steps, *boundary)
+        np.testing.assert_array_equal(got, expected, err_msg=f"{ny}x{nx}, {steps} steps")
+
+
+def test_a_sweep_takes_as_many_steps_as_its_rings_fit_in_cache():
+    from hpcgpu.kernels.stencil._numba_diffusion import steps_per_sweep
+
+    assert steps_per_sweep(4096, 4) == 16
+    assert steps_per_sweep(8192, 4) == 8
+    assert steps_per_sweep(1 << 20, 8) == 2
+    assert steps_per_sweep(16, 4) == 16
