@@ -318,7 +318,7 @@ def diffuse_row(row, south, north, out, cx, cy, bc_x):
 
 @njit(parallel=True, **_OPTS)
 def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
-    ny, nx = src.shape
+    ny = src.shape[0]
     for j in prange(ny):
         fp_mode = flush_subnormals()
         js = _neighbour_row(j - 1, ny, bc_s, bc_n)
@@ -375,4 +375,4 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
 
 # One whole SSP-RK3 step in one sweep (kept in its own module).
 from hpcgpu.kernels.stencil._numba_rk3 import shallow_water_rk3_step  # noqa: E402, F401 - re-exported
-from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep  # noqa: E402
+from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep  # noqa: E402 - after diffuse_row
