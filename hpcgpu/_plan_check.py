@@ -13,8 +13,9 @@ device profile the model needs, on the spot:
 - dask's cost of one worker-to-worker transfer and the bandwidth beyond it
   (a tiny and a 64 MiB array fetched by the other worker);
 
-keeps the kernel's fraction of copy bandwidth from ``docs/benchmarks.md``
-(the named ``cpu`` profile), predicts the seconds per step of the weather
+keeps the kernel's fraction of its roofline from ``docs/benchmarks.md``
+(the named ``cpu`` profile: the fused step's share of the flop peak),
+predicts the seconds per step of the weather
 model, then runs that model on the engine (the ``hpcgpu bench scaling``
 measurement) and reports the relative error of each prediction.
 """
@@ -211,7 +212,7 @@ def format_check(result):
              f"{p['copy_bytes_per_s_2_workers'] / 1e9:.3g} GB/s each (2 at once); dask "
              f"{p['task_overhead_s'] * 1e3:.3g} ms per task, {p['round_trip_s'] * 1e3:.3g} ms per dependent level, "
              f"{p['transfer_overhead_s'] * 1e3:.3g} ms + {p['link_bytes_per_s'] / 1e9:.3g} GB/s per transfer; "
-             f"kernel at {p['stencil_fraction']:.2f} of copy (docs/benchmarks.md)",
+             f"kernel at {p['stencil_fraction']:.2f} of its roofline (docs/benchmarks.md)",
              f"{'workers':>7} {'K':>3} {'predicted s/step':>17} {'measured s/step':>16} {'error':>7}   "
              "predicted compute/transfer/dask | measured compute/halo/other (ms/step)"]
     for r in result["rows"]:

@@ -137,13 +137,16 @@ DEVICES = {
     # 16 float32 lanes x 2 flops x 2.6 GHz = 166 GFLOP/s (83 in float64).
     "cpu": DeviceProfile(
         "cpu", "cpu", 11.5e9, 11e9, 1.0, {"float32": 166e9, "float64": 83e9},
-        {"stencil": {"float32": 0.70, "float64": 0.70},
+        # the fused shallow-water step is bound by arithmetic on a CPU: 45.6 and
+        # 22.3 GFLOP/s on one core at 2048^2 (390 flops per point and step)
+        {"stencil": {"float32": 0.27, "float64": 0.27},
          # 139 and 44 GFLOP/s on 2 cores (docs/benchmarks.md) over 333 and 166
          "nbody": {"float32": 0.42, "float64": 0.26},
          "md": {"float32": 0.3, "float64": 0.3},
          "neighbor_build": {"float32": 0.3, "float64": 0.3},
          "copy": {"float32": 1.0, "float64": 1.0}},
-        {"stencil": "measured: docs/benchmarks.md, numba shallow_water 0.70 of copy (4096^2, 2 cores)",
+        {"stencil": "measured: docs/benchmarks.md, numba fused shallow-water step 0.27 of the float32 and "
+                    "float64 peaks (2048^2, one core)",
          "nbody": "measured: docs/benchmarks.md, numba direct sum 139 (float32) and 44 (float64) GFLOP/s",
          "md": "assumed (not measured): 0.3 of copy bandwidth",
          "neighbor_build": "assumed (not measured): 0.3 of copy bandwidth",
@@ -243,8 +246,10 @@ def measured_device(path, *, memory_gb=None):
     beside their kernels (median over records). Peak flop/s per dtype: GEMM
     records (metric ``flops_per_s``), else the N-body ``gflops``; missing
     ones fall back to the named GPU or CPU profile. Fractions: the measured
-    ``fraction_of_copy`` of ``shallow_water`` (best backend per dtype) and the
-    N-body rate over the peak; others from the named profile of that kind.
+    ``fraction_of_copy`` of ``shallow_water`` (best backend per dtype; on a
+    CPU, where the fused step is bound by arithmetic, the flop rate of
+    ``shallow_water_fused_step`` over the peak) and the N-body rate over the
+    peak; others from the named profile of that kind.
     Memory: a ``memory_bytes`` field of an inventory record, else ``memory_gb``.
 
     Raises
@@ -283,11 +288,21 @@ def measured_device(path, *, memory_gb=None):
     fractions = {family: dict(values) for family, values in base.fractions.items()}
     sources = dict(base.sources)
     for dtype in ("float32", "float64"):
-        measured = [r["fraction_of_copy"] for r in ok if r.get("case") == "shallow_water"
-                    and r.get("dtype") == dtype and r.get("fraction_of_copy")]
+        if kind == "cpu":
+            # the fused step (Numba) is bound by arithmetic: its flop rate over the peak
+            from hpcgpu._plan_workloads import Weather
+
+            measured = [r["value"] * Weather.flops_per_point_step / peak[dtype] for r in ok
+                        if r.get("case") == "shallow_water_fused_step" and r.get("dtype") == dtype
+                        and r.get("value")]
+            what = "fused shallow-water step's flop rate over the peak"
+        else:
+            measured = [r["fraction_of_copy"] for r in ok if r.get("case") == "shallow_water"
+                        and r.get("dtype") == dtype and r.get("fraction_of_copy")]
+            what = "shallow_water fraction_of_copy"
         if measured:
-            fractions["stencil"][dtype] = max(measured)
-            sources["stencil"] = f"measured: {Path(path).name} (shallow_water fraction_of_copy)"
+            fractions["stencil"][dtype] = min(1.0, max(measured))
+            sources["stencil"] = f"measured: {Path(path).name} ({what})"
         nbody = [r["gflops"] * 1e9 for r in ok if r.get("case") == "direct" and r.get("gflops")
                  and r.get("dtype") == dtype]
         if nbody:

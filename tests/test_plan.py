@@ -158,6 +158,23 @@ def test_a_measured_profile_reads_copy_gemm_and_kernel_fractions_from_bench_line
     assert "measured" in profile.sources["stencil"]
 
 
+def test_a_cpu_profile_takes_the_fused_steps_flop_rate_over_the_peak(tmp_path):
+    lines = [
+        {"suite": "matrix", "case": "gemm", "backend": "numpy", "dtype": "float32", "metric": "flops_per_s",
+         "value": 300e9, "copy_gb_per_s": 20.0},
+        {"suite": "stencil", "case": "shallow_water", "backend": "numba", "dtype": "float32",
+         "metric": "point_updates_per_s", "value": 1.6e8, "fraction_of_copy": 0.7, "copy_gb_per_s": 20.0},
+        {"suite": "stencil", "case": "shallow_water_fused_step", "backend": "numba", "dtype": "float32",
+         "metric": "point_updates_per_s", "value": 2.0e8, "fraction_of_copy": 0.2, "copy_gb_per_s": 20.0},
+    ]
+    path = tmp_path / "bench.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    profile = device_profile(str(path), memory_gb=20)
+    assert profile.kind == "cpu"
+    assert profile.fraction("stencil", "float32") == pytest.approx(2.0e8 * Weather.flops_per_point_step / 300e9)
+    assert "fused" in profile.sources["stencil"]
+
+
 def test_the_h200_bench_lines_in_docs_give_the_documented_fraction():
     profile = measured_device(DOCS / "bench-h200-2026-11-30.jsonl", memory_gb=141)
     assert profile.fraction("stencil", "float32") == pytest.approx(0.266, abs=0.005)
