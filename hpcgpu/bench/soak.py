@@ -20,6 +20,7 @@ import threading
 import time
 import warnings
 
+import dask
 import numpy as np
 
 __all__ = ["run_soak"]
@@ -85,7 +86,10 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
             started = time.perf_counter()
             killer.start()
             try:
-                with warnings.catch_warnings():
+                # A local cluster closes a nanny for good when no worker of its
+                # name is back lost-worker-timeout (15 s) after a loss; kills
+                # 10 s apart can land in that window and shrink the cluster.
+                with warnings.catch_warnings(), dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"}):
                     warnings.simplefilter("ignore", RuntimeWarning)
                     sim.run(checkpoint=path, checkpoint_every=max(4, steps // 20 // 4 * 4))
             finally:
