@@ -251,7 +251,7 @@ class NBody:
 
     About 20 flops per interaction (the convention of ``hpcgpu bench nbody``);
     each step every block publishes its ``(4, M)`` positions and masses and
-    takes everyone's (:class:`hpcgpu.distributed.BodyExecutor`): ``3P`` tasks
+    takes everyone's (:class:`hpcgpu.bodies.BodyExecutor`): ``3P`` tasks
     in 3 dependent levels.
     """
 

@@ -20,7 +20,7 @@ A model plugs in by its ``decomposition``:
 ``"rows"`` (grids; :class:`RowExecutor`)
     ``decomposition_size``, ``periodic_rows``, ``halo_rows``,
     ``advance_rows``, ``assemble_rows``, ``row_view`` (see :class:`hpcgpu.workloads.weather.ShallowWater`);
-``"bodies"`` (all-pairs particles; :class:`BodyExecutor`)
+``"bodies"`` (all-pairs particles; :class:`hpcgpu.bodies.BodyExecutor`)
     ``decomposition_size``, ``drift_block``, ``block_positions``,
     ``kick_block`` (see :class:`hpcgpu.workloads.astro.NBody`);
 
@@ -172,20 +172,6 @@ def _last_rows(model, block, count):
     return _on_worker(model).take_block(block, rows - count, rows)
 
 
-def _drift_block(model, dt, block):
-    model = _on_worker(model)
-    return model.drift_block(model.concat_blocks([block]), dt)
-
-
-def _block_positions(model, block):
-    return _on_worker(model).block_positions(block)
-
-
-def _kick_block(model, dt, block, start, *positions):
-    model = _on_worker(model)
-    return model.kick_block(model.concat_blocks([block]), positions, start, dt)
-
-
 def _block_sums(model, block, start, south):
     model = _on_worker(model)
     return model.block_sums(model.concat_blocks([block]), start, south)
@@ -242,6 +228,8 @@ def DistributedExecutor(client, model, state, dt, **kwargs):
     if kind == "rows":
         return RowExecutor(client, model, state, dt, **kwargs)
     if kind == "bodies":
+        from hpcgpu.bodies import BodyExecutor
+
         return BodyExecutor(client, model, state, dt, **kwargs)
     if kind == "domains":
         from hpcgpu.domains import DomainExecutor
@@ -568,38 +556,6 @@ class RowExecutor(_PartitionedExecutor):
             return None
         return self._submit_cut(_last_rows, self._model, self.blocks[south], 1,
                                 key=self._key("diag-row", self.superstep, p), worker=self.owner[south])
-
-
-class BodyExecutor(_PartitionedExecutor):
-    """Blocks of bodies; each step needs every body's position (all-pairs forces).
-
-    A step is two rounds of tasks: each block kicks half a step and drifts
-    (local), then cuts its new positions (small); each block then takes all
-    positions, computes the accelerations on its own bodies and kicks the
-    second half. Only positions move between workers, never velocities or
-    the rest of the state, and the client holds futures only.
-    """
-
-    unit = "bodies"
-
-    def _check_steps_per_task(self):
-        if self.steps_per_task != 1:
-            raise ConfigError(f"steps_per_task must be 1 for {self.model.name}: every step needs the "
-                              f"positions of all bodies; got {self.steps_per_task}")
-
-    def _superstep(self, steps):
-        model = self._model
-        for _ in range(steps):
-            self.superstep += 1
-            n = self.superstep
-            drifted = [self._submit(_drift_block, model, self.dt, block, key=self._key("drift", n, p),
-                                    worker=self.owner[p]) for p, block in enumerate(self.blocks)]
-            positions = [self._submit_cut(_block_positions, model, block, key=self._key("positions", n, p),
-                                          worker=self.owner[p]) for p, block in enumerate(drifted)]
-            self.blocks = [self._submit(_kick_block, model, self.dt, block, self.bounds[p][0], *positions,
-                                        key=self._key("kick", n, p), worker=self.owner[p])
-                           for p, block in enumerate(drifted)]
-            self.step += 1
 
 
 def _is_lost_worker(error):

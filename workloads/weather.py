@@ -27,11 +27,11 @@ import numpy as np
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.grid import Grid
-from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import _numpy as reference
 from hpcgpu.kernels.stencil._boundary import OPEN, WALL
-from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
+from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float
 from hpcgpu.workloads import _weather_cases as cases
+from hpcgpu.workloads._weather_stepper import STAGE_REACH, RK3Stepper, spare_rows_base
 
 __all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
 
@@ -41,12 +41,6 @@ CASES = cases.CASES
 # C-grid gravity waves reach |lambda| = 2 c sqrt(1/dx^2 + 1/dy^2), so the
 # gravity-wave CFL number c dt sqrt(1/dx^2 + 1/dy^2) must stay below sqrt(3)/2.
 RK3_CFL_LIMIT = math.sqrt(3.0) / 2.0
-
-# Rows (south, north) one tendency evaluation reads beyond the rows it
-# updates: dv needs the Arakawa-Lamb coefficients of the cell row below, which
-# need potential vorticity one row further; the north side reads one row.
-STAGE_REACH = (2, 1)
-
 
 @dataclass(frozen=True)
 class ShallowWaterState:
@@ -426,7 +420,7 @@ class ShallowWater:
         """
         below = 0 if south is None else south.h.shape[0]
         above = 0 if north is None else north.h.shape[0]
-        bases = [_spare_rows_base(a, below, above) for a in block.arrays()]
+        bases = [spare_rows_base(a, below, above) for a in block.arrays()]
         if any(base is None for base in bases) or block.h.dtype != self.dtype:
             return self.concat_blocks([piece for piece in (south, block, north) if piece is not None])
         for base, k in zip(bases, range(3)):
@@ -551,101 +545,3 @@ class ShallowWater:
             ("boundary (x, y)", ", ".join(g.boundary)), ("backend", self.backend.name), ("dtype", self.dtype.name),
             ("f0, beta", f"{p.f0:g} 1/s, {p.beta:g} 1/(m s)"), ("mean depth", f"{p.mean_depth:g} m"),
             ("viscosity", f"{p.viscosity:g} m2/s"), ("scheme", "Arakawa-Lamb (1981) C-grid, SSP-RK3")])
-
-
-class RK3Stepper:
-    """SSP-RK3 time stepping with three reusable work states.
-
-    ``advance`` never writes into the state it is given unless that state is
-    one of its own buffers (the result of its previous ``advance``), so a
-    driver that always feeds back the last result steps without allocating.
-
-    Parameters
-    ----------
-    model : ShallowWater
-    dt : float
-        Time step (s).
-    boundary : tuple of int
-        Kernel boundary codes ``(x, south, north)``.
-    """
-
-    def __init__(self, model, dt, boundary, f_corner=None):
-        self.model = model
-        self.dt = dt
-        self.boundary = tuple(boundary)
-        self.f_corner = f_corner
-        self._work = []
-
-    def _buffers(self, state):
-        backend = self.model.backend
-        shape, dtype = state.h.shape, state.h.dtype
-        if not self._work or self._work[0][0].shape != shape or self._work[0][0].dtype != dtype:
-            self._work = [tuple(backend.empty(shape, dtype) for _ in range(3)) for _ in range(3)]
-        return self._work
-
-    def advance(self, state, steps=1, out=None):
-        """Return the state ``steps`` time steps later.
-
-        ``out`` (a state of the same shape, neither ``state`` nor one of the
-        stepper's buffers) receives the result instead of a work buffer.
-        """
-        steps = check_int("steps", steps, minimum=0)
-        if steps == 0:
-            return state
-        model = self.model
-        kernels = model.backend.kernels("stencil")
-        # Backends with a fused step (Numba) do the three stages in one sweep
-        # over memory; bitwise the same as the stage calls.
-        fused = getattr(kernels, "shallow_water_rk3_step", None)
-        p, g = model.params, model.grid
-        physics = (p.g, 1.0 / g.dx, 1.0 / g.dy, p.viscosity)
-        f_corner = self.model._f_device() if self.f_corner is None else self.f_corner
-        work = self._buffers(state)
-        y0 = state.arrays()
-        # At an open edge (a partition's halo) each stage leaves its outer
-        # STAGE_REACH rows invalid, so the next stage only needs the rows
-        # that are still valid: the window shrinks stage by stage and ends on
-        # exactly the rows the halo protects. Half the redundant halo work of
-        # stepping the whole block; every valid point sees the same operations.
-        _, bc_s, bc_n = self.boundary
-        shrink_s = STAGE_REACH[0] if bc_s == OPEN else 0
-        shrink_n = STAGE_REACH[1] if bc_n == OPEN else 0
-        lo, hi = 0, state.h.shape[0]
-        for step in range(steps):
-            free = [w for w in work if w[0] is not y0[0]]
-            first, second = free[0], free[1]
-            last = first if out is None or step < steps - 1 else out.arrays()
-            if fused is not None:
-                window = (slice(lo, hi),)
-                fused(*(x[window] for x in y0), *(x[window] for x in last), f_corner[lo:hi + 1], *physics,
-                      self.dt, stencil.SSP_RK3_STAGES, *self.boundary)
-                lo, hi = lo + 3 * shrink_s, hi - 3 * shrink_n
-                y0 = last
-                continue
-            stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, last))
-            for (a, b, c), src, dst in stages:
-                window = (slice(lo, hi),)
-                kernels.shallow_water_stage(*(x[window] for x in (*y0, *src, *dst)), f_corner[lo:hi + 1],
-                                            *physics, a, b, c * self.dt, *self.boundary)
-                lo, hi = lo + shrink_s, hi - shrink_n
-            y0 = last
-        return ShallowWaterState(*y0)
-
-
-def _address(array):
-    """Device or host address of an array's first element."""
-    data = array.data
-    return data.ptr if hasattr(data, "ptr") else array.__array_interface__["data"][0]
-
-
-def _spare_rows_base(view, below, above):
-    """The 2-D array ``view`` is rows of, when it has exactly ``below`` and
-    ``above`` spare rows around it and is writable; else None."""
-    base = getattr(view, "base", None)
-    if not isinstance(base, type(view)) or base.ndim != 2 or view.ndim != 2 or base.shape[1:] != view.shape[1:]:
-        return None
-    if not base.flags.c_contiguous or not view.flags.c_contiguous or not getattr(base.flags, "writeable", True):
-        return None
-    if base.shape[0] != below + view.shape[0] + above:
-        return None
-    return base if _address(view) - _address(base) == below * base.strides[0] else None
