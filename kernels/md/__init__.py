@@ -421,7 +421,7 @@ def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, 
     >>> box = (10.0, 10.0, 10.0)
     >>> nl = build_neighbor_list(x, box, cutoff=2.5, skin=0.3, backend="numpy")
     >>> f, u, w = lj_forces(x, box, nl, cutoff=2.5, shift=False, backend="numpy")
-    >>> round(u, 12), abs(f).max() < 1e-12
+    >>> round(u, 12), bool(abs(f).max() < 1e-12)
     (-1.0, True)
     """
     backend = get_backend(backend)
@@ -465,8 +465,8 @@ def lj_forces_all_pairs(positions, box, *, cutoff, epsilon=1.0, sigma=1.0, shift
     >>> x = np.array([[0.5, 9.5], [0.0, 0.0], [0.0, 0.0]])  # 1 apart through the boundary
     >>> f, u, w = lj_forces_all_pairs(x, (10.0, 10.0, 10.0), cutoff=2.5, shift=False,
     ...                               backend="numpy")
-    >>> f[0].tolist(), u, w
-    ([-24.0, 24.0], 0.0, 24.0)
+    >>> f[0].tolist(), u, w  # repulsive: each is pushed away from the other's image
+    ([24.0, -24.0], 0.0, 24.0)
     """
     from hpcgpu.kernels.md import _numpy
 

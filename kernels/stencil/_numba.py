@@ -334,6 +334,9 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
     cache-resident rows; bitwise the step-by-step result): see
     ``_numba_diffusion``.
     """
+    # imported here: _numba_diffusion builds on this module's diffuse_row
+    from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep
+
     t = field.dtype.type
     src, dst = field, work
     per_sweep = steps_per_sweep(field.shape[1], field.dtype.itemsize)
@@ -373,6 +376,11 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
     return out
 
 
-# One whole SSP-RK3 step in one sweep (kept in its own module).
-from hpcgpu.kernels.stencil._numba_rk3 import shallow_water_rk3_step  # noqa: E402, F401 - re-exported
-from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep  # noqa: E402 - after diffuse_row
+def shallow_water_rk3_step(*args):
+    """One whole SSP-RK3 step in one sweep; see ``_numba_rk3.shallow_water_rk3_step``.
+
+    (Imported on first use: ``_numba_rk3`` builds on this module's row functions.)
+    """
+    from hpcgpu.kernels.stencil._numba_rk3 import shallow_water_rk3_step as fused
+
+    return fused(*args)

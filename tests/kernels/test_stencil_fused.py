@@ -70,3 +70,14 @@ def test_a_sweep_takes_as_many_steps_as_its_rings_fit_in_cache():
     assert steps_per_sweep(8192, 4) == 8
     assert steps_per_sweep(1 << 20, 8) == 2
     assert steps_per_sweep(16, 4) == 16
+
+
+@pytest.mark.parametrize("module", ["hpcgpu.kernels.stencil._numba_rk3", "hpcgpu.kernels.stencil._numba_diffusion",
+                                    "hpcgpu.kernels.md._numba_atoms"])
+def test_each_fused_kernel_module_imports_first_on_its_own(module):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-P", "-c", f"import {module}"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
