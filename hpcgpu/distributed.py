@@ -29,6 +29,7 @@ and for both ``take_block``, ``concat_blocks``, ``to_host``,
 """
 
 import functools
+import os
 import threading
 import time
 import uuid
@@ -136,8 +137,6 @@ for its mixed-cluster balance case on machines without mixed devices."""
 
 def _emulate_slowdown(started):
     """Sleep so that the work begun at ``started`` took SLOWDOWN_ENV times as long."""
-    import os
-
     factor = float(os.environ.get(SLOWDOWN_ENV, "1") or 1)
     if factor > 1:
         time.sleep((factor - 1.0) * (time.perf_counter() - started))
@@ -145,13 +144,6 @@ def _emulate_slowdown(started):
 
 def _advance_block(model, dt, steps, block, south, north, first_row):
     started = time.perf_counter()
-    try:
-        return _advance_rows_of_block(model, dt, steps, block, south, north, first_row)
-    finally:
-        _emulate_slowdown(started)
-
-
-def _advance_rows_of_block(model, dt, steps, block, south, north, first_row):
     model = _on_worker(model)
     # The block keeps spare rows around it from the task that made it: the
     # halos go there, so a resident block is never copied whole (the spare
@@ -160,6 +152,7 @@ def _advance_rows_of_block(model, dt, steps, block, south, north, first_row):
     skip = 0 if south is None else south.h.shape[0]
     result = model.advance_rows(assembled, dt, steps, first_row - skip, south_open=south is not None,
                                 north_open=north is not None, cache=_stepper_cache(model), fresh=True)
+    _emulate_slowdown(started)
     return model.row_view(result, skip, skip + block.h.shape[0])
 
 

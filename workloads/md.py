@@ -348,12 +348,12 @@ class LennardJones:
 
         Each atom on its own; the neighbour list is kept (the kick checks it).
         """
-        half = 0.5 * dt
         fused = getattr(self.backend.kernels("md"), "verlet_drift", None)
         if self.thermostat == "none" and fused is not None:
             positions, velocities, images = fused(state.positions, state.velocities, state.forces, state.images,
                                                   self.box, dt)
             return replace(state, positions=positions, velocities=velocities, images=images, step=state.step + 1)
+        half = 0.5 * dt
         velocities = state.velocities + state.forces * half
         if self.thermostat == "none":
             positions = state.positions + velocities * dt
