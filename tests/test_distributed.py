@@ -64,6 +64,29 @@ def test_resident_blocks_take_their_halos_in_place_and_match_one_block(backend):
     np.testing.assert_array_equal(np.concatenate([b.u for b in second]), model.backend.to_host(reference.u))
 
 
+def test_released_task_results_are_reused_and_held_ones_never_overwritten():
+    import weakref
+
+    model = ShallowWater("turbulence", nx=24, ny=40, backend="numpy")
+    state = model.initial_state()
+    bounds = [(0, 17), (17, 40)]
+    blocks = _cut_and_advance(model, state, bounds, 2)
+    held = blocks[0].h  # a view still in use: its arrays must never be handed out again
+    kept = held.copy()
+    generations = []
+    for _ in range(4):
+        blocks = _cut_and_advance(model, state, bounds, 2, blocks=blocks)
+        generations.append([weakref.ref(a.base) for b in blocks for a in b.arrays()])
+    np.testing.assert_array_equal(held, kept)
+    # superstep n writes into the arrays of superstep n - 2, released by then
+    assert all(ref() is not None for ref in generations[0])
+    assert {id(ref()) for ref in generations[2]} == {id(ref()) for ref in generations[0]}
+    assert all(ref() is not held.base for generation in generations for ref in generation)
+    reference = model.step(state, 30.0, steps=10)
+    for name in ("h", "u", "v"):
+        np.testing.assert_array_equal(np.concatenate([getattr(b, name) for b in blocks]), getattr(reference, name))
+
+
 def test_open_edges_step_only_the_rows_that_stay_valid():
     from hpcgpu.workloads.weather import STAGE_REACH
 

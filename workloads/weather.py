@@ -31,7 +31,7 @@ from hpcgpu.kernels.stencil import _numpy as reference
 from hpcgpu.kernels.stencil._boundary import OPEN, WALL
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float
 from hpcgpu.workloads import _weather_cases as cases
-from hpcgpu.workloads._weather_stepper import STAGE_REACH, RK3Stepper, spare_rows_base
+from hpcgpu.workloads._weather_stepper import STAGE_REACH, HostArrayPool, RK3Stepper, spare_rows_base
 
 __all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
 
@@ -443,7 +443,9 @@ class ShallowWater:
         caller's thread) keeps steppers, so repeated calls on blocks of one
         shape reuse their work buffers; the result then lives in those
         buffers until the next call with the same cache, unless ``fresh``
-        asks for it in newly allocated arrays that the caller may keep.
+        asks for it in arrays that the caller may keep (host arrays come
+        from the cache's :class:`HostArrayPool`: ones the caller no longer
+        refers to are reused).
         """
         bc_x, bc_s, bc_n = self.grid.codes
         rows = state.h.shape[0]
@@ -457,7 +459,12 @@ class ShallowWater:
                 cache[key] = stepper
         out = None
         if fresh and steps > 0:
-            out = ShallowWaterState(*(self.backend.empty(a.shape, self.dtype) for a in state.arrays()))
+            empty = self.backend.empty
+            if cache is not None and not self.backend.on_gpu:
+                # results the caller has released come back from the pool
+                # (no page faults on a resident partition's next superstep)
+                empty = cache.setdefault("result-arrays", HostArrayPool()).empty
+            out = ShallowWaterState(*(empty(a.shape, self.dtype) for a in state.arrays()))
         return stepper.advance(state, steps, out=out)
 
     def block_health(self, state):
