@@ -2,12 +2,13 @@
 
 import os
 
+import dask
 import pytest
 from _support import usable_backend
 
 import hpcgpu
 from hpcgpu import Simulation
-from hpcgpu.cluster import cluster, slurm_cluster
+from hpcgpu.cluster import WORKER_PROFILE_INTERVAL, cluster, slurm_cluster
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
@@ -22,6 +23,21 @@ def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys)
         assert client.dashboard_link in capsys.readouterr().err
         threads = client.run(lambda: os.environ["NUMBA_NUM_THREADS"])
         assert set(threads.values()) == {str(max(1, len(os.sched_getaffinity(0)) // 2))}
+        # the profiler samples less often than dask's default, to leave the cores to the kernels
+        intervals = client.run(lambda: dask.config.get("distributed.worker.profile.interval"))
+        assert set(intervals.values()) == {WORKER_PROFILE_INTERVAL}
+    finally:
+        local = client.cluster
+        client.close()
+        local.close()
+
+
+def test_a_profile_interval_the_user_chose_reaches_the_workers():
+    with dask.config.set({"distributed.worker.profile.interval": "20ms"}):
+        client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        intervals = client.run(lambda: dask.config.get("distributed.worker.profile.interval"))
+        assert set(intervals.values()) == {"20ms"}
     finally:
         local = client.cluster
         client.close()
