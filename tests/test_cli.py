@@ -109,6 +109,10 @@ def test_bench_scaling_prints_efficiency_and_baseline():
     assert ("weak-scaling", "parallel_efficiency") in metrics
     assert ("strong-scaling", "parallel_efficiency") in metrics
     assert ("map_overlap-baseline", "speedup_vs_map_overlap") in metrics
+    baseline = next(r for r in lines if r["case"] == "map_overlap-baseline")
+    runs = baseline["map_overlap_runs_s_per_step"]
+    assert baseline["repeats"] == 3 and len(runs) == 3
+    assert baseline["map_overlap_seconds_per_step"] == sorted(runs)[1]
     # the mixed pair: the emulated slow worker's block gets fewer rows after calibration
     calibrated = next(r for r in lines if r["case"] == "balance" and r["weights"] == "calibrate")
     assert calibrated["slowdown"] == 2.0
