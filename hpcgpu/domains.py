@@ -10,19 +10,29 @@ Ownership and the ghost lists change only when the neighbour lists are
 rebuilt, which is decided for all partitions at once: a step rebuilds when
 any atom anywhere has moved more than ``skin / 2`` since the last build
 (the Verlet criterion of the single-partition run). One step is these tasks
-(``P`` partitions, neighbours ``q`` of ``p``)::
+(``P`` partitions, neighbours ``q`` of ``p``), three in a row on the
+critical path (drift, moved, exchange) before the kick::
 
     drift p          half kick and drift of p's atoms (model.drift_block)
     moved p          did one of them move more than skin / 2?   (a bool)
-    rebuild          any(moved)                                  (one task)
-    migrants q->p    rebuild: q's atoms now in p's slab;   else nothing
-    settle p         rebuild: p keeps its own and takes the migrants
-    ghosts q->p      rebuild: positions of q's atoms within the ghost radius
-                     of p's slab (a fresh ghost list); else the positions of
-                     the same atoms as last time, in the same order
-    kick p           forces on p's atoms from p's atoms and its ghosts, the
-                     second half kick (model.kick_with_ghosts); on a rebuild
-                     it also remembers which of its atoms each neighbour needs
+    exchange q->p    reads every flag: rebuild if any is set.
+                     rebuild: q's atoms now in p's slab (migrants) and the
+                     positions of q's staying atoms within the ghost radius
+                     of p's slab; else the positions of the same atoms as
+                     last time, in the same order
+    kick p           reads every flag; on a rebuild p keeps its staying
+                     atoms and takes the migrants, and its ghosts from q are
+                     q's staying atoms near p followed by the atoms p sent
+                     q (q's own order after it settles, as q checks); then
+                     forces from p's atoms and its ghosts and the second
+                     half kick (model.kick_with_ghosts); on a rebuild it
+                     also remembers which of its atoms each neighbour needs
+
+The ghosts of a rebuild are assembled without waiting for the neighbour to
+settle: an atom that arrives in q from q's other neighbour lies within
+``skin / 2`` (and a step) of that far edge, so in a slab at least
+``cutoff + 2 skin`` thick it cannot be within ``cutoff + skin`` of p
+(and it is checked on every rebuild).
 
 Why it is exact: between rebuilds no atom moves more than ``skin / 2``, so
 an atom that was farther than ``cutoff + skin`` from a slab at the last
@@ -128,28 +138,39 @@ def _moved(model, domain):
     return _on_worker(model).block_needs_rebuild(domain.state)
 
 
-def _any(*flags):
-    return any(flags)
-
-
 def _slab_index(model, slabs, state):
     return slabs.of(model.backend.xp, model.block_positions(state)[slabs.axis])
 
 
-def _migrants(model, slabs, domain, rebuild, destination):
-    if not rebuild:
-        return None
-    model = _on_worker(model)
+def _ghost_index(model, slabs, state, destination):
     xp = model.backend.xp
-    index = xp.nonzero(_slab_index(model, slabs, domain.state) == destination)[0]
-    return model.select_atoms(domain.state, index)
+    near = slabs.near(xp, model.block_positions(state)[slabs.axis], destination, model.ghost_radius())
+    return xp.nonzero(near)[0]
 
 
-def _settle(model, slabs, p, domain, rebuild, *arrivals):
-    if not rebuild:
-        return domain
+def _exchange(model, slabs, domain, source, destination, k, *moved):
+    """What partition ``source`` sends ``destination`` this step, cut from its drifted slab.
+
+    Without a rebuild: ``(None, positions)`` of the atoms on the send list
+    ``k``, in its order. On a rebuild: ``(migrants, positions)``, the atoms
+    now in the destination's slab, and the positions of the atoms staying
+    in ``source`` within the ghost radius of the destination's slab.
+    """
     model = _on_worker(model)
-    xp, state = model.backend.xp, domain.state
+    state = domain.state
+    positions = model.block_positions(state)
+    if not any(moved):
+        return None, positions[:, domain.send[k]]
+    xp = model.backend.xp
+    slab = _slab_index(model, slabs, state)
+    migrants = model.select_atoms(state, xp.nonzero(slab == destination)[0])
+    near = slabs.near(xp, positions[slabs.axis], destination, model.ghost_radius())
+    return migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
+
+
+def _settle(model, slabs, p, state, arrivals):
+    """``p``'s atoms still in its slab followed by the arrivals (in neighbour order)."""
+    xp = model.backend.xp
     slab = _slab_index(model, slabs, state)
     allowed = (p, *slabs.neighbours(p))
     if int(sum(int((slab == q).sum()) for q in allowed)) != state.size:
@@ -160,29 +181,61 @@ def _settle(model, slabs, p, domain, rebuild, *arrivals):
             f"period: they moved faster than the decomposition allows (reduce dt, or use fewer partitions)",
             step=int(state.step), field="positions", cfl=math.nan)
     staying = model.select_atoms(state, xp.nonzero(slab == p)[0])
-    return _Domain(model.concat_blocks([staying, *arrivals]))
+    return model.concat_blocks([staying, *arrivals]), staying.size
 
 
-def _ghost_index(model, slabs, state, destination):
+def _send_lists(model, slabs, p, state, staying, arrivals):
+    """Which of ``p``'s settled atoms each neighbour holds as ghosts until the next rebuild.
+
+    Neighbour ``q`` assembled them on the rebuild from two pieces: ``p``'s
+    staying atoms near it (``p``'s exchange) and the atoms it sent ``p``
+    (all within the ghost radius of its slab). The send list must be those
+    atoms in that order, or ``q``'s neighbour list would point at the wrong
+    ghosts; atoms that came from another slab cannot be near ``q`` while
+    slabs are at least cutoff + 2 skin thick, and that is checked here.
+    """
     xp = model.backend.xp
-    near = slabs.near(xp, model.block_positions(state)[slabs.axis], destination, model.ghost_radius())
-    return xp.nonzero(near)[0]
+    sends, offset = [], staying
+    offsets = []
+    for batch in arrivals:
+        offsets.append(offset)
+        offset += batch.size
+    for q, start, batch in zip(slabs.neighbours(p), offsets, arrivals):
+        index = _ghost_index(model, slabs, state, q)
+        expected = xp.concatenate([index[index < staying], xp.arange(start, start + batch.size)])
+        if index.shape != expected.shape or not bool((index == expected).all()):
+            raise UnstableSimulation(
+                f"partition {p}: the ghosts of partition {q} are not its own atoms near {q} followed by the ones "
+                f"{q} sent (an atom moved across a whole slab between neighbour-list builds): reduce dt, or use "
+                f"fewer partitions", step=int(state.step), field="positions", cfl=math.nan)
+        sends.append(index)
+    return tuple(sends)
 
 
-def _ghosts(model, slabs, domain, rebuild, k, destination):
+def _kick(model, slabs, p, dt, domain, outgoing, incoming, *moved):
+    """Forces on ``p``'s atoms from its own and its ghosts, the closing half kick.
+
+    ``outgoing[k]`` and ``incoming[k]`` are the exchanges from ``p`` to its
+    ``k``-th neighbour and from that neighbour to ``p``. On a rebuild, ``p``
+    first keeps its staying atoms and takes the migrants; its ghosts from
+    a neighbour are that neighbour's staying atoms near ``p`` followed by
+    the atoms ``p`` sent it (the neighbour's own settled order), and it
+    remembers which of its atoms each neighbour now holds.
+    """
     model = _on_worker(model)
-    index = _ghost_index(model, slabs, domain.state, destination) if rebuild else domain.send[k]
-    return model.block_positions(domain.state)[:, index]
-
-
-def _kick(model, slabs, p, dt, domain, rebuild, *ghosts):
-    model = _on_worker(model)
-    xp, state = model.backend.xp, domain.state
+    xp, state, send = model.backend.xp, domain.state, domain.send
+    rebuild = any(moved)
+    if rebuild:
+        arrivals = [migrants for migrants, _ in incoming]
+        state, staying = _settle(model, slabs, p, state, arrivals)
+        ghosts = [xp.concatenate([near, model.block_positions(sent)], axis=1)
+                  for (_, near), (sent, _) in zip(incoming, outgoing)]
+    else:
+        ghosts = [positions for _, positions in incoming]
     positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
     state = model.kick_with_ghosts(state, positions, dt, rebuild)
-    send = domain.send
     if rebuild:
-        send = tuple(_ghost_index(model, slabs, state, q) for q in slabs.neighbours(p))
+        send = _send_lists(model, slabs, p, state, staying, arrivals)
     return _Domain(state, send)
 
 
@@ -285,18 +338,15 @@ class DomainExecutor(_PartitionedExecutor):
                    for p, block in enumerate(self.blocks)]
         moved = [cut(_moved, model, block, phase="moved", index=(p,), worker=self.owner[p])
                  for p, block in enumerate(drifted)]
-        rebuild = submit(_any, *moved, phase="rebuild", index=(), worker=self.owner[0])
-        settled = []
-        for p in range(count):
-            arrivals = [cut(_migrants, model, slabs, drifted[q], rebuild, p, phase="migrants",
-                            index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
-            settled.append(submit(_settle, model, slabs, p, drifted[p], rebuild, *arrivals, phase="settle",
-                                  index=(p,), worker=self.owner[p]))
+        # every exchange and kick reads all the flags itself: no task in between to decide the rebuild
+        exchanges = {(q, p): cut(_exchange, model, slabs, drifted[q], q, p, k, *moved, phase="exchange",
+                                 index=(q, p), worker=self.owner[q])
+                     for q in range(count) for k, p in enumerate(slabs.neighbours(q))}
         new = []
         for p in range(count):
-            ghosts = [cut(_ghosts, model, slabs, settled[q], rebuild, slabs.neighbours(q).index(p), p,
-                          phase="ghosts", index=(q, p), worker=self.owner[q]) for q in slabs.neighbours(p)]
-            new.append(submit(_kick, model, slabs, p, dt, settled[p], rebuild, *ghosts, phase="kick",
+            outgoing = [exchanges[p, q] for q in slabs.neighbours(p)]
+            incoming = [exchanges[q, p] for q in slabs.neighbours(p)]
+            new.append(submit(_kick, model, slabs, p, dt, drifted[p], outgoing, incoming, *moved, phase="kick",
                               index=(p,), worker=self.owner[p]))
         self.blocks = new
         self.step += 1

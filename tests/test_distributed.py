@@ -384,3 +384,30 @@ def test_slabs_find_ghosts_across_the_periodic_edge():
     # slab 0 sees the top of slab 2 through the periodic edge and the bottom of slab 1
     assert slabs.near(np, z, 0, 1.0).tolist() == [True, True, True, False, False, True]
     assert slabs.neighbours(0) == (1, 2) and Slabs((0.0, 6.0, 12.0), 2, 12.0).neighbours(1) == (0,)
+
+
+def test_a_rebuild_keeps_ghost_lists_in_the_order_the_neighbours_assembled():
+    from dataclasses import replace
+
+    from hpcgpu.domains import Slabs, _send_lists
+    from hpcgpu.errors import UnstableSimulation
+    from hpcgpu.workloads.md import LennardJones
+
+    model = LennardJones(4, temperature=1.0, backend="numpy")  # ghost radius 2.5 + 0.3
+    slabs = Slabs((0.0, 10.0, 20.0, 30.0), axis=2, length=30.0)
+
+    def settled(z):
+        block = model.select_atoms(model.initial_state(), np.arange(len(z)))
+        positions = block.positions.copy()
+        positions[2] = z
+        return replace(block, positions=positions)
+
+    # partition 1 after settling: four staying atoms, then one from slab 0 and one from slab 2
+    state = settled([10.5, 19.5, 15.0, 12.0, 10.1, 19.9])
+    arrivals = [model.select_atoms(state, np.array([4])), model.select_atoms(state, np.array([5]))]
+    sends = _send_lists(model, slabs, 1, state, 4, arrivals)
+    assert [s.tolist() for s in sends] == [[0, 3, 4], [1, 5]]
+    # an atom from slab 2 that ended up near slab 0: slab 0 could not have assembled it
+    state = settled([10.5, 19.5, 15.0, 12.0, 10.1, 11.0])
+    with pytest.raises(UnstableSimulation, match="partition 1: the ghosts of partition 0"):
+        _send_lists(model, slabs, 1, state, 4, arrivals)
