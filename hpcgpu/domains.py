@@ -10,11 +10,10 @@ Ownership and the ghost lists change only when the neighbour lists are
 rebuilt, which is decided for all partitions at once: a step rebuilds when
 any atom anywhere has moved more than ``skin / 2`` since the last build
 (the Verlet criterion of the single-partition run). One step is these tasks
-(``P`` partitions, neighbours ``q`` of ``p``), three in a row on the
-critical path (drift, moved, exchange) before the kick::
+(``P`` partitions, neighbours ``q`` of ``p``), three in a row::
 
-    drift p          half kick and drift of p's atoms (model.drift_block)
-    moved p          did one of them move more than skin / 2?   (a bool)
+    moved p          did one of p's atoms move more than skin / 2?  (a bool;
+                     the state is drifted already, see the kick)
     exchange q->p    reads every flag: rebuild if any is set.
                      rebuild: q's atoms now in p's slab (migrants) and the
                      positions of q's staying atoms within the ghost radius
@@ -26,7 +25,10 @@ critical path (drift, moved, exchange) before the kick::
                      q (q's own order after it settles, as q checks); then
                      forces from p's atoms and its ghosts and the second
                      half kick (model.kick_with_ghosts); on a rebuild it
-                     also remembers which of its atoms each neighbour needs
+                     also remembers which of its atoms each neighbour needs;
+                     last, the next step's half kick and drift
+                     (model.drift_block), kept beside the finished state
+                     that diagnostics and gathers read
 
 The ghosts of a rebuild are assembled without waiting for the neighbour to
 settle: an atom that arrives in q from q's other neighbour lies within
@@ -55,7 +57,7 @@ and a ``box`` (see :class:`hpcgpu.workloads.md.LennardJones`).
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,22 +122,26 @@ class _Domain:
     """One partition: its atoms (a model state carrying its neighbour list) and its send lists.
 
     ``send[k]`` indexes the atoms that neighbour ``slabs.neighbours(p)[k]``
-    holds as ghosts (None until the first rebuild).
+    holds as ghosts (None until the first rebuild). ``drifted`` is
+    ``state`` after the next step's half kick and drift, made by the task
+    that made ``state`` (None after a split: made on first use).
     """
 
     state: object
     send: tuple = None
+    drifted: object = None
+
+
+def _next_drifted(model, domain, dt):
+    """The domain's state half-kicked and drifted into the next step."""
+    return domain.drifted if domain.drifted is not None else model.drift_block(domain.state, dt)
 
 
 # -- tasks (module functions: they pickle by reference) ------------------------------
 
-def _drift(model, dt, domain):
+def _moved(model, dt, domain):
     model = _on_worker(model)
-    return replace(domain, state=model.drift_block(domain.state, dt))
-
-
-def _moved(model, domain):
-    return _on_worker(model).block_needs_rebuild(domain.state)
+    return model.block_needs_rebuild(_next_drifted(model, domain, dt))
 
 
 def _slab_index(model, slabs, state):
@@ -148,7 +154,7 @@ def _ghost_index(model, slabs, state, destination):
     return xp.nonzero(near)[0]
 
 
-def _exchange(model, slabs, domain, source, destination, k, *moved):
+def _exchange(model, slabs, dt, domain, source, destination, k, *moved):
     """What partition ``source`` sends ``destination`` this step, cut from its drifted slab.
 
     Without a rebuild: ``(None, positions)`` of the atoms on the send list
@@ -157,7 +163,7 @@ def _exchange(model, slabs, domain, source, destination, k, *moved):
     in ``source`` within the ghost radius of the destination's slab.
     """
     model = _on_worker(model)
-    state = domain.state
+    state = _next_drifted(model, domain, dt)
     positions = model.block_positions(state)
     if not any(moved):
         return None, positions[:, domain.send[k]]
@@ -220,10 +226,12 @@ def _kick(model, slabs, p, dt, domain, outgoing, incoming, *moved):
     first keeps its staying atoms and takes the migrants; its ghosts from
     a neighbour are that neighbour's staying atoms near ``p`` followed by
     the atoms ``p`` sent it (the neighbour's own settled order), and it
-    remembers which of its atoms each neighbour now holds.
+    remembers which of its atoms each neighbour now holds. Last, it makes
+    the next step's half kick and drift, so that the next step starts
+    with the rebuild test and the exchanges (one task fewer in a row).
     """
     model = _on_worker(model)
-    xp, state, send = model.backend.xp, domain.state, domain.send
+    xp, state, send = model.backend.xp, _next_drifted(model, domain, dt), domain.send
     rebuild = any(moved)
     if rebuild:
         arrivals = [migrants for migrants, _ in incoming]
@@ -236,7 +244,7 @@ def _kick(model, slabs, p, dt, domain, outgoing, incoming, *moved):
     state = model.kick_with_ghosts(state, positions, dt, rebuild)
     if rebuild:
         send = _send_lists(model, slabs, p, state, staying, arrivals)
-    return _Domain(state, send)
+    return _Domain(state, send, model.drift_block(state, dt))
 
 
 def _domain_health(model, domain):
@@ -334,19 +342,19 @@ class DomainExecutor(_PartitionedExecutor):
             # small results read from a resident slab: on its worker, first
             return self._submit_cut(function, *args, key=self._key(phase, n, *index), worker=worker)
 
-        drifted = [submit(_drift, model, dt, block, phase="drift", index=(p,), worker=self.owner[p])
-                   for p, block in enumerate(self.blocks)]
-        moved = [cut(_moved, model, block, phase="moved", index=(p,), worker=self.owner[p])
-                 for p, block in enumerate(drifted)]
+        # each block already holds its drifted next step (made by the last kick)
+        blocks = self.blocks
+        moved = [cut(_moved, model, dt, block, phase="moved", index=(p,), worker=self.owner[p])
+                 for p, block in enumerate(blocks)]
         # every exchange and kick reads all the flags itself: no task in between to decide the rebuild
-        exchanges = {(q, p): cut(_exchange, model, slabs, drifted[q], q, p, k, *moved, phase="exchange",
+        exchanges = {(q, p): cut(_exchange, model, slabs, dt, blocks[q], q, p, k, *moved, phase="exchange",
                                  index=(q, p), worker=self.owner[q])
                      for q in range(count) for k, p in enumerate(slabs.neighbours(q))}
         new = []
         for p in range(count):
             outgoing = [exchanges[p, q] for q in slabs.neighbours(p)]
             incoming = [exchanges[q, p] for q in slabs.neighbours(p)]
-            new.append(submit(_kick, model, slabs, p, dt, drifted[p], outgoing, incoming, *moved, phase="kick",
+            new.append(submit(_kick, model, slabs, p, dt, blocks[p], outgoing, incoming, *moved, phase="kick",
                               index=(p,), worker=self.owner[p]))
         self.blocks = new
         self.step += 1

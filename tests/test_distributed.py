@@ -363,6 +363,26 @@ def test_md_domains_reproduce_the_single_run_with_atoms_migrating(client, liquid
     assert (slab != slab_after).sum() > 0
 
 
+@pytest.mark.parametrize("partitions, per_slab", [(3, 4), (2, 3)])
+def test_an_md_step_is_the_rebuild_test_the_exchanges_and_the_kick(client, liquid, partitions, per_slab):
+    from distributed import get_task_stream
+
+    model, state = liquid(6, "none")
+    with get_task_stream(client) as stream:
+        Simulation(model, state, dt=0.005, stop_steps=5, progress=False, client=client,
+                   partitions=partitions).run()
+    per_step = {}
+    for record in stream.data:
+        key = record["key"]
+        phase = str(key[0]).split("-")[1] if isinstance(key, tuple) else None
+        if phase in ("moved", "exchange", "kick", "drift", "rebuild", "migrants", "settle", "ghosts"):
+            per_step.setdefault(key[1], []).append(phase)
+    assert len(per_step) == 5
+    for phases in per_step.values():  # what the plan's scheduler term counts
+        assert len(phases) == per_slab * partitions
+        assert set(phases) == {"moved", "exchange", "kick"}
+
+
 def test_md_domains_refuse_slabs_thinner_than_the_ghost_radius(client):
     from hpcgpu.workloads.md import LennardJones
 
