@@ -164,6 +164,9 @@ class HostArrayPool:
     >>> b = pool.empty((4, 4), np.float32)
     >>> b.shape, len(pool)
     ((4, 4), 2)
+    >>> c = pool.empty((2, 8), np.float32)  # another shape: the free (4, 4) array goes
+    >>> len(pool)
+    2
     """
 
     # references to a free array while empty() looks at it: the pool's
@@ -183,6 +186,11 @@ class HostArrayPool:
         for array in self._arrays:
             if array.shape == shape and array.dtype == dtype and sys.getrefcount(array) <= self._FREE_REFS:
                 return array
+        array = None  # the loop's last array is not in use by this function
+        # free arrays of another shape (blocks resized by a rebalance) are
+        # not kept: they would hold memory and the pool's places
+        self._arrays = [a for a in self._arrays if (a.shape == shape and a.dtype == dtype)
+                        or sys.getrefcount(a) > self._FREE_REFS]
         array = np.empty(shape, dtype)
         if len(self._arrays) < self.limit:
             self._arrays.append(array)
