@@ -114,6 +114,8 @@ def _bench(args):
     if args.suite == "scaling":
         backends = backends[-1:]  # the fastest usable backend scales out
         extra = dict(workload=args.workload, max_workers=args.workers)
+    elif args.suite == "md" and args.workers:
+        extra = dict(workers=args.workers)
     module.run(recorder, backends, sizes=args.size, dtypes=args.dtype, steps=args.steps,
                budget_s=args.budget, **extra)
     if recorder.errors:
@@ -163,7 +165,8 @@ def build_parser():
     bench.add_argument("--steps", type=int,
                        help="diffusion steps per timed call (default 100); for scaling, steps per task K "
                             "(default 16); for nbody, force evaluations per timed call (default 10)")
-    bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs)")
+    bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs); "
+                                                    "md: also run the slab case on that many local workers")
     bench.add_argument("--budget", type=float, default=20.0,
                        help="seconds of repeats per case and backend (default 20)")
     soak = bench.add_argument_group("soak (suite 'soak')")

@@ -115,3 +115,21 @@ def test_too_small_a_box_is_a_clear_error():
 
 def test_n_cells_for_rounds_the_cube_root():
     assert [md.n_cells_for(n) for n in (32000, 256, 300, 1_000_000, 1_048_576)] == [20, 4, 4, 63, 64]
+
+
+def test_slab_case_on_two_workers_reports_its_rate_beside_the_one_process_rate():
+    result = cli("bench", "md", "--size", "500", "--steps", "10", "--budget", "0.05", "--backend", "numba",
+                 "--workers", "2", "--dtype", "float64")
+    assert result.returncode == 0, result.stderr
+    one, slabs = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    check_record(one, backend="numba", dtype="float64", atoms=500, steps=10)
+    assert (slabs["case"], slabs["metric"], slabs["size"], slabs["workers"]) == (
+        "lj_liquid_slabs", "atom_steps_per_s", 500, 2)
+    assert slabs["repeats"] >= 2
+    assert math.isclose(slabs["value"], 500 * 10 / slabs["median_s"], rel_tol=1e-9)
+    assert math.isclose(slabs["ratio_to_one_process"], slabs["value"] / one["value"], rel_tol=1e-9)
+
+
+def test_slab_case_needs_two_workers():
+    with pytest.raises(ConfigError, match="workers must be >= 2"):
+        md.run(Recorder("md", stream=io.StringIO()), [get_backend("numba")], sizes=[500], steps=1, workers=1)

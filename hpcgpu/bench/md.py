@@ -21,6 +21,14 @@ calls timed one by one (synchronised around each) gives the split:
 ``build_s``, ``forces_s`` and ``other_s`` (drift and kicks, the rebuild
 checks) for one call, and ``seconds_per_build``.
 
+Case ``lj_liquid_slabs`` (with ``--workers N``, N >= 2): the same run on a
+local dask cluster of N workers (one core or one GPU each), the box cut into
+N slabs (:class:`hpcgpu.domains.DomainExecutor`): atoms stay on their
+workers, ghosts and migrants move between neighbours. Each timed call
+starts the same run on the cluster and waits for it; ``value`` is
+atom-steps per second as above, with ``ratio_to_one_process``, the rate
+over the ``lj_liquid`` line of the same backend and dtype in this run.
+
 The ``numpy`` reference builds its lists by brute force over all pairs
 (O(N^2): 13 to 26 s per build at 32,000 atoms here), so it runs
 :data:`NUMPY_STEPS` steps, once, with no warm-up (it has nothing to
@@ -168,11 +176,52 @@ def _lj_liquid(recorder, backend, dtype, requested, steps, budget_s):
                  final_temperature=after["temperature"], threads=threads, **extra)
 
 
-def run(recorder, backends, *, sizes=(32000,), dtypes=("float32",), steps=100, budget_s=20.0):
+def _lj_liquid_slabs(recorder, backend, dtype, requested, steps, budget_s, workers):
+    from hpcgpu.cluster import cluster
+    from hpcgpu.distributed import DistributedExecutor
+    from hpcgpu.workloads.md import LennardJones
+
+    model = LennardJones(n_cells_for(requested), density=SETUP["density"], temperature=SETUP["temperature"],
+                         cutoff=SETUP["cutoff"], skin=SETUP["skin"], shift=True, thermostat="none", dtype=dtype,
+                         backend=backend.name)
+    initial = model.initial_state()
+    gpus = backend.on_gpu and not backend.simulated
+    client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
+                     dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        client.wait_for_workers(workers)
+
+        def call():
+            executor = DistributedExecutor(client, model, initial, SETUP["dt"], partitions=workers,
+                                           name="bench-md-slabs")
+            executor.advance(steps)
+            executor.synchronize()
+            executor.close()
+
+        durations = measure(call, synchronize=lambda: None, budget_s=budget_s, min_repeats=2, max_repeats=5)
+    finally:
+        local = client.cluster
+        client.close()
+        local.close()
+    median = float(np.median(durations))
+    rate = model.n * steps / median
+    one_process = next((r["value"] for r in recorder.results if r["case"] == "lj_liquid"
+                        and r["backend"] == backend.name and r["dtype"] == np.dtype(dtype).name
+                        and r["size"] == model.n), None)
+    recorder.add(case="lj_liquid_slabs", backend=backend.name, dtype=np.dtype(dtype).name, size=model.n,
+                 metric="atom_steps_per_s", value=rate, unit="1/s", durations=durations, steps_per_call=steps,
+                 seconds_per_step=median / steps, workers=workers, partitions=workers,
+                 ratio_to_one_process=None if one_process is None else rate / one_process,
+                 note="each call scatters the initial state to the workers and waits for the last step")
+
+
+def run(recorder, backends, *, sizes=(32000,), dtypes=("float32",), steps=100, budget_s=20.0, workers=None):
     """Run the md suite; results go to ``recorder`` (numpy first for ratios).
 
     ``sizes`` are numbers of atoms (rounded to ``4 n^3``, see
-    :func:`n_cells_for`); ``steps`` time steps per timed call.
+    :func:`n_cells_for`); ``steps`` time steps per timed call; ``workers``
+    (2 or more) adds the ``lj_liquid_slabs`` case on that many local workers
+    for every backend but ``numpy``.
 
     Raises
     ------
@@ -182,6 +231,8 @@ def run(recorder, backends, *, sizes=(32000,), dtypes=("float32",), steps=100, b
     """
     if steps < 1:
         raise ConfigError(f"steps must be >= 1 for the md benchmark; got {steps}")
+    if workers is not None and workers < 2:
+        raise ConfigError(f"workers must be >= 2 for the md benchmark's slab case; got {workers}")
     for size in sizes:
         if n_cells_for(size) < MIN_CELLS:
             raise ConfigError(f"size={size} atoms gives {n_cells_for(size)} fcc cells per side; the md "
@@ -197,4 +248,10 @@ def run(recorder, backends, *, sizes=(32000,), dtypes=("float32",), steps=100, b
                 except Exception as error:  # noqa: BLE001 - reported, then re-raised by the CLI's status
                     recorder.error(case="lj_liquid", backend=backend.name, dtype=np.dtype(dtype).name,
                                    size=4 * n_cells_for(size) ** 3, error=error)
+                if workers and backend.name != "numpy":
+                    try:
+                        _lj_liquid_slabs(recorder, backend, dtype, size, steps, budget_s, workers)
+                    except Exception as error:  # noqa: BLE001 - as above
+                        recorder.error(case="lj_liquid_slabs", backend=backend.name, dtype=np.dtype(dtype).name,
+                                       size=4 * n_cells_for(size) ** 3, error=error)
     return recorder.results
