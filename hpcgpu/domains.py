@@ -10,15 +10,16 @@ Ownership and the ghost lists change only when the neighbour lists are
 rebuilt, which is decided for all partitions at once: a step rebuilds when
 any atom anywhere has moved more than ``skin / 2`` since the last build
 (the Verlet criterion of the single-partition run). One step is these tasks
-(``P`` partitions, neighbours ``q`` of ``p``), three in a row::
+(``P`` partitions, neighbours ``q`` of ``p``); only the kick waits for other
+workers, so a step is two levels of tasks::
 
     moved p          did one of p's atoms move more than skin / 2?  (a bool;
                      the state is drifted already, see the kick)
-    exchange q->p    reads every flag: rebuild if any is set.
-                     rebuild: q's atoms now in p's slab (migrants) and the
-                     positions of q's staying atoms within the ghost radius
-                     of p's slab; else the positions of the same atoms as
-                     last time, in the same order
+    exchange q->p    both possible answers, as the decision is not known yet:
+                     the positions of the atoms q sent p last time, in the
+                     same order (no rebuild), and q's atoms now in p's slab
+                     (migrants) with the positions of q's staying atoms
+                     within the ghost radius of p's slab (rebuild)
     kick p           reads every flag; on a rebuild p keeps its staying
                      atoms and takes the migrants, and its ghosts from q are
                      q's staying atoms near p followed by the atoms p sent
@@ -154,24 +155,27 @@ def _ghost_index(model, slabs, state, destination):
     return xp.nonzero(near)[0]
 
 
-def _exchange(model, slabs, dt, domain, source, destination, k, *moved):
+def _exchange(model, slabs, dt, domain, source, destination, k):
     """What partition ``source`` sends ``destination`` this step, cut from its drifted slab.
 
-    Without a rebuild: ``(None, positions)`` of the atoms on the send list
-    ``k``, in its order. On a rebuild: ``(migrants, positions)``, the atoms
-    now in the destination's slab, and the positions of the atoms staying
-    in ``source`` within the ghost radius of the destination's slab.
+    Both answers, since the rebuild is decided over all partitions and
+    waiting for that decision would put the other workers' flags on the
+    critical path: ``(plain, migrants, near)`` with ``plain`` the positions
+    of the atoms on send list ``k`` in its order (the exchange of a step
+    without a rebuild; None before the first rebuild), ``migrants`` the
+    atoms now in the destination's slab and ``near`` the positions of the
+    atoms staying in ``source`` within the ghost radius of the destination's
+    slab (the exchange of a rebuild). The kick takes the one it needs.
     """
     model = _on_worker(model)
     state = _next_drifted(model, domain, dt)
     positions = model.block_positions(state)
-    if not any(moved):
-        return None, positions[:, domain.send[k]]
+    plain = None if domain.send is None else positions[:, domain.send[k]]
     xp = model.backend.xp
     slab = _slab_index(model, slabs, state)
     migrants = model.select_atoms(state, xp.nonzero(slab == destination)[0])
     near = slabs.near(xp, positions[slabs.axis], destination, model.ghost_radius())
-    return migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
+    return plain, migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
 
 
 def _settle(model, slabs, p, state, arrivals):
@@ -234,12 +238,12 @@ def _kick(model, slabs, p, dt, domain, outgoing, incoming, *moved):
     xp, state, send = model.backend.xp, _next_drifted(model, domain, dt), domain.send
     rebuild = any(moved)
     if rebuild:
-        arrivals = [migrants for migrants, _ in incoming]
+        arrivals = [migrants for _, migrants, _ in incoming]
         state, staying = _settle(model, slabs, p, state, arrivals)
         ghosts = [xp.concatenate([near, model.block_positions(sent)], axis=1)
-                  for (_, near), (sent, _) in zip(incoming, outgoing)]
+                  for (_, _, near), (_, sent, _) in zip(incoming, outgoing)]
     else:
-        ghosts = [positions for _, positions in incoming]
+        ghosts = [plain for plain, _, _ in incoming]
     positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
     state = model.kick_with_ghosts(state, positions, dt, rebuild)
     if rebuild:
@@ -346,8 +350,9 @@ class DomainExecutor(_PartitionedExecutor):
         blocks = self.blocks
         moved = [cut(_moved, model, dt, block, phase="moved", index=(p,), worker=self.owner[p])
                  for p, block in enumerate(blocks)]
-        # every exchange and kick reads all the flags itself: no task in between to decide the rebuild
-        exchanges = {(q, p): cut(_exchange, model, slabs, dt, blocks[q], q, p, k, *moved, phase="exchange",
+        # the exchanges carry both answers and the kick reads every flag itself: only the kick
+        # waits for other workers (two levels a step)
+        exchanges = {(q, p): cut(_exchange, model, slabs, dt, blocks[q], q, p, k, phase="exchange",
                                  index=(q, p), worker=self.owner[q])
                      for q in range(count) for k, p in enumerate(slabs.neighbours(q))}
         new = []
