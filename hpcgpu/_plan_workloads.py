@@ -251,8 +251,8 @@ class NBody:
 
     About 20 flops per interaction (the convention of ``hpcgpu bench nbody``);
     each step every block publishes its ``(4, M)`` positions and masses and
-    takes everyone's (:class:`hpcgpu.bodies.BodyExecutor`): ``3P`` tasks
-    in 3 dependent levels.
+    takes everyone's (:class:`hpcgpu.bodies.BodyExecutor`): ``2P`` tasks
+    in 2 dependent levels.
     """
 
     bodies: int
@@ -290,7 +290,7 @@ class NBody:
         transfer = 0.0 if partitions == 1 else _transfer_time(link, scheduler, rounds, gathered)
         memory = item * (3 * self.state_values_per_body * owned + 8 * n + 4 * owned)
         force_s += self.launches_per_step * device.launch_s
-        return StepCost(force_s + copy_s, transfer, scheduler.superstep_s(3 * partitions, 3), memory, bound, 1)
+        return StepCost(force_s + copy_s, transfer, scheduler.superstep_s(2 * partitions, 2), memory, bound, 1)
 
 
 WORKLOADS = {"weather": Weather, "md": MolecularDynamics, "nbody": NBody}

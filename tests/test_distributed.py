@@ -320,6 +320,25 @@ def test_body_partitions_reproduce_the_single_run_bitwise(client, partitions):
     assert sum(sim.summary()["bodies_per_partition"]) == 301
 
 
+def test_an_nbody_step_is_the_positions_cut_and_the_kick(client):
+    from distributed import get_task_stream
+
+    from hpcgpu.workloads.astro import NBody
+
+    model = NBody("plummer", n=96, backend="numba")
+    with get_task_stream(client) as stream:
+        Simulation(model, dt=0.01, stop_steps=4, progress=False, client=client, partitions=3).run()
+    per_step = {}
+    for record in stream.data:
+        key = record["key"]
+        phase = str(key[0]).split("-")[1] if isinstance(key, tuple) else None
+        if phase in ("positions", "kick", "drift"):
+            per_step.setdefault(key[1], []).append(phase)
+    assert len(per_step) == 4
+    for phases in per_step.values():  # what the plan's scheduler term counts
+        assert sorted(phases) == ["kick"] * 3 + ["positions"] * 3
+
+
 def test_bodies_need_every_position_each_step(client):
     from hpcgpu.workloads.astro import NBody
 

@@ -122,7 +122,8 @@ def test_the_scheduler_term_counts_the_engines_tasks():
     assert md.cost(8, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(8 * 4 * 1e-3)
     assert md.cost(2, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(2 * 3 * 1e-3)
     nbody = NBody(100_000, steps=1)
-    assert nbody.cost(4, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(12e-3)
+    # per block: the positions cut and the kick (which also drifts into the next step)
+    assert nbody.cost(4, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(8e-3)
 
 
 def test_md_uses_the_full_neighbour_list_size():
