@@ -13,7 +13,39 @@ exactly where it stopped (writing further checkpoints to the same place),
 appending to the same output store.
 """
 
-__all__ = ["add_cluster_arguments", "open_client", "add_checkpoint_arguments", "start", "run_options"]
+__all__ = ["add_cluster_arguments", "open_client", "add_checkpoint_arguments", "start", "run_options",
+           "check_run_arguments"]
+
+# (option, bound, strict): the numbers a ``hpcgpu run`` command takes, checked
+# before any is used (a zero dt or K would otherwise fail deep inside as a
+# division by zero)
+_NUMBER_OPTIONS = (("dt", 0.0, True), ("stop_time", 0.0, True), ("cfl", 0.0, True), ("steps", 1, False),
+                   ("snapshots", 0, False), ("steps_per_task", 1, False), ("partitions", 1, False),
+                   ("workers", 1, False))
+
+
+def check_run_arguments(args):
+    """Raise ConfigError naming the first numeric option of ``args`` out of its range.
+
+    Examples
+    --------
+    >>> from argparse import Namespace
+    >>> check_run_arguments(Namespace(dt=0.5, steps=None))
+    >>> check_run_arguments(Namespace(dt=0.0))
+    Traceback (most recent call last):
+    ...
+    hpcgpu.errors.ConfigError: dt must be > 0.0, got 0.0
+    """
+    from hpcgpu.validation import check_float, check_int
+
+    for name, bound, strict in _NUMBER_OPTIONS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if isinstance(bound, float):
+            check_float(name, value, minimum=bound, strict_min=strict)
+        else:
+            check_int(name, value, minimum=bound)
 
 
 def add_cluster_arguments(parser, partitions_help):

@@ -40,6 +40,22 @@ SUITE_DEFAULTS = {"stencil": ((4096,), 100), "scaling": ((2048,), 16), "nbody": 
                   "matrix": ((1024, 2048), 10),
                   # md: atoms (fcc, rounded to 4 n^3); time steps per timed call
                   "md": ((32000,), 100)}
+# Smallest --size per suite: a grid of 4 x 4 points, one matrix row, two
+# bodies, the md suite's own fcc minimum (it says why), a block of 16 rows.
+SUITE_MIN_SIZE = {"stencil": 4, "scaling": 16, "nbody": 2, "matrix": 1, "md": 1}
+
+
+def _check_bench_arguments(args):
+    """ConfigError naming the first ``hpcgpu bench`` option out of its range."""
+    from hpcgpu.validation import check_float, check_int
+
+    for size in args.size or ():
+        check_int("size", size, minimum=SUITE_MIN_SIZE[args.suite])
+    if args.steps is not None:
+        check_int("steps", args.steps, minimum=1)
+    check_float("budget", args.budget, minimum=0.0, strict_min=True)
+    if args.workers is not None:
+        check_int("workers", args.workers, minimum=2 if args.suite == "md" else 1)
 
 
 def _info(args):
@@ -105,16 +121,17 @@ def _bench(args):
     backends = [get_backend(n) for n in names]
     recorder = Recorder(args.suite)
     module = importlib.import_module(f"hpcgpu.bench.{args.suite}")
+    _check_bench_arguments(args)
     sizes, steps = SUITE_DEFAULTS[args.suite]
     args.size = args.size or list(sizes)
-    args.steps = args.steps or steps
+    args.steps = steps if args.steps is None else args.steps
     print(f"hpcgpu bench {args.suite}: backends {', '.join(names)}; sizes {args.size}; "
           f"dtypes {args.dtype}", file=sys.stderr)
     extra = {}
     if args.suite == "scaling":
         backends = backends[-1:]  # the fastest usable backend scales out
         extra = dict(workload=args.workload, max_workers=args.workers)
-    elif args.suite == "md" and args.workers:
+    elif args.suite == "md" and args.workers is not None:
         extra = dict(workers=args.workers)
     module.run(recorder, backends, sizes=args.size, dtypes=args.dtype, steps=args.steps,
                budget_s=args.budget, **extra)

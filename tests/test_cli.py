@@ -44,11 +44,26 @@ def test_run_weather_writes_fields_picture_and_summary(tmp_path):
 
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):
     for args, word in ((("--nx", "2"), "nx"), (("--dt", "-1"), "dt"), (("--backend", "tpu"), "backend"),
-                       (("--dt", "1e5"), "CFL")):
+                       (("--dt", "1e5"), "CFL"), (("--dt", "0"), "dt must be > 0"),
+                       (("--stop-time", "0"), "stop_time must be > 0"),
+                       (("--workers", "2", "--steps-per-task", "0"), "steps_per_task must be >= 1")):
         result = run("run", "weather", *args, "--steps", "2", "--out", str(tmp_path / "x"), "--no-progress")
         assert result.returncode == 2, (args, result.stderr)
         assert "Traceback" not in result.stderr
         assert word in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("stencil", "--size", "2"), "size must be >= 4, got 2"),
+    (("nbody", "--size", "1"), "size must be >= 2, got 1"),
+    (("nbody", "--size", "64", "--steps", "0"), "steps must be >= 1, got 0"),
+    (("matrix", "--size", "64", "--budget", "0"), "budget must be > 0.0"),
+    (("md", "--size", "256", "--workers", "1"), "workers must be >= 2, got 1"),
+])
+def test_bench_bad_input_is_a_clear_error(args, message):
+    result = run("bench", *args, "--backend", "numba")
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr and not result.stdout
 
 
 def test_bench_stencil_prints_json_lines():

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from hpcgpu._cli_common import check_run_arguments
 from hpcgpu.schedules import Every
 
 HELP = "barotropic vorticity model on a beta plane (vorticity)"
@@ -43,6 +44,7 @@ def add_arguments(parser):
 
 def run(args):
     """Run the model as the parsed ``args`` say; prints a summary; returns 0."""
+    check_run_arguments(args)
     from hpcgpu.output import ZarrWriter
     from hpcgpu.plotting import save_panels
     from hpcgpu.simulation import Simulation

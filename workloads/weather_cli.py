@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, open_client, run_options,
-                                start)
+from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, check_run_arguments, open_client,
+                                run_options, start)
 from hpcgpu.cluster import close_client
 from hpcgpu.schedules import Every
 
@@ -41,6 +41,7 @@ def add_arguments(parser):
 
 def run(args):
     """Run the model as the parsed ``args`` say; prints a summary; returns 0."""
+    check_run_arguments(args)
     from hpcgpu.output import ZarrWriter
     from hpcgpu.plotting import save_panels
     from hpcgpu.simulation import Simulation
