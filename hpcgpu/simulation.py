@@ -68,7 +68,10 @@ class Simulation:
     client : distributed.Client, optional
         Run on a dask cluster (see :mod:`hpcgpu.distributed`).
     partitions, steps_per_task : int, optional
-        Partitions of the state and time steps per task on the cluster.
+        Partitions of the state (default: one per worker) and time steps per
+        task on the cluster (default: up to 16 for grids, as their halos
+        allow, see :func:`hpcgpu.distributed.auto_steps_per_task`; 1 for
+        particles).
     weights : sequence of float or "calibrate", optional
         Relative partition sizes on the cluster (see
         :class:`hpcgpu.distributed.DistributedExecutor`).

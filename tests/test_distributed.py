@@ -141,6 +141,20 @@ def test_steps_per_task_reproduce_the_single_block_run_bitwise(client, steps_per
     _assert_same(sim, reference)
 
 
+def test_grids_take_as_many_steps_per_task_as_their_halos_allow(client):
+    from hpcgpu.distributed import auto_steps_per_task
+
+    tall = ShallowWater("turbulence", nx=16, ny=800, backend="numba")  # 400 rows a block: K = 16
+    short = ShallowWater("turbulence", nx=16, ny=100, backend="numba")  # 50 rows: 4 x 6K <= 50 for K = 2
+    assert auto_steps_per_task(tall, 2) == 16 and auto_steps_per_task(short, 2) == 2
+    assert auto_steps_per_task(short, 10) == 1
+    for model, k in ((tall, 16), (short, 2)):
+        sim = Simulation(model, dt=10.0, stop_steps=k, progress=False, client=client, partitions=2)
+        assert sim.summary()["steps_per_task"] == k
+        reference = _reference(model, model.initial_state(), 10.0, k)
+        _assert_same(sim.run(), reference)
+
+
 def test_periodic_channel_and_walls_both_partition(client):
     for case in ("gravity_wave", "rest"):
         model = ShallowWater(case, nx=24, ny=40, backend="numba")

@@ -34,7 +34,9 @@ def add_arguments(parser):
     parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     cluster = add_cluster_arguments(parser, "row blocks of the state (default: one per worker)")
-    cluster.add_argument("--steps-per-task", type=int, default=1, help="time steps per task, K (default 1)")
+    cluster.add_argument("--steps-per-task", type=int,
+                         help="time steps per task, K (default: the largest of 16, 8, 4, 2, 1 whose halo is at "
+                              "most a quarter of a partition)")
     cluster.add_argument("--weights", help="'calibrate' or comma-separated partition weights")
     add_checkpoint_arguments(parser)
 
@@ -45,6 +47,7 @@ def run(args):
     from hpcgpu.output import ZarrWriter
     from hpcgpu.plotting import save_panels
     from hpcgpu.simulation import Simulation
+    from hpcgpu.distributed import auto_steps_per_task
     from hpcgpu.workloads.weather import CASES, ShallowWater
 
     model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)
@@ -58,13 +61,16 @@ def run(args):
     weights = None
     if args.weights:
         weights = args.weights if args.weights == "calibrate" else [float(w) for w in args.weights.split(",")]
-    granularity = args.steps_per_task if client is not None else 1
+    steps_per_task = None
+    if client is not None:
+        partitions = args.partitions or len(client.scheduler_info()["workers"])
+        steps_per_task = args.steps_per_task or auto_steps_per_task(model, partitions)
+    granularity = steps_per_task or 1
     every = granularity * -(-max(1, steps // 200) // granularity)
     sim = start(args, lambda: Simulation(
         model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None, diagnostics=every,
-        client=client, partitions=args.partitions, steps_per_task=args.steps_per_task if client is not None else None,
-        weights=weights), client, diagnostics=every,
-        steps_per_task=args.steps_per_task if client is not None else None)
+        client=client, partitions=args.partitions, steps_per_task=steps_per_task, weights=weights), client,
+        diagnostics=every, steps_per_task=steps_per_task)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
     zarr_path = os.path.join(out, "fields.zarr")
     snapshot_every = max(1, steps // max(1, args.snapshots))
