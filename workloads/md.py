@@ -64,6 +64,8 @@ from hpcgpu.validation import check_choice, check_dtype, check_finite_array, che
 from hpcgpu.workloads import _md_output as output
 from hpcgpu.workloads import _md_pairs as pairs
 from hpcgpu.workloads import _md_setup as setup
+from hpcgpu.workloads._md_diagnostics import DiagnosticMethods
+from hpcgpu.workloads._md_domains import DomainMethods
 from hpcgpu.workloads._md_output import XYZWriter
 
 __all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE",
@@ -74,10 +76,6 @@ DEFAULT_DENSITY = 0.8442  # the classic liquid state point near the triple point
 MIN_DISTANCE = 0.5
 """Closest approach (sigma) of a configuration given as arrays: a pair at 0.5
 sigma holds 16 000 epsilon, which no thermal state reaches."""
-# omega_max per sqrt(max |f|): on the repulsive wall u'' = 13 |u'| / r, and a
-# pair (reduced mass 1/2) vibrates at sqrt(2 u''). Verlet is stable for omega dt < 2.
-_OMEGA_PER_ROOT_FORCE = math.sqrt(26.0)
-
 tail_corrections = setup.tail_corrections
 
 
@@ -132,7 +130,7 @@ class MDState:
         return display.state_html(self, facts=[("atoms", self.size)])
 
 
-class LennardJones:
+class LennardJones(DomainMethods, DiagnosticMethods):
     """Lennard-Jones fluid: atoms in a periodic orthorhombic box on a backend.
 
     Parameters
@@ -386,70 +384,6 @@ class LennardJones:
     def decomposition_size(self):
         return self.n
 
-    # The "domains" decomposition (hpcgpu.domains): slabs of the box, ghosts, migration.
-    def ghost_radius(self):
-        """``cutoff + skin``: atoms this close to a domain are its ghosts."""
-        return self.cutoff + self.skin
-
-    def migration_margin(self):
-        """How far (sigma) an atom may stray from its domain before the lists are rebuilt (the skin)."""
-        return self.skin
-
-    def block_positions(self, state):
-        return state.positions
-
-    def atom_ids(self, state):
-        return state.ids
-
-    def select_atoms(self, state, index):
-        """The atoms ``index`` (an integer array) of a block, as independent arrays (no neighbour list)."""
-        return MDState(*(a[..., index] for a in state.arrays()), step=state.step, rebuilds=state.rebuilds)
-
-    def block_needs_rebuild(self, state):
-        """Whether an atom of the block moved more than ``skin / 2`` since its list was built (or it has none).
-
-        Only the block's own atoms are checked (the first ``N`` of the list's
-        reference positions); ghosts are checked by their own domains.
-        """
-        neighbors = state.neighbors
-        if neighbors is None:
-            return True
-        largest = md_kernels.largest_displacement_squared(state.positions, neighbors.reference_positions, self.box,
-                                                          backend=self.backend)
-        return largest > (0.5 * self.skin) ** 2
-
-    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild):
-        """:meth:`kick_block` for a domain: forces on its atoms from themselves and ``ghost_positions``.
-
-        The neighbour list spans the block's atoms then the ghosts; it is
-        rebuilt when ``rebuild`` (a decision taken over all domains), else
-        the ghosts must be the same atoms, in the same order, as when it was built.
-        """
-        xp, n = self.backend.xp, state.size
-        positions = xp.concatenate([state.positions, ghost_positions], axis=1)
-        neighbors, rebuilds = state.neighbors, state.rebuilds
-        if rebuild or neighbors is None:
-            neighbors = _without_ghost_rows(self.neighbor_list(positions, neighbors), n)
-            rebuilds += 1
-        elif neighbors.size != positions.shape[1]:
-            raise ConfigError(f"the ghosts changed without a neighbour-list rebuild ({neighbors.size} listed "
-                              f"atoms, {positions.shape[1]} given)")
-        forces, energies, virials = self.forces(positions, neighbors)
-        forces, energies, virials = forces[:, :n], energies[:n], virials[:n]
-        return replace(state, velocities=self._half_kick(state.velocities, forces, dt), forces=forces,
-                       energies=energies, virials=virials, neighbors=neighbors, rebuilds=rebuilds)
-
-    def take_block(self, state, start, stop):
-        """Atoms ``start:stop`` as independent arrays (without a neighbour list)."""
-        arrays = (a[..., start:stop].copy() for a in state.arrays())
-        return MDState(*arrays, step=state.step, rebuilds=state.rebuilds)
-
-    def concat_blocks(self, states):
-        """Blocks joined in order, on this model's backend (without a neighbour list)."""
-        arrays = [self.backend.xp.concatenate([self.backend.asarray(a) for a in group], axis=-1)
-                  for group in zip(*(s.arrays() for s in states))]
-        return MDState(*arrays, step=states[0].step, rebuilds=max(s.rebuilds for s in states))
-
     random_state_description = ("counter-based: the Langevin noise is a pure function of (seed, step, atom id); "
                                 "the seed is in the model and the step in the state")
 
@@ -474,83 +408,6 @@ class LennardJones:
     def to_host(self, state):
         host = (self.backend.to_host(a) for a in state.arrays())
         return MDState(*host, step=state.step, rebuilds=state.rebuilds)
-
-    # -- diagnostics ----------------------------------------------------------------------------
-    def cfl(self, state, dt):
-        """Time-step number ``dt * omega_max / 2``: 1 is velocity Verlet's stability limit.
-
-        ``omega_max = sqrt(26 max|f|)`` estimates the highest pair frequency
-        from the largest force (see ``_OMEGA_PER_ROOT_FORCE``); the liquid at
-        ``dt = 0.005`` sits near 0.15 and blows up near 1. NaN for non-finite values.
-        """
-        return self.combine_health([self.block_health(state)], dt)[1]
-
-    def bad_fields(self, state):
-        """Names of the fields holding NaN/inf."""
-        isfinite = self.backend.xp.isfinite
-        return [name for name in self.field_names if not bool(isfinite(getattr(state, name)).all())]
-
-    def block_health(self, state):
-        f2 = (state.forces.astype(np.float64) ** 2).sum(axis=0)
-        return {"f_max": math.sqrt(float(f2.max())) if f2.size else 0.0, "bad": self.bad_fields(state)}
-
-    def combine_health(self, parts, dt):
-        bad = sorted({name for p in parts for name in p["bad"]}, key=self.field_names.index)
-        f_max = max(p["f_max"] for p in parts)
-        if bad or not math.isfinite(f_max):
-            return bad or ["positions"], math.nan
-        return [], 0.5 * dt * _OMEGA_PER_ROOT_FORCE * math.sqrt(f_max)
-
-    def diagnostics(self, state, dt=None):
-        """Energies, temperature, pressure, momentum, MSD and tail corrections (dict of floats).
-
-        ``kinetic_energy``, ``potential_energy`` (of the simulated, shifted or
-        truncated, potential) and ``energy`` (their sum, conserved in NVE);
-        ``potential_energy_per_atom``; ``temperature`` ``2 K' / (3N - 3)``
-        with ``K'`` the kinetic energy in the centre-of-mass frame;
-        ``pressure`` ``(N T + W / 3) / V``; ``energy_tail`` (N u_tail) and
-        ``pressure_tail`` (add them for full-potential estimates, see
-        :func:`tail_corrections`); ``momentum_x/y/z``; ``msd``, the mean
-        squared displacement since step 0 (sigma^2); ``density``;
-        ``neighbor_rebuilds``, the neighbour lists built so far.
-        """
-        out = self.combine_sums([self.block_sums(state, 0)])
-        if dt is not None:
-            out["max_cfl"] = self.cfl(state, dt)
-        return out
-
-    def block_sums(self, state, start, extra=None):
-        """Sums over a block of atoms that add up to the global diagnostics."""
-        xp = self.backend.xp
-        v = state.velocities.astype(np.float64)
-        squared = 0.0
-        for axis, length in enumerate(self.box):
-            d = state.positions[axis].astype(np.float64) + state.images[axis] * length - state.origins[axis]
-            squared = squared + d * d
-        values = xp.stack([(v * v).sum(), *v.sum(axis=1), state.energies.sum(dtype=np.float64),
-                           state.virials.sum(dtype=np.float64), xp.asarray(squared).sum()])
-        names = ("kinetic2", "momentum_x", "momentum_y", "momentum_z", "potential", "virial", "squared_displacement")
-        out = dict(zip(names, (float(x) for x in self.backend.to_host(values))))
-        out.update(atoms=state.size, rebuilds=state.rebuilds)
-        return out
-
-    def combine_sums(self, parts):
-        total = {key: sum(p[key] for p in parts) for key in parts[0] if key != "rebuilds"}
-        n = total["atoms"]
-        kinetic = 0.5 * total["kinetic2"]
-        momentum2 = sum(total[f"momentum_{a}"] ** 2 for a in "xyz")
-        temperature = 2.0 * (kinetic - 0.5 * momentum2 / n) / (3 * n - 3)
-        density = n / self.volume
-        energy_tail, pressure_tail = tail_corrections(density, self.cutoff)
-        out = {"energy": kinetic + total["potential"], "kinetic_energy": kinetic,
-               "potential_energy": total["potential"], "potential_energy_per_atom": total["potential"] / n,
-               "temperature": temperature, "pressure": (n * temperature + total["virial"] / 3.0) / self.volume,
-               "energy_tail": n * energy_tail, "pressure_tail": pressure_tail,
-               "msd": total["squared_displacement"] / n, "density": density,
-               "neighbor_rebuilds": max(p["rebuilds"] for p in parts)}
-        for axis in "xyz":
-            out[f"momentum_{axis}"] = total[f"momentum_{axis}"]
-        return out
 
     # -- output -------------------------------------------------------------------------------
     def to_dataset(self, state, time=None):
@@ -589,18 +446,6 @@ class LennardJones:
         return (f"LennardJones(n={self.n}, density={self.density:.4g}, temperature={self.temperature:g}, "
                 f"cutoff={self.cutoff:g}, thermostat={self.thermostat!r}, dtype={self.dtype.name!r}, "
                 f"backend={self.backend.name!r})")
-
-
-def _without_ghost_rows(neighbors, owned):
-    """``neighbors`` with the rows past the first ``owned`` atoms emptied.
-
-    A domain needs the forces on its own atoms only: a ghost's row would be
-    summed and thrown away (a third of the pair work in two slabs of the
-    32,000-atom benchmark). Ghosts still appear in the owned atoms' rows.
-    """
-    counts = neighbors.counts.copy()
-    counts[owned:] = 0
-    return replace(neighbors, counts=counts)
 
 
 class Integrator:
