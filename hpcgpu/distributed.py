@@ -1,4 +1,11 @@
-"""Partitioned execution on a dask cluster: resident row blocks, halo exchange, K-step tasks.
+"""Partitioned execution on a dask cluster: the engine shared by grids, bodies and slabs.
+
+This module holds what every decomposition shares (resident blocks, task
+submission ahead of the compute, scalar-only diagnostics, lost workers)
+and :func:`DistributedExecutor`, which picks the decomposition:
+:mod:`hpcgpu.rows` (grid row blocks), :mod:`hpcgpu.bodies` (all-pairs
+particles) and :mod:`hpcgpu.domains` (short-range particles in slabs).
+For grids:
 
 The state is split into P blocks of rows that stay on the workers between
 supersteps (CuPy arrays on GPU workers). A superstep submits, for each block,
@@ -12,29 +19,29 @@ submitted ahead, so the scheduler's latency overlaps the compute.
 
 Larger K means fewer scheduler round trips per step (what lets a task graph
 keep up with MPI codes) and more redundant work in the halos; without a K
-of its own a row model gets :func:`auto_steps_per_task`. Results equal the
+of its own a row model gets :func:`hpcgpu.rows.auto_steps_per_task`. Results equal the
 single-block run bitwise: every point is computed by the same operations,
 only the open edges differ and they are cut away.
 
 A model plugs in by its ``decomposition``:
 
-``"rows"`` (grids; :class:`RowExecutor`)
+``"rows"`` (grids; :class:`hpcgpu.rows.RowExecutor`)
     ``decomposition_size``, ``periodic_rows``, ``halo_rows``,
     ``advance_rows``, ``assemble_rows``, ``row_view`` (see :class:`hpcgpu.workloads.weather.ShallowWater`);
 ``"bodies"`` (all-pairs particles; :class:`hpcgpu.bodies.BodyExecutor`)
     ``decomposition_size``, ``drift_block``, ``block_positions``,
     ``kick_block`` (see :class:`hpcgpu.workloads.astro.NBody`);
+``"domains"`` (short-range particles; :class:`hpcgpu.domains.DomainExecutor`)
+    see :mod:`hpcgpu.domains`;
 
-and for both ``take_block``, ``concat_blocks``, ``to_host``,
+and for all ``take_block``, ``concat_blocks``, ``to_host``,
 ``block_sums``/``combine_sums`` and ``block_health``/``combine_health``.
 """
 
 import functools
 import os
-import threading
 import time
 import uuid
-import weakref
 from collections import deque
 
 import numpy as np
@@ -42,7 +49,19 @@ import numpy as np
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_int
 
-__all__ = ["DistributedExecutor", "auto_steps_per_task", "split_rows", "calibrate_workers"]
+__all__ = ["DistributedExecutor", "split_rows"]
+
+_ROW_NAMES = ("RowExecutor", "auto_steps_per_task", "calibrate_workers")
+
+
+def __getattr__(name):
+    # the row engine lives in hpcgpu.rows (it imports this module); its public
+    # names stay reachable from here
+    if name in _ROW_NAMES:
+        from hpcgpu import rows
+
+        return getattr(rows, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Seconds to wait for results before calling a cluster stuck.
 RESULT_TIMEOUT_S = 600.0
@@ -52,31 +71,6 @@ CUT_PRIORITY = 10
 # Supersteps submitted ahead of the oldest unfinished one: enough to hide the
 # scheduler's latency, few enough to bound memory and wall-time overshoot.
 MAX_AHEAD = 4
-
-
-def auto_steps_per_task(model, partitions):
-    """Time steps per task K for ``model`` on ``partitions`` equal blocks, when none is given.
-
-    Row models: the largest of 16, 8, 4, 2 whose halo (the wider side) is
-    at most a quarter of a block, else 1. A quarter keeps the redundant halo
-    work under about 15% of a block while the scheduler is paid once per K
-    steps (at K = 1 its round trips took 19-21% of a 2-worker step here).
-    Models that need every position each step (bodies, MD slabs): 1.
-
-    Examples
-    --------
-    >>> from hpcgpu.workloads.weather import ShallowWater
-    >>> model = ShallowWater("unstable_jet", nx=64, ny=1024, backend="numpy")
-    >>> auto_steps_per_task(model, 2), auto_steps_per_task(model, 16), auto_steps_per_task(model, 64)
-    (16, 2, 1)
-    """
-    if getattr(model, "decomposition", "rows") != "rows":
-        return 1
-    rows = model.decomposition_size() // check_int("partitions", partitions, minimum=1)
-    for k in (16, 8, 4, 2):
-        if 4 * max(model.halo_rows(k)) <= rows:
-            return k
-    return 1
 
 
 def split_rows(rows, weights, minimum=1):
@@ -141,17 +135,6 @@ def _on_worker(model):
     return _resolved(pickle.dumps(model))
 
 
-_thread_state = threading.local()
-
-
-def _stepper_cache(model):
-    """Steppers of this worker thread for this model: work buffers live across tasks."""
-    caches = getattr(_thread_state, "caches", None)
-    if caches is None:
-        # weak keys: a model dropped from _resolved's cache takes its buffers with it
-        caches = _thread_state.caches = weakref.WeakKeyDictionary()
-    return caches.setdefault(model, {})
-
 
 SLOWDOWN_ENV = "HPCGPU_EMULATE_SLOWDOWN"
 """Environment variable (benchmarks and tests only): a worker started with it
@@ -168,29 +151,6 @@ def _emulate_slowdown(started):
         time.sleep((factor - 1.0) * (time.perf_counter() - started))
 
 
-def _advance_block(model, dt, steps, block, south, north, first_row):
-    started = time.perf_counter()
-    model = _on_worker(model)
-    # The block keeps spare rows around it from the task that made it: the
-    # halos go there, so a resident block is never copied whole (the spare
-    # rows are outside every view of the block that other tasks read).
-    assembled = model.assemble_rows(south, block, north)
-    skip = 0 if south is None else south.h.shape[0]
-    result = model.advance_rows(assembled, dt, steps, first_row - skip, south_open=south is not None,
-                                north_open=north is not None, cache=_stepper_cache(model), fresh=True)
-    _emulate_slowdown(started)
-    return model.row_view(result, skip, skip + block.h.shape[0])
-
-
-def _first_rows(model, block, count):
-    return _on_worker(model).take_block(block, 0, count)
-
-
-def _last_rows(model, block, count):
-    rows = block.h.shape[0]
-    return _on_worker(model).take_block(block, rows - count, rows)
-
-
 def _block_sums(model, block, start, south):
     model = _on_worker(model)
     return model.block_sums(model.concat_blocks([block]), start, south)
@@ -205,46 +165,20 @@ def _to_host(model, block):
     return _on_worker(model).to_host(block)
 
 
-def _calibration_rate(model, rows=256, seconds=0.3):
-    """Steps per second of this worker on a small grid of the model."""
-    model = _on_worker(model)
-    from hpcgpu.grid import Grid  # noqa: F401 - model types stay on the worker
-
-    state = model.initial_state()
-    block = model.take_block(state, 0, min(rows, model.decomposition_size()))
-    dt = model.suggested_dt(state, 0.3)
-    model.advance_rows(block, dt, 1, 0, False, False)  # compile
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        started = time.perf_counter()
-        block = model.advance_rows(block, dt, 2, 0, False, False)
-        _emulate_slowdown(started)
-        steps += 2
-    model.backend.synchronize()
-    return steps / (time.perf_counter() - start)
-
-
-def calibrate_workers(client, model):
-    """``{worker address: steps/s}`` from a short run of ``model`` on every worker."""
-    workers = sorted(client.scheduler_info()["workers"])
-    futures = {w: client.submit(_calibration_rate, model, key=f"{model.name}-calibrate-{uuid.uuid4().hex}",
-                                workers=[w], allow_other_workers=False, pure=False)
-               for w in workers}
-    return {w: float(f.result(timeout=RESULT_TIMEOUT_S)) for w, f in futures.items()}
-
-
 def DistributedExecutor(client, model, state, dt, **kwargs):
     """The executor for ``model``'s decomposition on a dask cluster.
 
     ``model.decomposition`` is ``"rows"`` (blocks of grid rows with halo
-    exchange: :class:`RowExecutor`), ``"bodies"`` (blocks of particles
+    exchange: :class:`hpcgpu.rows.RowExecutor`), ``"bodies"`` (blocks of particles
     that need every position each step: :class:`BodyExecutor`) or
     ``"domains"`` (slabs of space with ghost atoms and migration, for
     short-range particles: :class:`hpcgpu.domains.DomainExecutor`). Keyword
-    arguments are those of :class:`RowExecutor`.
+    arguments are those of :class:`_PartitionedExecutor`.
     """
     kind = getattr(model, "decomposition", "rows")
     if kind == "rows":
+        from hpcgpu.rows import RowExecutor
+
         return RowExecutor(client, model, state, dt, **kwargs)
     if kind == "bodies":
         from hpcgpu.bodies import BodyExecutor
@@ -271,7 +205,8 @@ class _PartitionedExecutor:
     partitions : int, optional
         Number of row blocks P (default: one per worker).
     steps_per_task : int, optional
-        Time steps K per task (default: :func:`auto_steps_per_task`).
+        Time steps K per task (default: :func:`hpcgpu.rows.auto_steps_per_task` for
+        grids, 1 for particles).
     weights : sequence of float or "calibrate", optional
         Relative block sizes, one per partition, or ``"calibrate"`` to size
         blocks by each worker's measured step rate.
@@ -298,7 +233,7 @@ class _PartitionedExecutor:
         self.workers = workers
         partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1)
         if steps_per_task is None:
-            self.steps_per_task = auto_steps_per_task(model, partitions)
+            self.steps_per_task = self._default_steps_per_task(model, partitions)
         else:
             self.steps_per_task = check_int("steps_per_task", steps_per_task, minimum=1)
         rows = model.decomposition_size()
@@ -311,10 +246,7 @@ class _PartitionedExecutor:
         elif isinstance(weights, str):
             if weights != "calibrate":
                 raise ConfigError(f"weights must be a sequence of numbers or 'calibrate'; got {weights!r}")
-            if getattr(model, "decomposition", "rows") != "rows":
-                raise ConfigError(f"weights='calibrate' is only available for grid models; give {self.unit} "
-                                  "weights as numbers, one per partition")
-            rates = calibrate_workers(client, model)
+            rates = self._calibrate(client, model)
             self.rates = rates
             weights = self._weights_from_rates([rates[w] for w in self.owner])
         elif len(weights) != partitions:
@@ -410,6 +342,15 @@ class _PartitionedExecutor:
 
     def _check_steps_per_task(self):
         """Raise ConfigError if the decomposition cannot take K steps per task."""
+
+    def _default_steps_per_task(self, model, partitions):
+        """K when the caller gives none."""
+        return 1
+
+    def _calibrate(self, client, model):
+        """``{worker: steps/s}`` for ``weights="calibrate"``."""
+        raise ConfigError(f"weights='calibrate' is only available for grid models; give {self.unit} "
+                          "weights as numbers, one per partition")
 
     def _sums_extra(self, p):
         """What a block's diagnostic sums need from elsewhere (None: nothing)."""
@@ -508,75 +449,6 @@ class _PartitionedExecutor:
         self._pending = []
         self._in_flight.clear()
         self._model = None
-
-
-class RowExecutor(_PartitionedExecutor):
-    """Blocks of grid rows; each task advances K steps after a halo exchange.
-
-    Parameters are those of :func:`DistributedExecutor`. Raises ConfigError
-    when a block is thinner than the halo K steps read.
-    """
-
-    unit = "rows"
-
-    def _minimum_block(self, partitions):
-        return max(self.model.halo_rows(self.steps_per_task)) if partitions > 1 else 1
-
-    def _weights_from_rates(self, rates):
-        """Rows in proportion to the rates, after the halo work every block does whatever its size.
-
-        A block steps its rows plus, on average, half its halo rows (the
-        stepped rows shrink stage by stage), so a slow worker's block needs
-        fewer rows than its rate's share: ``rows_p + extra`` proportional to
-        ``rate_p``.
-        """
-        count = len(rates)
-        if count == 1:
-            return list(rates)
-        extra = sum(self.model.halo_rows(self.steps_per_task)) / 2
-        total = self.model.decomposition_size() + count * extra
-        shares = [rate / sum(rates) * total - extra for rate in rates]
-        # split_rows raises a too-small block to the halo width; keep weights positive
-        return [max(share, 1e-3) for share in shares]
-
-    def _neighbours(self, p):
-        periodic = self.model.periodic_rows()
-        count = self.partitions
-        south = (p - 1) % count if (p > 0 or periodic) else None
-        north = (p + 1) % count if (p < count - 1 or periodic) else None
-        return south, north
-
-    def _superstep(self, steps):
-        model, blocks = self._model, self.blocks
-        self.superstep += 1
-        n = self.superstep
-        if self.partitions == 1:
-            self.blocks = [self._submit(_advance_block, model, self.dt, steps, blocks[0], None, None, 0,
-                                        key=self._key("advance", n, 0), worker=self.owner[0])]
-            self.step += steps
-            return
-        south_width, north_width = self.model.halo_rows(steps)
-        halos = []
-        for p in range(self.partitions):
-            south, north = self._neighbours(p)
-            halos.append((
-                None if south is None else self._submit_cut(
-                    _last_rows, model, blocks[south], south_width, key=self._key("halo", n, p, "south"),
-                    worker=self.owner[south]),
-                None if north is None else self._submit_cut(
-                    _first_rows, model, blocks[north], north_width, key=self._key("halo", n, p, "north"),
-                    worker=self.owner[north])))
-        self.blocks = [self._submit(_advance_block, model, self.dt, steps, blocks[p], south_halo, north_halo,
-                                    start, key=self._key("advance", n, p), worker=self.owner[p])
-                       for p, ((start, _), (south_halo, north_halo)) in enumerate(zip(self.bounds, halos))]
-        self.step += steps
-
-    def _sums_extra(self, p):
-        south, _ = self._neighbours(p)
-        if south is None:
-            return None
-        return self._submit_cut(_last_rows, self._model, self.blocks[south], 1,
-                                key=self._key("diag-row", self.superstep, p), worker=self.owner[south])
 
 
 def _is_lost_worker(error):

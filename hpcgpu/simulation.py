@@ -70,7 +70,7 @@ class Simulation:
     partitions, steps_per_task : int, optional
         Partitions of the state (default: one per worker) and time steps per
         task on the cluster (default: up to 16 for grids, as their halos
-        allow, see :func:`hpcgpu.distributed.auto_steps_per_task`; 1 for
+        allow, see :func:`hpcgpu.rows.auto_steps_per_task`; 1 for
         particles).
     weights : sequence of float or "calibrate", optional
         Relative partition sizes on the cluster (see

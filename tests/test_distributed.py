@@ -26,7 +26,7 @@ def _assert_same(result, reference):
 
 def _cut_and_advance(model, state, bounds, steps, blocks=None):
     """One superstep of every row block in-process, as the executor's tasks do it."""
-    from hpcgpu.distributed import _advance_block, _first_rows, _last_rows
+    from hpcgpu.rows import _advance_block, _first_rows, _last_rows
 
     blocks = blocks or [model.take_block(state, a, b) for a, b in bounds]
     south_width, north_width = model.halo_rows(steps)
@@ -142,7 +142,7 @@ def test_steps_per_task_reproduce_the_single_block_run_bitwise(client, steps_per
 
 
 def test_grids_take_as_many_steps_per_task_as_their_halos_allow(client):
-    from hpcgpu.distributed import auto_steps_per_task
+    from hpcgpu.rows import auto_steps_per_task
 
     tall = ShallowWater("turbulence", nx=16, ny=800, backend="numba")  # 400 rows a block: K = 16
     short = ShallowWater("turbulence", nx=16, ny=100, backend="numba")  # 50 rows: 4 x 6K <= 50 for K = 2
@@ -215,7 +215,7 @@ def test_weighted_partitions_follow_the_weights():
 def test_calibrated_rates_leave_room_for_the_halo_work_of_each_block():
     from types import SimpleNamespace
 
-    from hpcgpu.distributed import RowExecutor
+    from hpcgpu.rows import RowExecutor
 
     model = ShallowWater("unstable_jet", nx=40, ny=400, backend="numpy")
     executor = SimpleNamespace(model=model, steps_per_task=4)
