@@ -10,6 +10,11 @@ them) are timed on a ``--size`` grid with CUDA events: the median over
 ``--repeats`` timed calls after warm-up. The device-to-device copy bandwidth
 is measured the same way on the same working sets, as ``hpcgpu bench`` does.
 
+The ``cuda`` backend also runs its multi-step diffusion passes (``pass T..``:
+T steps per pass over memory, ``_cuda_diffusion.VARIANTS``; off by default
+until these numbers say which, if any, beats the one-step kernel), checked
+after 8 steps against NumPy.
+
 Reads: ``G/s`` is G point-updates per second (diffusion: per step; stage:
 grid points per RK3 step); ``GB/s`` counts the bytes the kernel must move at
 least (diffusion: one read and one write per point; RK3: 6 + 9 + 9 field
@@ -91,14 +96,30 @@ class _Runner:
         else:
             self.module._five_point(src, dst, c_x, c_y, *bc, diffuse=diffuse, launch=launch)
 
+    def passes(self):
+        """Multi-step diffusion passes (temporal blocking) this backend has: ``cuda`` only."""
+        if self.name != "cuda":
+            return ()
+        from hpcgpu.kernels.stencil import _cuda_diffusion
+        return _cuda_diffusion.VARIANTS
+
+    def diffuse_passes(self, src, work, steps, bc, launch):
+        """``steps`` diffusion steps by passes of ``launch`` (overwrites both buffers); the result."""
+        return self.module.diffuse(src, work, _CX, _CY, steps, *bc, multi_step=launch)
+
     def stage(self, state0, state, out, f_corner, a, b, c, bc, launch, physics):
         self.module._stage(*state0, *state, *out, f_corner, physics["g"], physics["rdx"],
                            physics["rdy"], physics["nu"], a, b, c, *bc, launch=launch)
 
 
 def _label(launch):
+    if hasattr(launch, "steps"):
+        return f"pass T{launch.steps} rows{launch.rows} thr{launch.threads}"
     vec = getattr(launch, "vec", 1)
     return f"vec{vec} rows{launch.rows} thr{launch.threads}"
+
+
+_PASS_STEPS = 8  # diffusion steps per timed or checked call of the multi-step passes (T divides it)
 
 
 def _relative_error(cupy, got, ref):
@@ -149,6 +170,13 @@ def _check(cupy, runner, dtype, cases):
                 err = _relative_error(cupy, dst, ref) / (8 * _TOLERANCE[dtype_name])
                 key = ("diffusion", _label(launch))
                 out[key] = max(out.get(key, 0.0), err)
+        if runner.passes():
+            ref = _numpy_diffusion(case["field"].astype(np.float64), _PASS_STEPS, boundary)
+            for launch in runner.passes():
+                got = runner.diffuse_passes(src.copy(), cupy.full((n, n), np.nan, dtype), _PASS_STEPS, boundary,
+                                            launch)
+                err = _relative_error(cupy, got, ref) / (8 * _PASS_STEPS * _TOLERANCE[dtype_name])
+                out[("diffusion", _label(launch))] = max(out.get(("diffusion", _label(launch)), 0.0), err)
         dev0 = tuple(cupy.asarray(x) for x in case["state0"])
         dev = tuple(cupy.asarray(x) for x in case["state"])
         f_corner = cupy.asarray(case["f_corner"])
@@ -161,6 +189,11 @@ def _check(cupy, runner, dtype, cases):
                 key = ("shallow_water", _label(launch))
                 out[key] = max(out.get(key, 0.0), err)
     return out
+
+
+def _numpy_diffusion(field, steps, boundary):
+    from hpcgpu.kernels.stencil import _numpy
+    return _numpy.diffuse(field.copy(), np.empty_like(field), _CX, _CY, steps, *boundary)
 
 
 def _state(rng, n, dtype, depth=1000.0, spread=1.0):
@@ -177,7 +210,7 @@ def _time(cupy, runner, dtype, n, repeats, rng, copy):
     work = cupy.empty((n, n), dtype)
     steps = 10
     for k, launch in enumerate(runner.launches("five_point", dtype_name)):
-        def diffusion():
+        def diffusion(field=field, work=work, launch=launch):
             src, dst = field, work
             for _ in range(steps):
                 runner.five_point(src, dst, _CX, _CY, (0, 0, 0), True, launch)
@@ -186,6 +219,15 @@ def _time(cupy, runner, dtype, n, repeats, rng, copy):
         ms = _median_ms(cupy, diffusion, repeats) / steps
         gbs = 2 * item * n * n / (ms * 1e-3) / 1e9
         rows.append(dict(backend=runner.name, case="diffusion", dtype=dtype_name, default=k == 0,
+                         launch=_label(launch), ms=ms, gpts=n * n / (ms * 1e-3) / 1e9, gbs=gbs,
+                         copy=gbs / copy["diffusion"]))
+    for launch in runner.passes():
+        def passes(field=field, work=work, launch=launch):
+            runner.diffuse_passes(field, work, _PASS_STEPS, (0, 0, 0), launch)
+
+        ms = _median_ms(cupy, passes, repeats) / _PASS_STEPS
+        gbs = 2 * item * n * n / (ms * 1e-3) / 1e9
+        rows.append(dict(backend=runner.name, case="diffusion", dtype=dtype_name, default=False,
                          launch=_label(launch), ms=ms, gpts=n * n / (ms * 1e-3) / 1e9, gbs=gbs,
                          copy=gbs / copy["diffusion"]))
     del field, work

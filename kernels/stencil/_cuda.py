@@ -229,8 +229,15 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
     return out
 
 
-def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
-    """``steps`` explicit diffusion steps; returns the buffer holding the result."""
+def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, multi_step=None):
+    """``steps`` explicit diffusion steps; returns the buffer holding the result.
+
+    ``multi_step`` (a ``_cuda_diffusion.PassLaunch``; default its ``PASS``
+    for the dtype) advances T steps per pass over memory where it fits the
+    grid; the remaining steps go one per launch.
+    """
+    from hpcgpu.kernels.stencil import _cuda_diffusion
+
     dtype = np.dtype(field.dtype)
     launch = LAUNCH[("five_point", dtype.name)]
     t = dtype.type
@@ -238,6 +245,13 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
     if src is not field:
         src[...] = field
     ny, nx = field.shape
+    multi_step = multi_step or _cuda_diffusion.PASS[dtype.name]
+    # (as in the one-step kernel, rows are periodic or clamped on both sides by bc_s)
+    if multi_step is not None and _cuda_diffusion.fits(field.shape, multi_step):
+        while steps >= multi_step.steps:
+            _cuda_diffusion.multi_step_pass(src, dst, cx, cy, bc_x, bc_s, multi_step)
+            src, dst = dst, src
+            steps -= multi_step.steps
     configured = _five_point_kernel(dtype.name, launch.rows, True)[
         _grid(field.shape, launch), (launch.threads, 1), _stream(field)]
     # Views made once: per-step host work would show at a fraction of a ms per step.

@@ -1,0 +1,160 @@
+"""Several explicit diffusion steps per pass over memory on NVIDIA GPUs (temporal blocking).
+
+The one-step kernel of ``_cuda`` reads and writes the whole field once per
+step, so it can at best run at the device's copy bandwidth. Here a pass
+advances ``steps`` (T) time steps, as ``_numba_diffusion`` does on the CPU:
+
+- a block of ``threads`` threads owns ``threads - 2 T`` output columns and a
+  strip of ``rows`` output rows. Its threads march northwards together over
+  the strip's rows and T halo rows on each side, loading one input row per
+  iteration (one column per thread, coalesced) into a shared-memory ring of
+  three rows;
+- in the same iteration, level t (1..T) computes its next row from the
+  three newest rows of level t-1, with ``diffusion_update`` exactly as the
+  one-step kernel applies it; a level's valid columns shrink by one on each
+  side per step, which is why the block's outer T columns are halo;
+- level T's new row is the output.
+
+Each point is then read from DRAM once per T steps (plus ``2 T / rows`` halo
+rows and ``2 T / (threads - 2 T)`` halo columns) and written once. The
+boundary rules are those of the one-step kernel, level by level: at a wall
+the missing neighbour is the point itself (the clamp), across a periodic
+edge the columns and rows wrap.
+
+:data:`PASS` picks the pass per dtype for :func:`hpcgpu.kernels.stencil._cuda.diffuse`;
+``scripts/gpu_kernel_variants.py`` times the choices against the one-step
+kernel. Launch shapes that fit: ``threads - 2 T >= 32`` (one warp of output
+columns), the grid at least ``2 T`` points on each side (one wrap of a
+periodic edge covers every halo).
+"""
+
+import functools
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from hpcgpu._compat import numpy_aliases_for_numba_cuda
+
+numpy_aliases_for_numba_cuda()
+
+from numba import cuda  # noqa: E402
+
+from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+from hpcgpu.kernels.stencil._boundary import PERIODIC  # noqa: E402
+
+__all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "multi_step_pass"]
+
+
+class PassLaunch(NamedTuple):
+    """How a multi-step pass is launched."""
+
+    steps: int
+    """Time steps per pass, T."""
+    rows: int
+    """Output rows per block (the strip the block marches)."""
+    threads: int
+    """Threads per block along x; ``threads - 2 T`` output columns."""
+
+
+PASS = {"float32": None, "float64": None}
+"""The pass ``_cuda.diffuse`` uses per dtype; None: one step per launch (the
+one-step kernel). Stays None until a GPU session has timed the variants
+(``scripts/gpu_kernel_variants.py``) against the one-step kernel: written
+without a GPU at hand, this kernel is checked bitwise against the one-step
+kernel under the CUDA simulator only."""
+
+VARIANTS = (PassLaunch(2, 64, 128), PassLaunch(4, 64, 128), PassLaunch(4, 128, 256), PassLaunch(8, 128, 256))
+"""Multi-step passes timed by ``scripts/gpu_kernel_variants.py``."""
+
+
+def fits(shape, launch):
+    """Whether ``launch`` can run on a grid of ``shape``."""
+    ny, nx = shape
+    return launch.threads - 2 * launch.steps >= 32 and min(ny, nx) >= 2 * launch.steps and launch.steps >= 1
+
+
+@cuda.jit(device=True)
+def _fold(k, n, periodic):
+    """Stored index of logical index ``k`` (one wrap, else clamped into the array)."""
+    if periodic:
+        if k < 0:
+            k += n
+        elif k >= n:
+            k -= n
+    if k < 0:
+        return 0
+    if k > n - 1:
+        return n - 1
+    return k
+
+
+@functools.cache
+def _pass_kernel(dtype_name, steps, threads):
+    """The kernel of T = ``steps`` levels for ``threads`` threads (shared-memory shape at compile time)."""
+    from hpcgpu.kernels.stencil._cuda import diffusion_update
+
+    value_type = numba.from_dtype(np.dtype(dtype_name))
+    levels = steps + 1
+
+    @cuda.jit
+    def kernel(src, dst, ny, nx, rows, c_x, c_y, bc_x, bc_s):
+        # ring[t, s, x]: level t (0: the input), ring slot s, thread x.
+        ring = cuda.shared.array((levels, 3, threads), value_type)
+        x = cuda.threadIdx.x
+        width = threads - 2 * steps
+        i = cuda.blockIdx.x * width - steps + x  # this thread's logical column
+        j0 = cuda.blockIdx.y * rows
+        periodic_x = bc_x == PERIODIC
+        periodic_y = bc_s == PERIODIC
+        column = _fold(i, nx, periodic_x)
+        # Neighbour threads; at a wall (and at the block's own edges, whose
+        # columns are halo) the point itself.
+        west = x - 1
+        east = x + 1
+        if x == 0 or (not periodic_x and i <= 0):
+            west = x
+        if x == threads - 1 or (not periodic_x and i >= nx - 1):
+            east = x
+        store = steps <= x < threads - steps and i < nx
+        for it in range(rows + 2 * steps):
+            r = j0 - steps + it  # input row of this iteration; level t makes row r - t
+            new, mid, old = it % 3, (it + 2) % 3, (it + 1) % 3  # newest, one before, two before
+            ring[0, new, x] = src[np.uint64(_fold(r, ny, periodic_y) * nx + column)]
+            cuda.syncthreads()
+            for t in range(1, levels):
+                q = r - t  # the row level t makes now, from level t-1 rows q-1 (old), q (mid), q+1 (new)
+                south = old
+                north = new
+                if not periodic_y:
+                    if q <= 0:
+                        south = mid
+                    if q >= ny - 1:
+                        north = mid
+                ring[t, new, x] = diffusion_update(ring[t - 1, mid, x], ring[t - 1, mid, west],
+                                                   ring[t - 1, mid, east], ring[t - 1, south, x],
+                                                   ring[t - 1, north, x], c_x, c_y)
+                cuda.syncthreads()
+            q = r - steps
+            if store and j0 <= q < j0 + rows and q < ny:
+                dst[np.uint64(q * nx + i)] = ring[steps, new, x]
+
+    return kernel
+
+
+def multi_step_pass(src, dst, c_x, c_y, bc_x, bc_s, launch):
+    """T diffusion steps from ``src`` into ``dst`` (flat device views of C-contiguous ``(ny, nx)`` grids).
+
+    ``src`` and ``dst`` are the arrays (for the shape, dtype and stream);
+    the caller checks :func:`fits` first.
+    """
+    dtype = np.dtype(src.dtype)
+    ny, nx = src.shape
+    width = launch.threads - 2 * launch.steps
+    grid = ((nx + width - 1) // width, (ny + launch.rows - 1) // launch.rows)
+    kernel = _pass_kernel(dtype.name, launch.steps, launch.threads)
+    t = dtype.type
+    kernel[grid, (launch.threads, 1), _stream(src)](
+        _on_device(src.reshape(src.size)), _on_device(dst.reshape(dst.size)), ny, nx, launch.rows,
+        t(c_x), t(c_y), bc_x, bc_s)
