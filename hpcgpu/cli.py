@@ -55,7 +55,7 @@ def _check_bench_arguments(args):
         check_int("steps", args.steps, minimum=1)
     check_float("budget", args.budget, minimum=0.0, strict_min=True)
     if args.workers is not None:
-        check_int("workers", args.workers, minimum=2 if args.suite == "md" else 1)
+        check_int("workers", args.workers, minimum=2 if args.suite in ("md", "nbody") else 1)
 
 
 def _info(args):
@@ -131,7 +131,7 @@ def _bench(args):
     if args.suite == "scaling":
         backends = backends[-1:]  # the fastest usable backend scales out
         extra = dict(workload=args.workload, max_workers=args.workers)
-    elif args.suite == "md" and args.workers is not None:
+    elif args.suite in ("md", "nbody") and args.workers is not None:
         extra = dict(workers=args.workers)
     module.run(recorder, backends, sizes=args.size, dtypes=args.dtype, steps=args.steps,
                budget_s=args.budget, **extra)
@@ -183,7 +183,8 @@ def build_parser():
                        help="diffusion steps per timed call (default 100); for scaling, steps per task K "
                             "(default 16); for nbody, force evaluations per timed call (default 10)")
     bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs); "
-                                                    "md: also run the slab case on that many local workers")
+                                                    "md, nbody: also run the partitioned case on that many "
+                                                    "local workers")
     bench.add_argument("--budget", type=float, default=20.0,
                        help="seconds of repeats per case and backend (default 20)")
     soak = bench.add_argument_group("soak (suite 'soak')")

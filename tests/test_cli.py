@@ -1,6 +1,7 @@
 """The command line, end to end in subprocesses."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -102,6 +103,17 @@ def test_bench_nbody_prints_json_lines():
             assert r["targets_timed"] < r["size"] and "note" in r
         else:
             assert r["targets_timed"] == r["size"] and r["evaluations_per_call"] == 2
+
+
+def test_bench_nbody_blocks_on_two_workers_beside_the_one_process_rate():
+    result = run("bench", "nbody", "--size", "300", "--steps", "3", "--budget", "0.05", "--backend", "numba",
+                 "--workers", "2", "--dtype", "float64")
+    assert result.returncode == 0, result.stderr
+    one, blocks = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert (one["case"], blocks["case"], blocks["workers"], blocks["size"]) == ("direct", "direct_blocks", 2, 300)
+    assert blocks["repeats"] >= 2 and blocks["steps_per_call"] == 3
+    assert math.isclose(blocks["value"], 300 * 300 * 3 / blocks["median_s"], rel_tol=1e-9)
+    assert math.isclose(blocks["ratio_to_one_process"], blocks["value"] / one["value"], rel_tol=1e-9)
 
 
 def test_run_weather_on_a_local_cluster(tmp_path):

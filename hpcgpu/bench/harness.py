@@ -96,6 +96,33 @@ def _jsonable(value):
     return value
 
 
+def measure_on_local_cluster(backend, workers, make_call, *, budget_s, min_repeats=2, max_repeats=5):
+    """Durations of ``make_call(client)()`` on a new local cluster of ``workers`` workers.
+
+    One core (or one GPU) per worker; the cluster is closed afterwards. The
+    call must wait for its own results (nothing to synchronise here).
+    """
+    from hpcgpu.cluster import cluster
+
+    gpus = backend.on_gpu and not backend.simulated
+    client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
+                     dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        client.wait_for_workers(workers)
+        return measure(make_call(client), synchronize=lambda: None, budget_s=budget_s, min_repeats=min_repeats,
+                       max_repeats=max_repeats)
+    finally:
+        local = client.cluster
+        client.close()
+        local.close()
+
+
+def one_process_rate(recorder, case, backend, dtype, size):
+    """The ``value`` of ``case`` for this backend, dtype and size in this run (None if absent)."""
+    return next((r["value"] for r in recorder.results if r["case"] == case and r["backend"] == backend.name
+                 and r["dtype"] == np.dtype(dtype).name and r["size"] == size), None)
+
+
 def copy_bandwidth(backend, nbytes, repeats=5):
     """Measured device-memory copy bandwidth (bytes read + written per second).
 

@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from hpcgpu.bench.harness import measure
+from hpcgpu.bench.harness import measure, measure_on_local_cluster, one_process_rate
 from hpcgpu.errors import ConfigError
 
 __all__ = ["run", "n_cells_for", "SETUP", "NUMPY_STEPS"]
@@ -177,7 +177,6 @@ def _lj_liquid(recorder, backend, dtype, requested, steps, budget_s):
 
 
 def _lj_liquid_slabs(recorder, backend, dtype, requested, steps, budget_s, workers):
-    from hpcgpu.cluster import cluster
     from hpcgpu.distributed import DistributedExecutor
     from hpcgpu.workloads.md import LennardJones
 
@@ -185,29 +184,20 @@ def _lj_liquid_slabs(recorder, backend, dtype, requested, steps, budget_s, worke
                          cutoff=SETUP["cutoff"], skin=SETUP["skin"], shift=True, thermostat="none", dtype=dtype,
                          backend=backend.name)
     initial = model.initial_state()
-    gpus = backend.on_gpu and not backend.simulated
-    client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
-                     dashboard_address="127.0.0.1:0", quiet=True)
-    try:
-        client.wait_for_workers(workers)
 
+    def make_call(client):
         def call():
             executor = DistributedExecutor(client, model, initial, SETUP["dt"], partitions=workers,
                                            name="bench-md-slabs")
             executor.advance(steps)
             executor.synchronize()
             executor.close()
+        return call
 
-        durations = measure(call, synchronize=lambda: None, budget_s=budget_s, min_repeats=2, max_repeats=5)
-    finally:
-        local = client.cluster
-        client.close()
-        local.close()
+    durations = measure_on_local_cluster(backend, workers, make_call, budget_s=budget_s)
     median = float(np.median(durations))
     rate = model.n * steps / median
-    one_process = next((r["value"] for r in recorder.results if r["case"] == "lj_liquid"
-                        and r["backend"] == backend.name and r["dtype"] == np.dtype(dtype).name
-                        and r["size"] == model.n), None)
+    one_process = one_process_rate(recorder, "lj_liquid", backend, dtype, model.n)
     recorder.add(case="lj_liquid_slabs", backend=backend.name, dtype=np.dtype(dtype).name, size=model.n,
                  metric="atom_steps_per_s", value=rate, unit="1/s", durations=durations, steps_per_call=steps,
                  seconds_per_step=median / steps, workers=workers, partitions=workers,

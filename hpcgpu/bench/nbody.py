@@ -14,11 +14,21 @@ reference would need seconds per evaluation at these sizes, so it computes
 the accelerations on the first :data:`NUMPY_TARGETS` bodies only (from all
 ``N``), once per timed call, and its rate is that of those interactions;
 the JSON line says so (``targets_timed``, ``note``).
+
+Case ``direct_blocks`` (with ``--workers N``, N >= 2): whole leapfrog steps
+of a Plummer sphere of ``N`` bodies on a local dask cluster of N workers
+(one core or one GPU each), the bodies in N blocks
+(:class:`hpcgpu.bodies.BodyExecutor`: each step every block takes all
+positions). Each timed call starts the run on the cluster and waits for
+``steps`` steps; ``value`` is ``N**2`` interactions per step over the time,
+with ``ratio_to_one_process`` over the ``direct`` line of the same backend,
+dtype and size (force evaluations alone, so the ratio also charges the
+steps' O(N) work).
 """
 
 import numpy as np
 
-from hpcgpu.bench.harness import measure
+from hpcgpu.bench.harness import measure, measure_on_local_cluster, one_process_rate
 
 __all__ = ["run", "NUMPY_TARGETS", "FLOPS_PER_INTERACTION"]
 
@@ -61,11 +71,45 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
                  targets_timed=targets, softening=SOFTENING, potential=False, **extra)
 
 
-def run(recorder, backends, *, sizes=(4096, 16384), dtypes=("float32",), steps=10, budget_s=20.0):
+def _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers):
+    from hpcgpu.distributed import DistributedExecutor
+    from hpcgpu.workloads.astro import NBody
+
+    model = NBody("plummer", n=n, dtype=dtype, backend=backend.name, seed=4)
+    initial = model.initial_state()
+    dt = model.case_dt
+
+    def make_call(client):
+        def call():
+            executor = DistributedExecutor(client, model, initial, dt, partitions=workers, name="bench-nbody-blocks")
+            executor.advance(steps)
+            executor.synchronize()
+            executor.close()
+        return call
+
+    durations = measure_on_local_cluster(backend, workers, make_call, budget_s=budget_s)
+    median = float(np.median(durations))
+    rate = n * n * steps / median
+    one_process = one_process_rate(recorder, "direct", backend, dtype, n)
+    recorder.add(case="direct_blocks", backend=backend.name, dtype=np.dtype(dtype).name, size=n,
+                 metric="interactions_per_s", value=rate, unit="1/s", durations=durations,
+                 gflops=FLOPS_PER_INTERACTION * rate / 1e9, steps_per_call=steps, seconds_per_step=median / steps,
+                 workers=workers, partitions=workers,
+                 ratio_to_one_process=None if one_process is None else rate / one_process,
+                 note="each call scatters the initial state to the workers and waits for the last step")
+
+
+def run(recorder, backends, *, sizes=(4096, 16384), dtypes=("float32",), steps=10, budget_s=20.0, workers=None):
     """Run the nbody suite; results go to ``recorder`` (numpy first for ratios).
 
-    ``sizes`` are numbers of bodies; ``steps`` evaluations per timed call.
+    ``sizes`` are numbers of bodies; ``steps`` evaluations per timed call;
+    ``workers`` (2 or more) adds the ``direct_blocks`` case on that many
+    local workers for every backend but ``numpy``.
     """
+    if workers is not None and workers < 2:
+        from hpcgpu.errors import ConfigError
+
+        raise ConfigError(f"workers must be >= 2 for the nbody benchmark's block case; got {workers}")
     order = sorted(backends, key=lambda b: b.name != "numpy")
     for n in sizes:
         for dtype in dtypes:
@@ -76,4 +120,10 @@ def run(recorder, backends, *, sizes=(4096, 16384), dtypes=("float32",), steps=1
                 except Exception as error:  # noqa: BLE001 - reported, then re-raised by the CLI's status
                     recorder.error(case="direct", backend=backend.name, dtype=np.dtype(dtype).name,
                                    size=n, error=error)
+                if workers and backend.name != "numpy":
+                    try:
+                        _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers)
+                    except Exception as error:  # noqa: BLE001 - as above
+                        recorder.error(case="direct_blocks", backend=backend.name, dtype=np.dtype(dtype).name,
+                                       size=n, error=error)
     return recorder.results
