@@ -96,20 +96,30 @@ def _jsonable(value):
     return value
 
 
-def measure_on_local_cluster(backend, workers, make_call, *, budget_s, min_repeats=2, max_repeats=5):
-    """Durations of ``make_call(client)()`` on a new local cluster of ``workers`` workers.
+def measure_partitioned(backend, workers, model, state, dt, steps, *, name, budget_s, min_repeats=2,
+                        max_repeats=5):
+    """Durations of ``steps`` steps of ``model`` from ``state`` in ``workers`` partitions on a new local cluster.
 
-    One core (or one GPU) per worker; the cluster is closed afterwards. The
-    call must wait for its own results (nothing to synchronise here).
+    One core (or one GPU) per worker; each timed call scatters the state,
+    steps and waits for the last step (:func:`hpcgpu.distributed.DistributedExecutor`);
+    the cluster is closed afterwards.
     """
     from hpcgpu.cluster import cluster
+    from hpcgpu.distributed import DistributedExecutor
 
     gpus = backend.on_gpu and not backend.simulated
     client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
                      dashboard_address="127.0.0.1:0", quiet=True)
+
+    def call():
+        executor = DistributedExecutor(client, model, state, dt, partitions=workers, name=name)
+        executor.advance(steps)
+        executor.synchronize()
+        executor.close()
+
     try:
         client.wait_for_workers(workers)
-        return measure(make_call(client), synchronize=lambda: None, budget_s=budget_s, min_repeats=min_repeats,
+        return measure(call, synchronize=lambda: None, budget_s=budget_s, min_repeats=min_repeats,
                        max_repeats=max_repeats)
     finally:
         local = client.cluster

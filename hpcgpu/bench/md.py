@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from hpcgpu.bench.harness import measure, measure_on_local_cluster, one_process_rate
+from hpcgpu.bench.harness import measure, measure_partitioned, one_process_rate
 from hpcgpu.errors import ConfigError
 
 __all__ = ["run", "n_cells_for", "SETUP", "NUMPY_STEPS"]
@@ -177,24 +177,13 @@ def _lj_liquid(recorder, backend, dtype, requested, steps, budget_s):
 
 
 def _lj_liquid_slabs(recorder, backend, dtype, requested, steps, budget_s, workers):
-    from hpcgpu.distributed import DistributedExecutor
     from hpcgpu.workloads.md import LennardJones
 
     model = LennardJones(n_cells_for(requested), density=SETUP["density"], temperature=SETUP["temperature"],
                          cutoff=SETUP["cutoff"], skin=SETUP["skin"], shift=True, thermostat="none", dtype=dtype,
                          backend=backend.name)
-    initial = model.initial_state()
-
-    def make_call(client):
-        def call():
-            executor = DistributedExecutor(client, model, initial, SETUP["dt"], partitions=workers,
-                                           name="bench-md-slabs")
-            executor.advance(steps)
-            executor.synchronize()
-            executor.close()
-        return call
-
-    durations = measure_on_local_cluster(backend, workers, make_call, budget_s=budget_s)
+    durations = measure_partitioned(backend, workers, model, model.initial_state(), SETUP["dt"], steps,
+                                    name="bench-md-slabs", budget_s=budget_s)
     median = float(np.median(durations))
     rate = model.n * steps / median
     one_process = one_process_rate(recorder, "lj_liquid", backend, dtype, model.n)

@@ -28,7 +28,7 @@ steps' O(N) work).
 
 import numpy as np
 
-from hpcgpu.bench.harness import measure, measure_on_local_cluster, one_process_rate
+from hpcgpu.bench.harness import measure, measure_partitioned, one_process_rate
 
 __all__ = ["run", "NUMPY_TARGETS", "FLOPS_PER_INTERACTION"]
 
@@ -72,22 +72,11 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
 
 
 def _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers):
-    from hpcgpu.distributed import DistributedExecutor
     from hpcgpu.workloads.astro import NBody
 
     model = NBody("plummer", n=n, dtype=dtype, backend=backend.name, seed=4)
-    initial = model.initial_state()
-    dt = model.case_dt
-
-    def make_call(client):
-        def call():
-            executor = DistributedExecutor(client, model, initial, dt, partitions=workers, name="bench-nbody-blocks")
-            executor.advance(steps)
-            executor.synchronize()
-            executor.close()
-        return call
-
-    durations = measure_on_local_cluster(backend, workers, make_call, budget_s=budget_s)
+    durations = measure_partitioned(backend, workers, model, model.initial_state(), model.case_dt, steps,
+                                    name="bench-nbody-blocks", budget_s=budget_s)
     median = float(np.median(durations))
     rate = n * n * steps / median
     one_process = one_process_rate(recorder, "direct", backend, dtype, n)

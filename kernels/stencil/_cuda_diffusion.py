@@ -75,25 +75,10 @@ def fits(shape, launch):
     return launch.threads - 2 * launch.steps >= 32 and min(ny, nx) >= 2 * launch.steps and launch.steps >= 1
 
 
-@cuda.jit(device=True)
-def _fold(k, n, periodic):
-    """Stored index of logical index ``k`` (one wrap, else clamped into the array)."""
-    if periodic:
-        if k < 0:
-            k += n
-        elif k >= n:
-            k -= n
-    if k < 0:
-        return 0
-    if k > n - 1:
-        return n - 1
-    return k
-
-
 @functools.cache
 def _pass_kernel(dtype_name, steps, threads):
     """The kernel of T = ``steps`` levels for ``threads`` threads (shared-memory shape at compile time)."""
-    from hpcgpu.kernels.stencil._cuda import diffusion_update
+    from hpcgpu.kernels.stencil._cuda import _wrap_or_clamp, diffusion_update
 
     value_type = numba.from_dtype(np.dtype(dtype_name))
     levels = steps + 1
@@ -108,7 +93,7 @@ def _pass_kernel(dtype_name, steps, threads):
         j0 = cuda.blockIdx.y * rows
         periodic_x = bc_x == PERIODIC
         periodic_y = bc_s == PERIODIC
-        column = _fold(i, nx, periodic_x)
+        column = _wrap_or_clamp(i, nx, periodic_x)
         # Neighbour threads; at a wall (and at the block's own edges, whose
         # columns are halo) the point itself.
         west = x - 1
@@ -121,7 +106,7 @@ def _pass_kernel(dtype_name, steps, threads):
         for it in range(rows + 2 * steps):
             r = j0 - steps + it  # input row of this iteration; level t makes row r - t
             new, mid, old = it % 3, (it + 2) % 3, (it + 1) % 3  # newest, one before, two before
-            ring[0, new, x] = src[np.uint64(_fold(r, ny, periodic_y) * nx + column)]
+            ring[0, new, x] = src[np.uint64(_wrap_or_clamp(r, ny, periodic_y) * nx + column)]
             cuda.syncthreads()
             for t in range(1, levels):
                 q = r - t  # the row level t makes now, from level t-1 rows q-1 (old), q (mid), q+1 (new)
