@@ -23,7 +23,7 @@ STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody matrix scaling weathe
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has variants; then
 echo "== GPU kernel variants"
-timeout ${VARIANTS_S:-90} $PY scripts/gpu_kernel_variants.py --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.txt" | tail -40
+timeout ${VARIANTS_S:-120} $PY scripts/gpu_kernel_variants.py --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.txt" | tail -40
 fi
 if has tests; then
 echo "== GPU test tier"
