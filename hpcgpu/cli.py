@@ -59,12 +59,22 @@ def _check_bench_arguments(args):
 
 
 def _info(args):
+    from hpcgpu._cpu_vectors import vector_width_note, wide_vector_features
     from hpcgpu.backends import backend_info, get_backend
 
+    if args.wide_vectors:
+        features = wide_vector_features()
+        if features is None:
+            print("hpcgpu: this CPU has no AVX-512: Numba's default vector width is already its widest",
+                  file=sys.stderr)
+            return 1
+        print(features)
+        return 0
     statuses = backend_info()
     auto = get_backend("auto").name
     if args.json:
-        print(json.dumps({"auto": auto, "backends": [s.__dict__ for s in statuses]}))
+        print(json.dumps({"auto": auto, "backends": [s.__dict__ for s in statuses],
+                          "cpu_vectors": vector_width_note()}))
         return 0
     import hpcgpu
 
@@ -74,6 +84,7 @@ def _info(args):
         mark = "usable  " if s.usable else "unusable"
         print(f"  {s.name:<{width}}  {mark}  {s.detail}")
     print(f"  'auto' selects: {auto}")
+    print(f"  {vector_width_note()}")
     return 0
 
 
@@ -155,6 +166,8 @@ def build_parser():
 
     info = sub.add_parser("info", help="list backends and whether each is usable here")
     info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--wide-vectors", action="store_true",
+                      help="print the NUMBA_CPU_FEATURES value that compiles the CPU kernels for 512-bit vectors")
     info.set_defaults(handler=_info)
 
     run = sub.add_parser("run", help="run a workload")
