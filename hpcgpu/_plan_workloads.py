@@ -170,7 +170,7 @@ class MolecularDynamics:
     are rebuilt every ``rebuild_every`` steps from 27 cells of side
     ``cutoff + skin``. Each step a slab receives the positions of the atoms
     within ``cutoff + skin`` of its two faces; the step is ``4P`` tasks
-    (``3P`` with two slabs) in 2 dependent levels (:mod:`hpcgpu.domains`).
+    (``2P`` with two slabs, ``3P`` with three) in 2 dependent levels (:mod:`hpcgpu.domains`).
     """
 
     atoms: int
@@ -235,7 +235,8 @@ class MolecularDynamics:
         ghost_bytes = ghosts * 3 * item
         # critical path: exchange (both answers, twice the ghosts) -> kick (ghosts and flags fetched)
         transfer = 0.0 if partitions == 1 else _transfer_time(link, scheduler, 1, 2 * ghost_bytes)
-        tasks = 2 * partitions + partitions * neighbours
+        # an exchange per neighbour and the kick; rebuild-flag tasks only beyond three slabs
+        tasks = partitions + partitions * neighbours + (partitions if partitions > 3 else 0)
         levels = 2
         per_atom = self.state_values_per_atom * item + 32  # + int64 images and ids
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item

@@ -13,14 +13,19 @@ any atom anywhere has moved more than ``skin / 2`` since the last build
 (``P`` partitions, neighbours ``q`` of ``p``); only the kick waits for other
 workers, so a step is two levels of tasks::
 
-    moved p          did one of p's atoms move more than skin / 2?  (a bool;
-                     the state is drifted already, see the kick)
-    exchange q->p    both possible answers, as the decision is not known yet:
-                     the positions of the atoms q sent p last time, in the
+    moved p          (P >= 4 only) did one of p's atoms move more than
+                     skin / 2?  (a bool; the state is drifted already, see
+                     the kick)
+    exchange q->p    q's own rebuild flag (as moved) and both possible
+                     answers, as the decision is not known yet: the
+                     positions of the atoms q sent p last time, in the
                      same order (no rebuild), and q's atoms now in p's slab
                      (migrants) with the positions of q's staying atoms
                      within the ghost radius of p's slab (rebuild)
-    kick p           reads every flag; on a rebuild p keeps its staying
+    kick p           reads every flag (with at most three slabs every other
+                     slab is a neighbour, so the exchanges carry them all
+                     and there are no moved tasks; one slab tests its own
+                     atoms); on a rebuild p keeps its staying
                      atoms and takes the migrants, and its ghosts from q are
                      q's staying atoms near p followed by the atoms p sent
                      q (q's own order after it settles, as q checks); then
@@ -160,7 +165,8 @@ def _exchange(model, slabs, dt, domain, source, destination, k):
 
     Both answers, since the rebuild is decided over all partitions and
     waiting for that decision would put the other workers' flags on the
-    critical path: ``(plain, migrants, near)`` with ``plain`` the positions
+    critical path: ``(moved, plain, migrants, near)`` with ``moved`` the
+    source's rebuild flag (:func:`_moved`), ``plain`` the positions
     of the atoms on send list ``k`` in its order (the exchange of a step
     without a rebuild; None before the first rebuild), ``migrants`` the
     atoms now in the destination's slab and ``near`` the positions of the
@@ -175,7 +181,8 @@ def _exchange(model, slabs, dt, domain, source, destination, k):
     slab = _slab_index(model, slabs, state)
     migrants = model.select_atoms(state, xp.nonzero(slab == destination)[0])
     near = slabs.near(xp, positions[slabs.axis], destination, model.ghost_radius())
-    return plain, migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
+    moved = model.block_needs_rebuild(state)
+    return moved, plain, migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
 
 
 def _settle(model, slabs, p, state, arrivals):
@@ -236,14 +243,15 @@ def _kick(model, slabs, p, dt, domain, outgoing, incoming, *moved):
     """
     model = _on_worker(model)
     xp, state, send = model.backend.xp, _next_drifted(model, domain, dt), domain.send
-    rebuild = any(moved)
+    flags = [exchange[0] for exchange in (*outgoing, *incoming)] + list(moved)
+    rebuild = any(flags) if flags else model.block_needs_rebuild(state)
     if rebuild:
-        arrivals = [migrants for _, migrants, _ in incoming]
+        arrivals = [migrants for _, _, migrants, _ in incoming]
         state, staying = _settle(model, slabs, p, state, arrivals)
         ghosts = [xp.concatenate([near, model.block_positions(sent)], axis=1)
-                  for (_, _, near), (_, sent, _) in zip(incoming, outgoing)]
+                  for (_, _, _, near), (_, _, sent, _) in zip(incoming, outgoing)]
     else:
-        ghosts = [plain for plain, _, _ in incoming]
+        ghosts = [plain for _, plain, _, _ in incoming]
     positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
     state = model.kick_with_ghosts(state, positions, dt, rebuild)
     if rebuild:
@@ -348,8 +356,10 @@ class DomainExecutor(_PartitionedExecutor):
 
         # each block already holds its drifted next step (made by the last kick)
         blocks = self.blocks
-        moved = [cut(_moved, model, dt, block, phase="moved", index=(p,), worker=self.owner[p])
-                 for p, block in enumerate(blocks)]
+        # With at most three slabs every slab is a neighbour of every other: the exchanges carry
+        # all the rebuild flags. Beyond, each slab's flag is a task of its own.
+        moved = [] if count <= 3 else [cut(_moved, model, dt, block, phase="moved", index=(p,),
+                                           worker=self.owner[p]) for p, block in enumerate(blocks)]
         # the exchanges carry both answers and the kick reads every flag itself: only the kick
         # waits for other workers (two levels a step)
         exchanges = {(q, p): cut(_exchange, model, slabs, dt, blocks[q], q, p, k, phase="exchange",

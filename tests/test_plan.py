@@ -118,9 +118,10 @@ def test_the_scheduler_term_counts_the_engines_tasks():
     weather = Weather(4096, 4096, steps=1, steps_per_task=16, periodic=True)
     assert weather.cost(4, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(3 * 4e-3 / 16)
     md = MolecularDynamics(10_000_000, steps=1)
-    # per slab: the rebuild test, the kick, one exchange per neighbour (two slabs: one neighbour each)
+    # per slab: the kick, one exchange per neighbour and (beyond three slabs) the rebuild test
     assert md.cost(8, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(8 * 4 * 1e-3)
-    assert md.cost(2, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(2 * 3 * 1e-3)
+    assert md.cost(3, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(3 * 3 * 1e-3)
+    assert md.cost(2, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(2 * 2 * 1e-3)
     nbody = NBody(100_000, steps=1)
     # per block: the positions cut and the kick (which also drifts into the next step)
     assert nbody.cost(4, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(8e-3)
