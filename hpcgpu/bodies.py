@@ -17,7 +17,7 @@ The model provides ``decomposition_size``, ``drift_block``,
 
 from dataclasses import dataclass
 
-from hpcgpu.distributed import _on_worker, _PartitionedExecutor
+from hpcgpu.distributed import _HeldStateExecutor, _on_worker
 from hpcgpu.errors import ConfigError
 
 __all__ = ["BodyExecutor"]
@@ -52,21 +52,7 @@ def _kick_block(model, dt, block, start, *positions):
     return _Bodies(state, model.drift_block(state, dt))
 
 
-def _bodies_sums(model, block, start, extra):
-    model = _on_worker(model)
-    return model.block_sums(model.concat_blocks([block.state]), start, extra)
-
-
-def _bodies_health(model, block):
-    model = _on_worker(model)
-    return model.block_health(model.concat_blocks([block.state]))
-
-
-def _bodies_to_host(model, block):
-    return _on_worker(model).to_host(block.state)
-
-
-class BodyExecutor(_PartitionedExecutor):
+class BodyExecutor(_HeldStateExecutor):
     """Blocks of bodies; each step needs every body's position (all-pairs forces).
 
     A step is two rounds of tasks: each block cuts its positions after the
@@ -78,9 +64,6 @@ class BodyExecutor(_PartitionedExecutor):
     """
 
     unit = "bodies"
-    _health_task = staticmethod(_bodies_health)
-    _sums_task = staticmethod(_bodies_sums)
-    _host_task = staticmethod(_bodies_to_host)
 
     def _split(self, host_state):
         return [_Bodies(block) for block in super()._split(host_state)]

@@ -222,10 +222,12 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
 
 def _worker_config():
     """dask settings for the workers a local cluster starts (nannies pass on the config they see)."""
+    import contextlib
+
     import dask
 
     if dask.config.get("distributed.worker.profile.interval") != _DASK_PROFILE_INTERVAL:
-        return dask.config.set({})  # the user chose an interval: keep it
+        return contextlib.nullcontext()  # the user chose an interval: keep it
     return dask.config.set({"distributed.worker.profile.interval": WORKER_PROFILE_INTERVAL})
 
 

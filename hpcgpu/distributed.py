@@ -165,6 +165,21 @@ def _to_host(model, block):
     return _on_worker(model).to_host(block)
 
 
+# Blocks that hold the model state beside other things (a ``.state`` attribute):
+# particle blocks keep their next drifted step, MD slabs their send lists too.
+
+def _held_sums(model, block, start, extra):
+    return _block_sums(model, block.state, start, extra)
+
+
+def _held_health(model, block):
+    return _block_health(model, block.state)
+
+
+def _held_to_host(model, block):
+    return _to_host(model, block.state)
+
+
 def DistributedExecutor(client, model, state, dt, **kwargs):
     """The executor for ``model``'s decomposition on a dask cluster.
 
@@ -457,3 +472,11 @@ def _is_lost_worker(error):
     text = f"{type(error).__name__}: {error}".lower()
     return isinstance(error, KilledWorker) or any(
         word in text for word in ("lost", "cancelled", "killedworker", "commclosed", "worker died"))
+
+
+class _HeldStateExecutor(_PartitionedExecutor):
+    """Base of executors whose blocks hold the model state as ``block.state`` beside other things."""
+
+    _health_task = staticmethod(_held_health)
+    _sums_task = staticmethod(_held_sums)
+    _host_task = staticmethod(_held_to_host)

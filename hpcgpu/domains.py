@@ -67,7 +67,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcgpu.distributed import _on_worker, _PartitionedExecutor
+from hpcgpu.distributed import _HeldStateExecutor, _on_worker
 from hpcgpu.errors import ConfigError, UnstableSimulation
 
 __all__ = ["DomainExecutor", "Slabs"]
@@ -160,13 +160,14 @@ def _ghost_index(model, slabs, state, destination):
     return xp.nonzero(near)[0]
 
 
-def _exchange(model, slabs, dt, domain, source, destination, k):
+def _exchange(model, slabs, dt, domain, source, destination, k, carries_flag):
     """What partition ``source`` sends ``destination`` this step, cut from its drifted slab.
 
     Both answers, since the rebuild is decided over all partitions and
     waiting for that decision would put the other workers' flags on the
     critical path: ``(moved, plain, migrants, near)`` with ``moved`` the
-    source's rebuild flag (:func:`_moved`), ``plain`` the positions
+    source's rebuild flag (:func:`_moved`; False unless ``carries_flag``:
+    beyond three slabs the flag is a task of its own), ``plain`` the positions
     of the atoms on send list ``k`` in its order (the exchange of a step
     without a rebuild; None before the first rebuild), ``migrants`` the
     atoms now in the destination's slab and ``near`` the positions of the
@@ -181,7 +182,7 @@ def _exchange(model, slabs, dt, domain, source, destination, k):
     slab = _slab_index(model, slabs, state)
     migrants = model.select_atoms(state, xp.nonzero(slab == destination)[0])
     near = slabs.near(xp, positions[slabs.axis], destination, model.ghost_radius())
-    moved = model.block_needs_rebuild(state)
+    moved = carries_flag and model.block_needs_rebuild(state)
     return moved, plain, migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
 
 
@@ -259,19 +260,7 @@ def _kick(model, slabs, p, dt, domain, outgoing, incoming, *moved):
     return _Domain(state, send, model.drift_block(state, dt))
 
 
-def _domain_health(model, domain):
-    return _on_worker(model).block_health(domain.state)
-
-
-def _domain_sums(model, domain, start, extra):
-    return _on_worker(model).block_sums(domain.state, start, extra)
-
-
-def _domain_to_host(model, domain):
-    return _on_worker(model).to_host(domain.state)
-
-
-class DomainExecutor(_PartitionedExecutor):
+class DomainExecutor(_HeldStateExecutor):
     """Slabs of a periodic box on dask workers, with ghost atoms and migration.
 
     Parameters are those of :func:`hpcgpu.distributed.DistributedExecutor`;
@@ -294,9 +283,6 @@ class DomainExecutor(_PartitionedExecutor):
 
     unit = "atoms"
     axis = 2
-    _health_task = staticmethod(_domain_health)
-    _sums_task = staticmethod(_domain_sums)
-    _host_task = staticmethod(_domain_to_host)
 
     def _check_steps_per_task(self):
         if self.steps_per_task != 1:
@@ -326,7 +312,7 @@ class DomainExecutor(_PartitionedExecutor):
         return [_Domain(block) for block in blocks]
 
     def request_diagnostics(self, step):
-        futures = [self._submit(_domain_sums, self._model, block, 0, None,
+        futures = [self._submit(self._sums_task, self._model, block, 0, None,
                                 key=self._key("diagnostics", self.superstep, p), worker=self.owner[p])
                    for p, block in enumerate(self.blocks)]
         self._pending.append(("diagnostics", step, futures))
@@ -362,7 +348,8 @@ class DomainExecutor(_PartitionedExecutor):
                                            worker=self.owner[p]) for p, block in enumerate(blocks)]
         # the exchanges carry both answers and the kick reads every flag itself: only the kick
         # waits for other workers (two levels a step)
-        exchanges = {(q, p): cut(_exchange, model, slabs, dt, blocks[q], q, p, k, phase="exchange",
+        carries_flag = not moved
+        exchanges = {(q, p): cut(_exchange, model, slabs, dt, blocks[q], q, p, k, carries_flag, phase="exchange",
                                  index=(q, p), worker=self.owner[q])
                      for q in range(count) for k, p in enumerate(slabs.neighbours(q))}
         new = []
