@@ -177,8 +177,8 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
             device = replace(DEVICES["cpu"], name="cpu (measured here)", bandwidth=bandwidth, copy_fraction=1.0)
             predicted = workload.cost(partitions, device, link, scheduler)
             named = workload.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"], SchedulerModel(3e-3, 6e-3, 4e-3))
-            seconds, compute, halo, share, _ = _time_engine(client, model, partitions, predicted.steps_per_task,
-                                                            supersteps, repeats=1)
+            [(seconds, compute, halo, share)] = _time_engine(client, model, partitions,
+                                                             predicted.steps_per_task, supersteps, repeats=1)
             k = predicted.steps_per_task
             rows.append({
                 "workers": partitions, "steps_per_task": k,

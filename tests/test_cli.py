@@ -169,8 +169,16 @@ def test_bench_scaling_prints_efficiency_and_baseline():
     assert ("map_overlap-baseline", "speedup_vs_map_overlap") in metrics
     baseline = next(r for r in lines if r["case"] == "map_overlap-baseline")
     runs = baseline["map_overlap_runs_s_per_step"]
-    assert baseline["repeats"] == 3 and len(runs) == 3
-    assert baseline["map_overlap_seconds_per_step"] == sorted(runs)[1]
+    # two rounds of two runs each, the rounds on fresh clusters in turn
+    assert baseline["repeats"] == 4 and len(runs) == 4
+    assert baseline["map_overlap_seconds_per_step"] == sorted(runs)[2]
+    timed = {(r["case"], r["workers"], r["steps_per_task"]): r for r in lines if r["metric"] == "seconds_per_step"}
+    assert set(timed) == {("weak-scaling", 1, 2), ("weak-scaling", 2, 2), ("strong-scaling", 2, 2),
+                          ("weak-scaling", 2, 1)}
+    assert all(r["repeats"] == 4 for r in timed.values())
+    weak = {n: timed[("weak-scaling", n, 2)]["value"] for n in (1, 2)}
+    efficiency = next(r for r in lines if r["case"] == "weak-scaling" and r["metric"] == "parallel_efficiency")
+    assert efficiency["value"] == pytest.approx(weak[1] / weak[2])
     # the mixed pair: the emulated slow worker's block gets fewer rows after calibration
     calibrated = next(r for r in lines if r["case"] == "balance" and r["weights"] == "calibrate")
     assert calibrated["slowdown"] == 2.0

@@ -8,7 +8,7 @@ from _support import usable_backend
 
 import hpcgpu
 from hpcgpu import Simulation
-from hpcgpu.cluster import WORKER_PROFILE_INTERVAL, cluster, slurm_cluster
+from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, cluster, slurm_cluster
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
@@ -23,21 +23,30 @@ def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys)
         assert client.dashboard_link in capsys.readouterr().err
         threads = client.run(lambda: os.environ["NUMBA_NUM_THREADS"])
         assert set(threads.values()) == {str(max(1, len(os.sched_getaffinity(0)) // 2))}
-        # the profiler samples less often than dask's default, to leave the cores to the kernels
-        intervals = client.run(lambda: dask.config.get("distributed.worker.profile.interval"))
-        assert set(intervals.values()) == {WORKER_PROFILE_INTERVAL}
+        # dask's periodic work wakes less often than dask's defaults, to leave the cores to the kernels
+        settings = client.run(lambda keys: [dask.config.get(k) for k in keys], list(LOCAL_CLUSTER_CONFIG))
+        assert all(values == list(LOCAL_CLUSTER_CONFIG.values()) for values in settings.values())
+        defaults = dask.config.merge(*dask.config.defaults)
+        assert all(dask.config.get(k, config=defaults) != v for k, v in LOCAL_CLUSTER_CONFIG.items())
+        # the scheduler runs here: it was started under the same settings
+        ticks = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
+        assert ticks == 200
     finally:
         local = client.cluster
         client.close()
         local.close()
 
 
-def test_a_profile_interval_the_user_chose_reaches_the_workers():
-    with dask.config.set({"distributed.worker.profile.interval": "20ms"}):
+def test_settings_the_user_chose_reach_the_workers():
+    chosen = {"distributed.worker.profile.interval": "20ms", "distributed.admin.tick.interval": "50ms"}
+    with dask.config.set(chosen):
         client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
-        intervals = client.run(lambda: dask.config.get("distributed.worker.profile.interval"))
-        assert set(intervals.values()) == {"20ms"}
+        settings = client.run(lambda keys: [dask.config.get(k) for k in keys], list(chosen))
+        assert list(settings.values()) == [list(chosen.values())]
+        # the ones left alone still get hpcgpu's setting
+        monitor = client.run(lambda: dask.config.get("distributed.admin.system-monitor.interval"))
+        assert set(monitor.values()) == {LOCAL_CLUSTER_CONFIG["distributed.admin.system-monitor.interval"]}
     finally:
         local = client.cluster
         client.close()

@@ -21,8 +21,10 @@ core (or one GPU). Lines (metric):
 ``speedup_vs_map_overlap``
     the same model stepped by ``dask.array.map_overlap`` once per time step
     (one graph per step, submitted and waited on), on the same workers and
-    grid (median of ``repeats`` runs), over the time per step of hpcgpu's
-    partitioned engine.
+    grid, over the time per step of hpcgpu's partitioned engine.
+
+Every time is the median of ``rounds`` x ``repeats`` runs, the rounds
+alternating the worker counts (each on a fresh cluster).
 """
 
 import os
@@ -37,6 +39,11 @@ __all__ = ["run"]
 
 BALANCE_SLOWDOWN = 2.0
 """How much slower the slow worker of the ``balance`` case is."""
+
+OVERLAP_STEPS = 8
+"""Time steps per timed run of the map_overlap baseline. Its steps vary
+about 2x on this VM (whether a step's fresh 100 MB find their pages mapped
+already), so a run averages several."""
 
 
 def _cluster(workers, gpus):
@@ -155,12 +162,10 @@ def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
 
 
 def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
-    """Median over ``repeats`` timed runs of ``supersteps`` supersteps (this
-    machine is shared: one run can catch another job's burst).
+    """``repeats`` timed runs of ``supersteps`` supersteps.
 
-    Returns seconds per step, the critical compute and halo time per
-    superstep and the scheduler's share (of the median run), and the
-    seconds per step of every run.
+    Returns one tuple per run: seconds per step, the critical compute and
+    halo time per superstep, and the scheduler's share.
     """
     from distributed import get_task_stream
 
@@ -179,8 +184,13 @@ def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
             wall = time.perf_counter() - start
         runs.append((wall / (steps_per_task * supersteps), *_split(stream.data, wall, supersteps)))
     executor.close()
-    median = sorted(runs)[len(runs) // 2]
-    return (*median, [run[0] for run in runs])
+    return runs
+
+
+def _median_run(runs):
+    """The run whose time is the median (the upper one of an even count), so
+    that its split belongs to the time reported."""
+    return sorted(runs)[len(runs) // 2]
 
 
 def _overlap_step(block, block_info=None, *, model_bytes, dt, starts, south_depth, periodic):
@@ -198,10 +208,8 @@ def _overlap_step(block, block_info=None, *, model_bytes, dt, starts, south_dept
 
 
 def _time_map_overlap(client, model, workers, steps, repeats=3):
-    """Seconds per step when each step is one dask.array.map_overlap graph.
-
-    Returns the median over ``repeats`` runs of ``steps`` steps, and every run's.
-    """
+    """Seconds per step when each step is one dask.array.map_overlap graph,
+    for each of ``repeats`` runs of ``steps`` steps."""
     import dask.array as da
     from distributed import wait
 
@@ -233,14 +241,18 @@ def _time_map_overlap(client, model, workers, steps, repeats=3):
         for _ in range(steps):
             stacked = step(stacked)
         runs.append((time.perf_counter() - start) / steps)
-    return float(np.median(runs)), runs
+    return runs
 
 
 def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, budget_s=20.0,
-        workload="weather", max_workers=None, supersteps=3, balance=True, repeats=3):
+        workload="weather", max_workers=None, supersteps=3, balance=True, repeats=2, rounds=2):
     """Run the scaling suite; ``sizes`` are points per side per worker, ``steps`` is K.
 
-    Each timing is the median of ``repeats`` runs of ``supersteps`` supersteps.
+    Every worker count gets a fresh cluster once per round, rounds taking the
+    counts in turn (1, 2, ..., 1, 2, ...), so that a slow spell of this
+    shared machine falls on both sides of a ratio rather than on one. Each
+    timing is the median of ``rounds`` x ``repeats`` runs of ``supersteps``
+    supersteps.
     """
     if workload != "weather":
         from hpcgpu.errors import ConfigError
@@ -259,45 +271,27 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
     counts = sorted({1, top} | ({2} if top >= 2 else set()))
     for per_worker in sizes:
         for dtype in dtypes:
+            timings, overlap = {}, []
+            for _ in range(rounds):
+                for workers in counts:
+                    overlap += _time_cluster(timings, workers, top, gpus, per_worker, dtype, backend_name, steps,
+                                             supersteps, repeats)
             weak, strong = {}, {}
-            for workers in counts:
-                client = _cluster(workers, gpus)
-                try:
-                    for kind, ny in (("weak", per_worker * workers), ("strong", per_worker)):
-                        if kind == "strong" and workers == 1:
-                            strong[1] = weak[1]
-                            continue
-                        model = _model(per_worker, ny, dtype, backend_name)
-                        k = steps if min(model.halo_rows(steps)) * 2 <= ny // workers else 1
-                        seconds, compute, halo, share, runs = _time_engine(client, model, workers, k, supersteps,
-                                                                           repeats)
-                        (weak if kind == "weak" else strong)[workers] = seconds
-                        recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype,
-                                     size=per_worker, metric="seconds_per_step", value=seconds, unit="s",
-                                     durations=[run * k * supersteps for run in runs], workers=workers,
-                                     grid=[per_worker, ny], steps_per_task=k, compute_s=compute / k,
-                                     halo_s=halo / k, scheduler_share=share)
-                    if workers == top:
-                        model = _model(per_worker, per_worker * workers, dtype, backend_name)
-                        if k > 1:
-                            seconds1, _, _, share1, runs = _time_engine(client, model, workers, 1, supersteps * 4,
-                                                                        repeats)
-                            recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
-                                         metric="seconds_per_step", value=seconds1, unit="s",
-                                         durations=[run * supersteps * 4 for run in runs], workers=workers,
-                                         grid=[per_worker, per_worker * workers], steps_per_task=1,
-                                         scheduler_share=share1)
-                        baseline, runs = _time_map_overlap(client, model, workers, max(3, supersteps), repeats)
-                        recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype,
-                                     size=per_worker, metric="speedup_vs_map_overlap",
-                                     value=baseline / weak[workers], unit="x", durations=runs,
-                                     workers=workers, map_overlap_seconds_per_step=baseline,
-                                     map_overlap_runs_s_per_step=runs,
-                                     hpcgpu_seconds_per_step=weak[workers])
-                finally:
-                    local = client.cluster
-                    client.close()
-                    local.close()
+            for (kind, workers, k), runs in timings.items():
+                seconds, compute, halo, share = _median_run(runs)
+                if k == steps or (kind, workers, steps) not in timings:
+                    (weak if kind == "weak" else strong)[workers] = seconds
+                recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype, size=per_worker,
+                             metric="seconds_per_step", value=seconds, unit="s",
+                             durations=[run[0] * k * supersteps for run in runs], workers=workers,
+                             grid=[per_worker, per_worker * workers if kind == "weak" else per_worker],
+                             steps_per_task=k, compute_s=compute / k, halo_s=halo / k, scheduler_share=share)
+            strong[1] = weak[1]
+            baseline = _median_run(overlap)
+            recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype, size=per_worker,
+                         metric="speedup_vs_map_overlap", value=baseline / weak[top], unit="x", durations=overlap,
+                         workers=top, map_overlap_seconds_per_step=baseline, map_overlap_runs_s_per_step=overlap,
+                         hpcgpu_seconds_per_step=weak[top])
             for workers in counts[1:]:
                 recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=weak[1] / weak[workers], unit="1",
@@ -309,3 +303,30 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                 k = steps if min(_model(per_worker, per_worker, dtype, "numba").halo_rows(steps)) * 2 <= per_worker else 1
                 _balance(recorder, per_worker, dtype, k, supersteps)
     return recorder.results
+
+
+def _time_cluster(timings, workers, top, gpus, per_worker, dtype, backend_name, steps, supersteps, repeats):
+    """One round on a fresh cluster of ``workers``: adds its engine runs to
+    ``timings`` (keyed by scaling kind, workers and K) and returns the
+    map_overlap baseline's runs (on the largest cluster only)."""
+    client = _cluster(workers, gpus)
+    try:
+        ks = {}
+        for kind, ny in (("weak", per_worker * workers), ("strong", per_worker)):
+            if kind == "strong" and workers == 1:
+                continue  # the same run as weak on one worker
+            model = _model(per_worker, ny, dtype, backend_name)
+            k = ks[kind] = steps if min(model.halo_rows(steps)) * 2 <= ny // workers else 1
+            timings.setdefault((kind, workers, k), []).extend(
+                _time_engine(client, model, workers, k, supersteps, repeats))
+        if workers != top:
+            return []
+        model = _model(per_worker, per_worker * workers, dtype, backend_name)
+        if ks["weak"] > 1:  # the same grid one step per task: what K saves
+            timings.setdefault(("weak", workers, 1), []).extend(
+                _time_engine(client, model, workers, 1, supersteps * 4, repeats))
+        return _time_map_overlap(client, model, workers, max(OVERLAP_STEPS, supersteps), repeats)
+    finally:
+        local = client.cluster
+        client.close()
+        local.close()
