@@ -167,7 +167,12 @@ def test_bench_scaling_prints_efficiency_and_baseline():
     assert ("weak-scaling", "parallel_efficiency") in metrics
     assert ("strong-scaling", "parallel_efficiency") in metrics
     assert ("map_overlap-baseline", "speedup_vs_map_overlap") in metrics
-    baseline = next(r for r in lines if r["case"] == "map_overlap-baseline")
+    baselines = {r["scaling"]: r for r in lines if r["case"] == "map_overlap-baseline"}
+    assert {k: r["grid"] for k, r in baselines.items()} == {"weak": [64, 128], "strong": [64, 64]}
+    timed_strong = next(r for r in lines if r["case"] == "strong-scaling" and r["metric"] == "seconds_per_step")
+    strong = baselines["strong"]
+    assert strong["value"] == pytest.approx(strong["map_overlap_seconds_per_step"] / timed_strong["value"])
+    baseline = baselines["weak"]
     runs = baseline["map_overlap_runs_s_per_step"]
     # two rounds of two runs each, the rounds on fresh clusters in turn
     assert baseline["repeats"] == 4 and len(runs) == 4

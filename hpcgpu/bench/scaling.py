@@ -21,7 +21,9 @@ core (or one GPU). Lines (metric):
 ``speedup_vs_map_overlap``
     the same model stepped by ``dask.array.map_overlap`` once per time step
     (one graph per step, submitted and waited on), on the same workers and
-    grid, over the time per step of hpcgpu's partitioned engine.
+    grid, over the time per step of hpcgpu's partitioned engine: on the
+    weak-scaling grid (``per_worker`` squared per worker) and on the
+    strong-scaling one (``per_worker`` squared in all), field ``scaling``.
 
 Every time is the median of ``rounds`` x ``repeats`` runs, the rounds
 alternating the worker counts (each on a fresh cluster).
@@ -271,11 +273,11 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
     counts = sorted({1, top} | ({2} if top >= 2 else set()))
     for per_worker in sizes:
         for dtype in dtypes:
-            timings, overlap = {}, []
+            timings, overlap = {}, {"weak": [], "strong": []}
             for _ in range(rounds):
                 for workers in counts:
-                    overlap += _time_cluster(timings, workers, top, gpus, per_worker, dtype, backend_name, steps,
-                                             supersteps, repeats)
+                    _time_cluster(timings, overlap, workers, top, gpus, per_worker, dtype, backend_name, steps,
+                                  supersteps, repeats)
             weak, strong = {}, {}
             for (kind, workers, k), runs in timings.items():
                 seconds, compute, halo, share = _median_run(runs)
@@ -287,11 +289,16 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                              grid=[per_worker, per_worker * workers if kind == "weak" else per_worker],
                              steps_per_task=k, compute_s=compute / k, halo_s=halo / k, scheduler_share=share)
             strong[1] = weak[1]
-            baseline = _median_run(overlap)
-            recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype, size=per_worker,
-                         metric="speedup_vs_map_overlap", value=baseline / weak[top], unit="x", durations=overlap,
-                         workers=top, map_overlap_seconds_per_step=baseline, map_overlap_runs_s_per_step=overlap,
-                         hpcgpu_seconds_per_step=weak[top])
+            for kind, engine, ny in (("weak", weak, per_worker * top), ("strong", strong, per_worker)):
+                runs = overlap[kind]
+                if not runs:
+                    continue  # one worker: the grids are the same
+                baseline = _median_run(runs)
+                recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype, size=per_worker,
+                             metric="speedup_vs_map_overlap", value=baseline / engine[top], unit="x",
+                             durations=runs, workers=top, grid=[per_worker, ny], scaling=kind,
+                             map_overlap_seconds_per_step=baseline, map_overlap_runs_s_per_step=runs,
+                             hpcgpu_seconds_per_step=engine[top])
             for workers in counts[1:]:
                 recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=weak[1] / weak[workers], unit="1",
@@ -305,27 +312,31 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
     return recorder.results
 
 
-def _time_cluster(timings, workers, top, gpus, per_worker, dtype, backend_name, steps, supersteps, repeats):
+def _time_cluster(timings, overlap, workers, top, gpus, per_worker, dtype, backend_name, steps, supersteps,
+                  repeats):
     """One round on a fresh cluster of ``workers``: adds its engine runs to
-    ``timings`` (keyed by scaling kind, workers and K) and returns the
-    map_overlap baseline's runs (on the largest cluster only)."""
+    ``timings`` (keyed by scaling kind, workers and K) and, on the largest
+    cluster, the map_overlap baseline's runs on the weak and strong grids to
+    ``overlap``."""
     client = _cluster(workers, gpus)
     try:
-        ks = {}
+        ks, models = {}, {}
         for kind, ny in (("weak", per_worker * workers), ("strong", per_worker)):
             if kind == "strong" and workers == 1:
                 continue  # the same run as weak on one worker
-            model = _model(per_worker, ny, dtype, backend_name)
+            model = models[kind] = _model(per_worker, ny, dtype, backend_name)
             k = ks[kind] = steps if min(model.halo_rows(steps)) * 2 <= ny // workers else 1
             timings.setdefault((kind, workers, k), []).extend(
                 _time_engine(client, model, workers, k, supersteps, repeats))
         if workers != top:
-            return []
-        model = _model(per_worker, per_worker * workers, dtype, backend_name)
+            return
         if ks["weak"] > 1:  # the same grid one step per task: what K saves
             timings.setdefault(("weak", workers, 1), []).extend(
-                _time_engine(client, model, workers, 1, supersteps * 4, repeats))
-        return _time_map_overlap(client, model, workers, max(OVERLAP_STEPS, supersteps), repeats)
+                _time_engine(client, models["weak"], workers, 1, supersteps * 4, repeats))
+        for kind, model in models.items():
+            if workers > 1 or kind == "weak":
+                overlap[kind] += _time_map_overlap(client, model, workers, max(OVERLAP_STEPS, supersteps),
+                                                   repeats)
     finally:
         local = client.cluster
         client.close()

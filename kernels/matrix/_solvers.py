@@ -208,7 +208,7 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
     if not math.isfinite(rel):
         fail("the initial residual is not finite (check x0 and the operator)", 0)
     k = 0
-    restart = True
+    restart, p, rz_old = True, None, None  # a restart sets the direction before any use of these
     while True:
         if rel <= tol:
             # The recursive residual drifts from b - A x in finite precision: check the true one.

@@ -444,7 +444,6 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
         u_o_w = u_n_w
         u_o = u_n
         u_o_e = u_n_e
-        v_o_w2 = v_n_w2
         v_o_w = v_n_w
         v_o = v_n
         v_o_e = v_n_e
