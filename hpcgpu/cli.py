@@ -62,6 +62,12 @@ def _info(args):
     from hpcgpu._cpu_vectors import vector_width_note, wide_vector_features
     from hpcgpu.backends import backend_info, get_backend
 
+    if args.worker_env:
+        from hpcgpu.cluster import worker_environment
+
+        for name, value in worker_environment().items():
+            print(f"{name}={value}")
+        return 0
     if args.wide_vectors:
         features = wide_vector_features()
         if features is None:
@@ -168,6 +174,9 @@ def build_parser():
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.add_argument("--wide-vectors", action="store_true",
                       help="print the NUMBA_CPU_FEATURES value that compiles the CPU kernels for 512-bit vectors")
+    info.add_argument("--worker-env", action="store_true",
+                      help="print the environment that gives workers you start yourself (dask worker, dask cuda "
+                           "worker) the quieter dask settings of hpcgpu's local clusters")
     info.set_defaults(handler=_info)
 
     run = sub.add_parser("run", help="run a workload")

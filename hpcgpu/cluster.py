@@ -53,7 +53,7 @@ WORKER_PROFILE_INTERVAL = LOCAL_CLUSTER_CONFIG["distributed.worker.profile.inter
 """How often the workers of a local cluster sample their stacks (see
 :data:`LOCAL_CLUSTER_CONFIG`)."""
 
-__all__ = ["cluster", "slurm_cluster", "worker_backends"]
+__all__ = ["cluster", "slurm_cluster", "worker_backends", "worker_environment"]
 
 
 def _cpu_count():
@@ -234,6 +234,26 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                             dashboard_address=dashboard_address, protocol=protocol, security=security,
                             env=env, silence_logs=40)
+
+
+def worker_environment():
+    """:data:`LOCAL_CLUSTER_CONFIG` as dask environment variables, for workers
+    and schedulers started by hand (``dask worker``, ``dask cuda worker``,
+    ``dask scheduler``), which read dask's config from their environment.
+
+    Returns
+    -------
+    dict
+        Variable name -> value.
+
+    Examples
+    --------
+    >>> env = worker_environment()
+    >>> env["DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL"]
+    '200ms'
+    """
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): value
+            for key, value in LOCAL_CLUSTER_CONFIG.items()}
 
 
 def _worker_config():

@@ -1,6 +1,9 @@
 """Clusters: local CPU and GPU clusters, connecting by address, batch scripts."""
 
+import json
 import os
+import subprocess
+import sys
 
 import dask
 import pytest
@@ -8,7 +11,7 @@ from _support import usable_backend
 
 import hpcgpu
 from hpcgpu import Simulation
-from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, cluster, slurm_cluster
+from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, cluster, slurm_cluster, worker_environment
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
@@ -51,6 +54,20 @@ def test_settings_the_user_chose_reach_the_workers():
         local = client.cluster
         client.close()
         local.close()
+
+
+def test_worker_environment_gives_hand_started_workers_the_same_settings():
+    # dask reads these variables into its config when it is imported: what
+    # `dask worker` started with them would see
+    env = {**os.environ, **worker_environment()}
+    script = "import dask, json, sys; print(json.dumps([dask.config.get(k) for k in sys.argv[1:]]))"
+    seen = subprocess.run([sys.executable, "-c", script, *LOCAL_CLUSTER_CONFIG], env=env, capture_output=True,
+                          text=True, check=True)
+    assert json.loads(seen.stdout) == list(LOCAL_CLUSTER_CONFIG.values())
+    # and the CLI prints them as NAME=value lines
+    printed = subprocess.run([sys.executable, "-P", "-m", "hpcgpu.cli", "info", "--worker-env"], capture_output=True,
+                             text=True, check=True)
+    assert dict(line.split("=", 1) for line in printed.stdout.split()) == worker_environment()
 
 
 def test_connect_to_a_running_scheduler_by_address():
