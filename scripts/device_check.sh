@@ -77,10 +77,10 @@ PY
 fi
 if has scaling; then
 echo "== scaling on the CPU cores of this machine (numba workers)"
-timeout ${SCALING_S:-150} $PY -m hpcgpu.cli bench scaling weather --backend numba --size 2048 --steps 16 \
+timeout ${SCALING_S:-240} $PY -m hpcgpu.cli bench scaling weather --backend numba --size 2048 --steps 16 \
     --workers ${SCALING_WORKERS:-8} > "$OUT/scaling.jsonl" 2> "$OUT/scaling.err"
 echo "== one GPU worker against dask.array.map_overlap once per step"
-timeout ${SCALING_GPU_S:-90} $PY -m hpcgpu.cli bench scaling weather --backend cuda --size 4096 --steps 16 \
+timeout ${SCALING_GPU_S:-120} $PY -m hpcgpu.cli bench scaling weather --backend cuda --size 4096 --steps 16 \
     >> "$OUT/scaling.jsonl" 2>> "$OUT/scaling.err"
 $PY - "$OUT/scaling.jsonl" <<'PY'
 import json, sys
