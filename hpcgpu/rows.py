@@ -70,13 +70,24 @@ def _advance_block(model, dt, steps, block, south, north, first_row):
     return model.row_view(result, skip, skip + block.h.shape[0])
 
 
+def _cut_rows(model, block, start, stop):
+    model = _on_worker(model)
+    if model.backend.on_gpu:
+        return model.take_block(block, start, stop)
+    # Host halos are views: nothing writes the rows of a block once its task
+    # has returned it (the next halos go into the spare rows around it), and
+    # a copy cost ~1.5 ms of page faults per 2 MB cut on a superstep's
+    # critical path. A neighbour on another worker receives its own copy.
+    return model.row_view(block, start, stop)
+
+
 def _first_rows(model, block, count):
-    return _on_worker(model).take_block(block, 0, count)
+    return _cut_rows(model, block, 0, count)
 
 
 def _last_rows(model, block, count):
     rows = block.h.shape[0]
-    return _on_worker(model).take_block(block, rows - count, rows)
+    return _cut_rows(model, block, rows - count, rows)
 
 
 def _calibration_rate(model, rows=256, seconds=0.3):

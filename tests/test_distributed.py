@@ -228,6 +228,25 @@ def test_calibrated_rates_leave_room_for_the_halo_work_of_each_block():
     assert RowExecutor._weights_from_rates(executor, [1.0, 1.0, 1.0]) == pytest.approx([400 / 3] * 3)
 
 
+def test_host_halo_cuts_are_views_of_the_block_and_stay_untouched_by_the_next_advance():
+    from hpcgpu.rows import _advance_block, _first_rows, _last_rows
+
+    model = ShallowWater("unstable_jet", nx=32, ny=48, backend="numba", dtype="float64")
+    state = model.initial_state()
+    dt = model.suggested_dt(state, 0.4)
+    south_width, north_width = model.halo_rows(2)
+    rows = model.take_block(state, 16, 32)
+    south, north = model.take_block(state, 16 - south_width, 16), model.take_block(state, 32, 32 + north_width)
+    block = _advance_block(model, dt, 2, rows, south, north, 16)
+    first, last = _first_rows(model, block, north_width), _last_rows(model, block, south_width)
+    assert all(np.shares_memory(a, b) for a, b in zip(first.arrays(), block.arrays()))
+    assert all(np.shares_memory(a, b) for a, b in zip(last.arrays(), block.arrays()))
+    kept = [a.copy() for a in (*first.arrays(), *last.arrays())]
+    # the next superstep writes its halos around the block, not into the rows cut from it
+    _advance_block(model, dt, 2, block, south, north, 16)
+    assert all(np.array_equal(a, b) for a, b in zip(kept, (*first.arrays(), *last.arrays())))
+
+
 def test_an_emulated_slow_worker_sleeps_in_proportion(monkeypatch):
     from hpcgpu.distributed import SLOWDOWN_ENV, _emulate_slowdown
 
