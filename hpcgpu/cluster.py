@@ -65,7 +65,8 @@ def _cpu_count():
 
 def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto", host="127.0.0.1",
             dashboard_address="127.0.0.1:8787", protocol=None, rmm_pool_size=None,
-            device_memory_limit=None, jobqueue=None, security=None, tls=False, timeout=20, quiet=False):
+            device_memory_limit=None, jobqueue=None, security=None, tls=False, timeout=20, quiet=False,
+            dask_defaults=False):
     """Return a dask ``Client`` on a new local cluster, a running scheduler or a batch system.
 
     Parameters
@@ -112,6 +113,9 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
     quiet : bool
         Do not print the links to the dask dashboard and its hpcgpu page
         (:mod:`hpcgpu.dashboard`, registered on the scheduler either way).
+    dask_defaults : bool
+        Start a local cluster with dask's own intervals for its periodic
+        work instead of :data:`LOCAL_CLUSTER_CONFIG` (see Notes).
 
     Notes
     -----
@@ -119,7 +123,8 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
     does (:data:`LOCAL_CLUSTER_CONFIG`: profile sampling every 100 ms, event
     loop ticks every 200 ms, system monitor every 2 s, memory monitor every
     500 ms): those wake-ups compete with the kernels for the cores. Any of
-    these keys set in dask's config wins.
+    these keys set in dask's config to another value than dask's default
+    wins; ``dask_defaults=True`` keeps dask's values for all of them.
 
     Raises
     ------
@@ -140,6 +145,8 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
         raise ConfigError("give either address (connect to a scheduler) or jobqueue (start one), not both")
     if not isinstance(tls, bool):
         raise ConfigError(f"tls must be True or False; got {tls!r}")
+    if not isinstance(dask_defaults, bool):
+        raise ConfigError(f"dask_defaults must be True or False; got {dask_defaults!r}")
     if tls:
         if address is not None and security is None:
             raise ConfigError("tls=True with an address needs security=distributed.Security(...) holding "
@@ -162,7 +169,7 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
         client = Client(job_cluster, timeout=timeout)
     else:
         client = Client(_local_cluster(workers, threads_per_worker, gpus, host, dashboard_address,
-                                       protocol, rmm_pool_size, device_memory_limit, security),
+                                       protocol, rmm_pool_size, device_memory_limit, security, dask_defaults),
                         timeout=timeout, security=security)
     from hpcgpu import dashboard
 
@@ -198,7 +205,7 @@ def _connect(Client, address, timeout, security):
 
 
 def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, protocol,
-                   rmm_pool_size, device_memory_limit, security):
+                   rmm_pool_size, device_memory_limit, security, dask_defaults=False):
     from hpcgpu.backends import backend_status
 
     gpu_usable = backend_status("cupy").usable and not os.environ.get("NUMBA_ENABLE_CUDASIM")
@@ -217,7 +224,7 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
             kwargs.update(rmm_pool_size=rmm_pool_size, rmm_allocator_external_lib_list=["cupy", "numba"])
         if device_memory_limit is not None:
             kwargs["device_memory_limit"] = device_memory_limit
-        with _worker_config():
+        with _worker_config(dask_defaults):
             return LocalCUDACluster(**{k: v for k, v in kwargs.items() if v is not None})
     if rmm_pool_size is not None or device_memory_limit is not None:
         raise ConfigError("rmm_pool_size and device_memory_limit apply to GPU clusters only; "
@@ -230,7 +237,7 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
     # Numba sizes its thread pool at import: one per worker thread avoids
     # oversubscribing the cores when every worker runs parallel kernels.
     env = {"NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    with _worker_config():
+    with _worker_config(dask_defaults):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                             dashboard_address=dashboard_address, protocol=protocol, security=security,
                             env=env, silence_logs=40)
@@ -256,10 +263,14 @@ def worker_environment():
             for key, value in LOCAL_CLUSTER_CONFIG.items()}
 
 
-def _worker_config():
+def _worker_config(dask_defaults=False):
     """:data:`LOCAL_CLUSTER_CONFIG`, less what the user set (nannies pass on the config they see)."""
+    import contextlib
+
     import dask
 
+    if dask_defaults:
+        return contextlib.nullcontext()
     defaults = dask.config.merge(*dask.config.defaults)
     ours = {key: value for key, value in LOCAL_CLUSTER_CONFIG.items()
             if dask.config.get(key) == dask.config.get(key, config=defaults)}

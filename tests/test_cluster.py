@@ -56,6 +56,22 @@ def test_settings_the_user_chose_reach_the_workers():
         local.close()
 
 
+def test_dask_defaults_keeps_dasks_own_intervals():
+    client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True, dask_defaults=True)
+    try:
+        defaults = dask.config.merge(*dask.config.defaults)
+        settings = client.run(lambda keys: [dask.config.get(k) for k in keys], list(LOCAL_CLUSTER_CONFIG))
+        assert list(settings.values()) == [[dask.config.get(k, config=defaults) for k in LOCAL_CLUSTER_CONFIG]]
+        ticks = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
+        assert ticks == 20
+    finally:
+        local = client.cluster
+        client.close()
+        local.close()
+    with pytest.raises(ConfigError, match="dask_defaults must be True or False"):
+        cluster(workers=1, gpus=False, dask_defaults="yes")
+
+
 def test_worker_environment_gives_hand_started_workers_the_same_settings():
     # dask reads these variables into its config when it is imported: what
     # `dask worker` started with them would see
