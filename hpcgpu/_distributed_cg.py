@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hpcgpu.cluster import worker_info
 from hpcgpu.distributed import split_rows
 from hpcgpu.errors import ClusterError, ConfigError, ConvergenceError
 from hpcgpu.validation import check_float, check_int
@@ -180,7 +181,7 @@ def solve(matrix, b, *, client, partitions, x0, tol, max_iter, preconditioner, b
     check_every = check_int("check_every", check_every, minimum=1)
     if preconditioner not in ("jacobi", None):
         raise ConfigError(f"preconditioner must be 'jacobi' or None; got {preconditioner!r}")
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(worker_info(client))
     if not workers:
         raise ClusterError("the dask cluster has no workers")
     partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1,

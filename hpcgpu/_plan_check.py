@@ -28,6 +28,7 @@ import numpy as np
 
 from hpcgpu._plan_workloads import Weather
 from hpcgpu._profiles import DEVICES, LINKS
+from hpcgpu.cluster import worker_info
 from hpcgpu.plan import SchedulerModel
 
 __all__ = ["check_against_this_machine", "format_check"]
@@ -161,7 +162,7 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
     client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         client.wait_for_workers(2)
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(worker_info(client))
         round_trip = _superstep_time(client, workers, 1)
         per_task = _superstep_time(client, workers, 2) / 6
         transfer_overhead, link_bandwidth = _transfer_costs(client, workers)

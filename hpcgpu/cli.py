@@ -19,6 +19,7 @@ import json
 import os
 import sys
 
+from hpcgpu.cluster import worker_info
 from hpcgpu.errors import HpcgpuError
 
 __all__ = ["main"]
@@ -103,7 +104,7 @@ def _acceptance(args):
     thresholds = Thresholds.from_toml(args.thresholds) if args.thresholds else Thresholds()
     client = cluster(args.scheduler, workers=args.workers, quiet=True)
     try:
-        info = client.scheduler_info()["workers"]
+        info = worker_info(client)
         hosts = len({w.get("host", a) for a, w in info.items()})
         estimate = acceptance.estimate_seconds(len(info), args.quick, hosts)
         print(f"hpcgpu bench: accepting {len(info)} worker(s) on {hosts} host(s) at {client.scheduler.address}; "

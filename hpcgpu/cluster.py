@@ -53,7 +53,7 @@ WORKER_PROFILE_INTERVAL = LOCAL_CLUSTER_CONFIG["distributed.worker.profile.inter
 """How often the workers of a local cluster sample their stacks (see
 :data:`LOCAL_CLUSTER_CONFIG`)."""
 
-__all__ = ["cluster", "slurm_cluster", "worker_backends", "worker_environment"]
+__all__ = ["cluster", "slurm_cluster", "worker_backends", "worker_environment", "worker_info"]
 
 
 def _cpu_count():
@@ -241,6 +241,36 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                             dashboard_address=dashboard_address, protocol=protocol, security=security,
                             env=env, silence_logs=40)
+
+
+def worker_info(client):
+    """``{address: info}`` of the workers a client's scheduler has now.
+
+    Use this, not ``client.scheduler_info()["workers"]``: a distributed
+    ``Client`` refreshes its cached scheduler identity every few seconds
+    *without* the workers, and when that refresh lands between
+    ``scheduler_info()``'s own fetch and its return, the workers read as
+    none (seen as "the dask cluster has no workers" in a benchmark run).
+    This asks the scheduler and returns its answer directly.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client.
+
+    Returns
+    -------
+    dict
+        Worker address -> dask's worker info (``nthreads``, ``memory_limit``,
+        ``host``, ``name``, ...).
+
+    Examples
+    --------
+    >>> client = cluster(workers=1, gpus=False, quiet=True)  # doctest: +SKIP
+    >>> list(worker_info(client))                            # doctest: +SKIP
+    ['tcp://127.0.0.1:40575']
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
 def worker_environment():

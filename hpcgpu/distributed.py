@@ -46,6 +46,7 @@ from collections import deque
 
 import numpy as np
 
+from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_int
 
@@ -242,7 +243,7 @@ class _PartitionedExecutor:
         self.model = model
         self.dt = dt
         self.name = name
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(worker_info(client))
         if not workers:
             raise ClusterError("the dask cluster has no workers")
         self.workers = workers

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_int
 
@@ -88,7 +89,7 @@ def choose_tile(shape_a, shape_b, itemsize, workers, memory_per_thread):
 
 def worker_memory(client):
     """``(threads, bytes per thread)`` of the smallest worker of a cluster."""
-    workers = client.scheduler_info()["workers"].values()
+    workers = worker_info(client).values()
     if not workers:
         from hpcgpu.errors import ClusterError
 

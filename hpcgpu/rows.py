@@ -14,6 +14,7 @@ import time
 import uuid
 import weakref
 
+from hpcgpu.cluster import worker_info
 from hpcgpu.distributed import RESULT_TIMEOUT_S, _emulate_slowdown, _on_worker, _PartitionedExecutor
 from hpcgpu.validation import check_int
 
@@ -111,7 +112,7 @@ def _calibration_rate(model, rows=256, seconds=0.3):
 
 def calibrate_workers(client, model):
     """``{worker address: steps/s}`` from a short run of ``model`` on every worker."""
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(worker_info(client))
     futures = {w: client.submit(_calibration_rate, model, key=f"{model.name}-calibrate-{uuid.uuid4().hex}",
                                 workers=[w], allow_other_workers=False, pure=False)
                for w in workers}

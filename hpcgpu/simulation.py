@@ -25,6 +25,7 @@ import math
 import os
 import time as _time
 
+from hpcgpu.cluster import worker_info
 from hpcgpu.dashboard import publish as _publish_status
 from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
 from hpcgpu.executors import LocalExecutor
@@ -567,7 +568,7 @@ def _check_memory(model, client, partitions):
         return
     # The client builds the global state once (its host copy), then each worker holds a share.
     check_memory(f"{what} (the state built on the client)", nbytes // 4, model.backend)
-    workers = client.scheduler_info()["workers"]
+    workers = worker_info(client)
     limits = [w.get("memory_limit") or 0 for w in workers.values()]
     if workers and min(limits) > 0:
         count = partitions or len(workers)

@@ -9,6 +9,7 @@ import pytest
 
 from hpcgpu.bench import acceptance, probes
 from hpcgpu.bench.report import Thresholds, write_html
+from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ConfigError
 
 
@@ -46,7 +47,7 @@ def test_quick_acceptance_from_the_command_line_writes_json_lines_and_an_html_re
 
 
 def test_a_throttled_worker_is_flagged_as_the_outlier(client):
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(worker_info(client))
     slow, fast = workers[1], workers[0]
     client.run(probes.set_throttle, 3.0, workers=[slow])
     try:

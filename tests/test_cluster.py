@@ -11,7 +11,7 @@ from _support import usable_backend
 
 import hpcgpu
 from hpcgpu import Simulation
-from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, cluster, slurm_cluster, worker_environment
+from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, cluster, slurm_cluster, worker_environment, worker_info
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
@@ -20,7 +20,7 @@ def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys)
     client = hpcgpu.cluster(workers=2, gpus=False, dashboard_address="127.0.0.1:0")
     try:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
-        workers = client.scheduler_info()["workers"]
+        workers = worker_info(client)
         assert len(workers) == 2 and all(w.startswith("tcp://127.0.0.1:") for w in workers)
         assert "127.0.0.1" in client.dashboard_link
         assert client.dashboard_link in capsys.readouterr().err
@@ -70,6 +70,23 @@ def test_dask_defaults_keeps_dasks_own_intervals():
         local.close()
     with pytest.raises(ConfigError, match="dask_defaults must be True or False"):
         cluster(workers=1, gpus=False, dask_defaults="yes")
+
+
+def test_worker_info_does_not_read_the_clients_cached_identity():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=":0", host="127.0.0.1") as local:
+        from distributed import Client
+
+        with Client(local) as client:
+            # what the client's periodic refresh leaves when it lands after
+            # scheduler_info()'s own fetch: an identity without workers
+            async def refresh_without_workers(n_workers=0):
+                client._scheduler_identity = await client.scheduler.identity(n_workers=0)
+
+            client._update_scheduler_info = refresh_without_workers
+            assert client.scheduler_info()["workers"] == {}
+            assert list(worker_info(client)) == list(local.scheduler.workers)
 
 
 def test_worker_environment_gives_hand_started_workers_the_same_settings():

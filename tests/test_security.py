@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from hpcgpu import Simulation
-from hpcgpu.cluster import cluster
+from hpcgpu.cluster import cluster, worker_info
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
@@ -28,7 +28,7 @@ def test_local_cluster_binds_the_scheduler_and_dashboard_to_localhost():
     try:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert client.dashboard_link.startswith("http://127.0.0.1:")
-        assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])
+        assert all(w.startswith("tcp://127.0.0.1:") for w in worker_info(client))
     finally:
         local = client.cluster
         client.close()
@@ -54,7 +54,7 @@ def test_tls_cluster_lets_in_only_holders_of_its_certificates():
         assert client.submit(sum, [1, 2, 3]).result() == 6
         _refused(address.replace("tls://", "tcp://"))  # no certificate, no TLS
         _refused(address, Security.temporary())  # a certificate from another authority
-        assert len(client.scheduler_info()["workers"]) == 1
+        assert len(worker_info(client)) == 1
     finally:
         local = client.cluster
         client.close()
@@ -164,7 +164,7 @@ def test_weather_across_nodes_over_tcp_equals_the_single_process_run(network, tm
     try:
         client = cluster(address, timeout=30, quiet=True)
         client.wait_for_workers(2, timeout=60)
-        hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
+        hosts = sorted(w["host"] for w in worker_info(client).values())
         assert hosts == sorted([NODES["worker-a"], NODES["worker-b"]])  # two machines, as far as dask knows
         sim = Simulation(model, stop_steps=60, progress=False, client=client, partitions=2, steps_per_task=2).run()
         np.testing.assert_array_equal(sim.state.h, reference.state.h)
@@ -198,8 +198,8 @@ def test_tls_across_nodes_admits_only_certificate_holders(network, tmp_path):
         intruder = _start(network["worker-a"], "-m", "distributed.cli.dask_worker", address, "--host",
                           NODES["worker-a"], "--nthreads", "1", "--name", "intruder", log=log)
         time.sleep(8)
-        assert len(client.scheduler_info()["workers"]) == 2
-        assert "intruder" not in {w["name"] for w in client.scheduler_info()["workers"].values()}
+        assert len(worker_info(client)) == 2
+        assert "intruder" not in {w["name"] for w in worker_info(client).values()}
         # ... and a client without them cannot connect.
         with pytest.raises(ConfigError, match="speaks TLS: pass security"):
             cluster(address, timeout=3, quiet=True)

@@ -8,7 +8,7 @@ import time
 
 from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, check_run_arguments, open_client,
                                 run_options, start)
-from hpcgpu.cluster import close_client
+from hpcgpu.cluster import close_client, worker_info
 from hpcgpu.schedules import Every
 
 HELP = "rotating shallow-water model (weather)"
@@ -63,7 +63,7 @@ def run(args):
         weights = args.weights if args.weights == "calibrate" else [float(w) for w in args.weights.split(",")]
     steps_per_task = None
     if client is not None:
-        partitions = args.partitions or len(client.scheduler_info()["workers"])
+        partitions = args.partitions or len(worker_info(client))
         steps_per_task = args.steps_per_task or auto_steps_per_task(model, partitions)
     granularity = steps_per_task or 1
     every = granularity * -(-max(1, steps // 200) // granularity)

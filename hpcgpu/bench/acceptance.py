@@ -31,6 +31,7 @@ import numpy as np
 
 from hpcgpu.bench import probes
 from hpcgpu.bench.report import Thresholds
+from hpcgpu.cluster import worker_info
 
 __all__ = ["run_acceptance", "estimate_seconds", "WORKLOADS"]
 
@@ -201,7 +202,7 @@ def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS,
         Payload of the bandwidth measurement (default 16 MiB quick, 256 MiB full).
     """
     thresholds = thresholds or Thresholds()
-    info = client.scheduler_info()["workers"]
+    info = worker_info(client)
     workers = sorted(info)
     if not workers:
         from hpcgpu.errors import ClusterError
