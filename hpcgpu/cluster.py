@@ -46,8 +46,9 @@ LOCAL_CLUSTER_CONFIG = {
 """dask settings a local cluster from :func:`cluster` starts with, each unless
 the user's dask config already changed it from dask's default. Together they
 took two busy single-core workers on 2 cores (partitioned shallow water,
-2048^2 per worker) from 0.0458-0.0496 to 0.0435 s/step: dask's periodic
-wake-ups share the cores with the kernels."""
+2048^2 per worker) from 0.0458-0.0502 to 0.0435 s/step: dask's periodic
+wake-ups share the cores with the kernels. Batch jobs from
+:func:`slurm_cluster` export the same settings (:func:`worker_environment`)."""
 
 WORKER_PROFILE_INTERVAL = LOCAL_CLUSTER_CONFIG["distributed.worker.profile.interval"]
 """How often the workers of a local cluster sample their stacks (see
@@ -164,7 +165,7 @@ def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto",
     if address is not None:
         client = _connect(Client, address, timeout, security)
     elif jobqueue is not None:
-        job_cluster = slurm_cluster(**jobqueue)
+        job_cluster = slurm_cluster(**{"dask_defaults": dask_defaults, **jobqueue})
         job_cluster.scale(jobs=workers or 1)
         client = Client(job_cluster, timeout=timeout)
     else:
@@ -307,7 +308,7 @@ def _worker_config(dask_defaults=False):
     return dask.config.set(ours)
 
 
-def slurm_cluster(*, gpus=0, **kwargs):
+def slurm_cluster(*, gpus=0, dask_defaults=False, **kwargs):
     """A ``dask_jobqueue.SLURMCluster`` whose workers run hpcgpu (not yet scaled).
 
     Parameters
@@ -315,6 +316,10 @@ def slurm_cluster(*, gpus=0, **kwargs):
     gpus : int
         GPUs per job: asks Slurm for them (``--gres=gpu:N``) and starts
         ``dask cuda worker`` (one worker per GPU) instead of ``dask worker``.
+    dask_defaults : bool
+        Leave out the exports of :func:`worker_environment` that the job
+        script otherwise starts with (before ``job_script_prologue``, so
+        the user's own exports win).
     **kwargs
         Passed to SLURMCluster (``queue``, ``account``, ``cores``, ``memory``,
         ``walltime``, ``job_extra_directives``, ...); ``cores`` defaults to 1
@@ -333,7 +338,11 @@ def slurm_cluster(*, gpus=0, **kwargs):
     gpus = check_int("gpus", gpus, minimum=0)
     kwargs.setdefault("cores", 1)
     kwargs.setdefault("memory", "4GB")
-    prologue = list(kwargs.pop("job_script_prologue", []))
+    if not isinstance(dask_defaults, bool):
+        raise ConfigError(f"dask_defaults must be True or False; got {dask_defaults!r}")
+    # the workers on the nodes get the quieter settings of local clusters
+    quiet = [] if dask_defaults else [f"export {name}={value}" for name, value in worker_environment().items()]
+    prologue = [*quiet, *kwargs.pop("job_script_prologue", [])]
     prologue.append(f"export NUMBA_NUM_THREADS={kwargs['cores']}")
     if gpus:
         kwargs["job_extra_directives"] = [*kwargs.get("job_extra_directives", []), f"--gres=gpu:{gpus}"]

@@ -147,12 +147,24 @@ def test_slurm_job_script_for_cpu_and_gpu_nodes():
     assert "#SBATCH -p compute" in script and "#SBATCH -A climate" in script
     assert "#SBATCH -t 02:00:00" in script and "export NUMBA_NUM_THREADS=8" in script
     assert "distributed.cli.dask_worker" in script
-    gpu = slurm_cluster(gpus=4, queue="gpu", cores=16, memory="128GB")
+    # the workers start with the local clusters' quieter dask settings
+    assert all(f"export {name}={value}" in script for name, value in worker_environment().items())
+    gpu = slurm_cluster(gpus=4, queue="gpu", cores=16, memory="128GB",
+                        job_script_prologue=["export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s"])
     try:
         script = gpu.job_script()
     finally:
         gpu.close()
     assert "#SBATCH --gres=gpu:4" in script and "-m dask_cuda.cli" in script
+    # a user's own export comes after hpcgpu's, so it wins
+    exports = [line for line in script.splitlines() if "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL" in line]
+    assert exports == ["export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=200ms",
+                       "export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s"]
+    plain = slurm_cluster(dask_defaults=True)
+    try:
+        assert "DASK_" not in plain.job_script()
+    finally:
+        plain.close()
 
 
 @pytest.mark.gpu
