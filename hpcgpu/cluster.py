@@ -50,10 +50,6 @@ took two busy single-core workers on 2 cores (partitioned shallow water,
 wake-ups share the cores with the kernels. Batch jobs from
 :func:`slurm_cluster` export the same settings (:func:`worker_environment`)."""
 
-WORKER_PROFILE_INTERVAL = LOCAL_CLUSTER_CONFIG["distributed.worker.profile.interval"]
-"""How often the workers of a local cluster sample their stacks (see
-:data:`LOCAL_CLUSTER_CONFIG`)."""
-
 __all__ = ["cluster", "slurm_cluster", "worker_backends", "worker_environment", "worker_info"]
 
 

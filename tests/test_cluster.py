@@ -11,9 +11,22 @@ from _support import usable_backend
 
 import hpcgpu
 from hpcgpu import Simulation
-from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, cluster, slurm_cluster, worker_environment, worker_info
+from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, close_client, cluster, slurm_cluster, worker_environment, worker_info
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
+
+
+def _worker_settings(client, keys):
+    """``[[value of each key] per worker]`` of dask's config on the workers."""
+    return list(client.run(lambda keys: [dask.config.get(k) for k in keys], list(keys)).values())
+
+
+def _scheduler_tick_ms(client):
+    return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
+
+
+def _dask_default(key):
+    return dask.config.get(key, config=dask.config.merge(*dask.config.defaults))
 
 
 def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys):
@@ -27,17 +40,12 @@ def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys)
         threads = client.run(lambda: os.environ["NUMBA_NUM_THREADS"])
         assert set(threads.values()) == {str(max(1, len(os.sched_getaffinity(0)) // 2))}
         # dask's periodic work wakes less often than dask's defaults, to leave the cores to the kernels
-        settings = client.run(lambda keys: [dask.config.get(k) for k in keys], list(LOCAL_CLUSTER_CONFIG))
-        assert all(values == list(LOCAL_CLUSTER_CONFIG.values()) for values in settings.values())
-        defaults = dask.config.merge(*dask.config.defaults)
-        assert all(dask.config.get(k, config=defaults) != v for k, v in LOCAL_CLUSTER_CONFIG.items())
+        assert _worker_settings(client, LOCAL_CLUSTER_CONFIG) == [list(LOCAL_CLUSTER_CONFIG.values())] * 2
+        assert all(_dask_default(k) != v for k, v in LOCAL_CLUSTER_CONFIG.items())
         # the scheduler runs here: it was started under the same settings
-        ticks = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
-        assert ticks == 200
+        assert _scheduler_tick_ms(client) == 200
     finally:
-        local = client.cluster
-        client.close()
-        local.close()
+        close_client(client)
 
 
 def test_settings_the_user_chose_reach_the_workers():
@@ -45,29 +53,21 @@ def test_settings_the_user_chose_reach_the_workers():
     with dask.config.set(chosen):
         client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
-        settings = client.run(lambda keys: [dask.config.get(k) for k in keys], list(chosen))
-        assert list(settings.values()) == [list(chosen.values())]
+        assert _worker_settings(client, chosen) == [list(chosen.values())]
         # the ones left alone still get hpcgpu's setting
-        monitor = client.run(lambda: dask.config.get("distributed.admin.system-monitor.interval"))
-        assert set(monitor.values()) == {LOCAL_CLUSTER_CONFIG["distributed.admin.system-monitor.interval"]}
+        monitor = "distributed.admin.system-monitor.interval"
+        assert _worker_settings(client, [monitor]) == [[LOCAL_CLUSTER_CONFIG[monitor]]]
     finally:
-        local = client.cluster
-        client.close()
-        local.close()
+        close_client(client)
 
 
 def test_dask_defaults_keeps_dasks_own_intervals():
     client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True, dask_defaults=True)
     try:
-        defaults = dask.config.merge(*dask.config.defaults)
-        settings = client.run(lambda keys: [dask.config.get(k) for k in keys], list(LOCAL_CLUSTER_CONFIG))
-        assert list(settings.values()) == [[dask.config.get(k, config=defaults) for k in LOCAL_CLUSTER_CONFIG]]
-        ticks = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
-        assert ticks == 20
+        assert _worker_settings(client, LOCAL_CLUSTER_CONFIG) == [[_dask_default(k) for k in LOCAL_CLUSTER_CONFIG]]
+        assert _scheduler_tick_ms(client) == 20
     finally:
-        local = client.cluster
-        client.close()
-        local.close()
+        close_client(client)
     with pytest.raises(ConfigError, match="dask_defaults must be True or False"):
         cluster(workers=1, gpus=False, dask_defaults="yes")
 
