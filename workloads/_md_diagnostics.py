@@ -62,7 +62,11 @@ class DiagnosticMethods:
         truncated, potential) and ``energy`` (their sum, conserved in NVE);
         ``potential_energy_per_atom``; ``temperature`` ``2 K' / (3N - 3)``
         with ``K'`` the kinetic energy in the centre-of-mass frame;
-        ``pressure`` ``(N T + W / 3) / V``; ``energy_tail`` (N u_tail) and
+        ``pressure`` ``(2 K + W) / (3 V)``, the virial pressure with ``K``
+        the kinetic energy and ``W`` the sum over pairs of ``r_ij . F_ij``:
+        its kinetic part is ``2 K / (3 V)`` whatever the temperature's
+        degrees of freedom (what LAMMPS, HOOMD and OpenMM report), so it is
+        not ``N T / V`` with the ``3N - 3`` temperature; ``energy_tail`` (N u_tail) and
         ``pressure_tail`` (add them for full-potential estimates, see
         :func:`tail_corrections`); ``momentum_x/y/z``; ``msd``, the mean
         squared displacement since step 0 (sigma^2); ``density``;
@@ -98,7 +102,7 @@ class DiagnosticMethods:
         energy_tail, pressure_tail = tail_corrections(density, self.cutoff)
         out = {"energy": kinetic + total["potential"], "kinetic_energy": kinetic,
                "potential_energy": total["potential"], "potential_energy_per_atom": total["potential"] / n,
-               "temperature": temperature, "pressure": (n * temperature + total["virial"] / 3.0) / self.volume,
+               "temperature": temperature, "pressure": (2.0 * kinetic + total["virial"]) / (3.0 * self.volume),
                "energy_tail": n * energy_tail, "pressure_tail": pressure_tail,
                "msd": total["squared_displacement"] / n, "density": density,
                "neighbor_rebuilds": max(p["rebuilds"] for p in parts)}

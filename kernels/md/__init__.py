@@ -404,7 +404,7 @@ def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, 
         Total potential energy (energy), summed in float64.
     virial : float
         ``sum over pairs r_ij . F_ij`` (energy), positive when repulsive: the
-        pressure is ``(N k T + virial / 3) / V``.
+        pressure is ``(2 K + virial) / (3 V)`` with ``K`` the kinetic energy.
 
     Raises
     ------

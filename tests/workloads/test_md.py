@@ -248,6 +248,41 @@ def test_counter_based_gaussians_are_standard_normal_and_independent():
     assert np.array_equal(subset, first[:, ::7])
 
 
+
+# -- pressure ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_pressure_is_twice_the_kinetic_energy_plus_the_virial_over_three_volumes(backend):
+    """P = (2K + W) / (3V), with W = sum over pairs of r_ij . F_ij computed here by hand.
+
+    The velocities carry a net momentum, so a temperature on 3N - 3 degrees
+    of freedom (or N k T) would give another kinetic part; the old formula
+    was too high by T / V.
+    """
+    rng = np.random.default_rng()
+    model = LennardJones(2, density=0.7, cutoff=1.4, skin=0.2, backend=backend)
+    lattice = model.initial_state().positions
+    positions = lattice + rng.uniform(-0.05, 0.05, lattice.shape)
+    velocities = rng.normal(0.3, 1.0, lattice.shape)
+    state = model.state_from_arrays(positions, velocities)
+    x = np.asarray(state.positions)
+    box = np.asarray(model.box)[:, None, None]
+    d = x[:, :, None] - x[:, None, :]
+    d -= box * np.round(d / box)
+    r2 = (d * d).sum(axis=0)
+    np.fill_diagonal(r2, np.inf)
+    inside = r2 < model.cutoff**2
+    inv6 = np.where(inside, 1.0 / r2**3, 0.0)
+    # r . F of a pair: -r du/dr = 24 (2 r^-12 - r^-6); each pair counted once
+    virial = 0.5 * (24.0 * (2.0 * inv6 * inv6 - inv6)).sum()
+    kinetic = 0.5 * (velocities**2).sum()
+    expected = (2.0 * kinetic + virial) / (3.0 * model.volume)
+    d_model = model.diagnostics(state)
+    print(f"P = {d_model['pressure']!r}, (2K + W) / (3V) = {expected!r}, W = {virial!r}")
+    assert inside.sum() > 0
+    assert math.isclose(d_model["pressure"], expected, rel_tol=1e-12)
+    assert not math.isclose(d_model["pressure"],
+                            (model.n * d_model["temperature"] + virial / 3.0) / model.volume, rel_tol=1e-9)
+
 # -- tail corrections -----------------------------------------------------------------------------
 def test_tail_corrections_match_their_integrals():
     """u_tail = 2 pi rho int r^2 u dr and P_tail = -(2 pi / 3) rho^2 int r^3 u' dr from rc to infinity."""
