@@ -81,7 +81,7 @@ def _info(args):
     auto = get_backend("auto").name
     if args.json:
         print(json.dumps({"auto": auto, "backends": [s.__dict__ for s in statuses],
-                          "cpu_vectors": vector_width_note()}))
+                          "cpu_vectors": vector_width_note(), "kernel_cache": _kernel_cache()}))
         return 0
     import hpcgpu
 
@@ -92,7 +92,17 @@ def _info(args):
         print(f"  {s.name:<{width}}  {mark}  {s.detail}")
     print(f"  'auto' selects: {auto}")
     print(f"  {vector_width_note()}")
+    print(f"  compiled kernels cached in {_kernel_cache()}")
     return 0
+
+
+def _kernel_cache():
+    """Where Numba caches hpcgpu's compiled kernels (the user's NUMBA_CACHE_DIR wins)."""
+    from hpcgpu._jit_cache import CACHE_DIR_ENV, cache_dir
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return f"{os.path.abspath(os.environ['NUMBA_CACHE_DIR'])} (NUMBA_CACHE_DIR)"
+    return f"{cache_dir()} (set {CACHE_DIR_ENV} to move it)"
 
 
 def _acceptance(args):

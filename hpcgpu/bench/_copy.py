@@ -2,6 +2,10 @@
 
 from numba import njit, prange
 
+from hpcgpu import _jit_cache
+
+_jit_cache.install()  # before the cached function below is defined
+
 
 @njit(parallel=True, cache=True)
 def parallel_copy(src, dst):
