@@ -318,6 +318,7 @@ class _PartitionedExecutor:
         """Submit ``steps`` time steps as supersteps of at most K steps; returns at once."""
         from distributed import span
 
+        self._check_open("the run was advanced")
         with span(self.name):
             remaining = steps
             while remaining > 0:
@@ -329,12 +330,19 @@ class _PartitionedExecutor:
                     self._wait(self._in_flight.popleft())
 
     # -- results that only carry scalars -------------------------------------------
+    def _check_open(self, what):
+        if not self.blocks:
+            raise ClusterError(f"{self.name}: {what} after the run was closed; its state is no longer on "
+                               "the cluster (read diagnostics before close(), or keep the run open)")
+
     def request_health(self, step):
+        self._check_open("a health check was requested")
         futures = [self._submit(self._health_task, self._model, block, key=self._key("health", self.superstep, p),
                                 worker=self.owner[p]) for p, block in enumerate(self.blocks)]
         self._pending.append(("health", step, futures))
 
     def request_diagnostics(self, step):
+        self._check_open("diagnostics were requested")
         futures = []
         for p, block in enumerate(self.blocks):
             extra = self._sums_extra(p)
@@ -443,8 +451,7 @@ class _PartitionedExecutor:
 
     def global_state(self):
         """Gather the whole state to the client (for output; not used while stepping)."""
-        if not self.blocks:
-            raise ClusterError(f"{self.name}: the run was closed; its state is no longer on the cluster")
+        self._check_open("the state was requested")
         hosts = self._gather([self._submit(self._host_task, self._model, block,
                                            key=self._key("gather", self.superstep, p), worker=self.owner[p])
                               for p, block in enumerate(self.blocks)])

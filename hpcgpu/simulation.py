@@ -131,6 +131,7 @@ class Simulation:
         self._checkpoint = None
         self._checked_step = None
         self.restarts = []  # one record per restart from a checkpoint after a lost worker
+        self._closed = False
 
     def _make_executor(self, state, client, partitions, steps_per_task, weights):
         if client is None:
@@ -180,7 +181,7 @@ class Simulation:
         """Compute and record the model's diagnostics now; returns them."""
         self._flush()
         self._executor.request_diagnostics(self.step)
-        self._flush()
+        self._flush(block=True)  # on a cluster the sums arrive later: wait for them
         return self._records[-1]
 
     # -- running -----------------------------------------------------------------
@@ -417,7 +418,8 @@ class Simulation:
         t["seconds_per_step"] = t["run_s"] / steps
         out = {"name": self.name, "step": self.step, "time": self.time, "dt": self.dt, **t}
         if len(self._records) >= 1:
-            first, last = self._records[0], self.record_diagnostics() if self._records[-1]["step"] != self.step else self._records[-1]
+            current = self._records[-1]["step"] == self.step or self._closed
+            first, last = self._records[0], self._records[-1] if current else self.record_diagnostics()
             for key in ("mass", "energy", "enstrophy"):
                 if key in first and first[key]:
                     out[f"{key}_relative_change"] = (last[key] - first[key]) / abs(first[key])
@@ -426,7 +428,17 @@ class Simulation:
         return out
 
     def close(self):
-        """Release the executor's resources (cluster-side state included)."""
+        """Release the executor's resources (cluster-side state included).
+
+        The diagnostics of the current step are recorded first (if they are
+        not already), so :meth:`summary` and :attr:`diagnostics` still
+        describe the final state afterwards. Closing twice does nothing.
+        """
+        if self._closed:
+            return
+        if self._records and self._records[-1]["step"] != self.step:
+            self.record_diagnostics()
+        self._closed = True
         self._executor.close()
 
     # -- checkpoints ---------------------------------------------------------------

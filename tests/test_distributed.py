@@ -307,6 +307,26 @@ def test_partitions_without_a_client_is_a_config_error():
         Simulation(model, dt=100.0, partitions=2)
 
 
+def test_a_closed_run_keeps_its_final_diagnostics_and_refuses_new_work(client):
+    """The final step (7 steps at K = 2: not a whole task, nor a diagnostics step) is summarised after close."""
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    sim = Simulation(model, dt=100.0, stop_steps=7, diagnostics=4, progress=False, client=client, partitions=2,
+                     steps_per_task=2)
+    sim.run()
+    assert [r["step"] for r in sim._records] == [0, 4]
+    final = sim.state
+    sim.close()
+    sim.close()  # twice does nothing
+    summary = sim.summary()
+    assert summary["step"] == 7 and [r["step"] for r in sim._records] == [0, 4, 7]
+    assert abs(summary["mass_relative_change"]) < 1e-12
+    expected = model.diagnostics(final)
+    assert sim._records[-1]["energy"] == pytest.approx(expected["energy"], rel=1e-12)
+    for call in (sim.record_diagnostics, lambda: sim.run(steps=2), lambda: sim.state):
+        with pytest.raises(ClusterError, match="closed"):
+            call()
+
+
 def test_unreachable_scheduler_fails_fast_with_a_clear_error():
     start = time.perf_counter()
     with pytest.raises(ClusterError, match="could not reach a dask scheduler at 'tcp://127.0.0.1:9'"):
