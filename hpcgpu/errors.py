@@ -37,6 +37,38 @@ class ClusterError(HpcgpuError, RuntimeError):
     """A dask cluster cannot be started or reached, or lost a worker mid-run."""
 
 
+class CommError(ClusterError):
+    """A communicator between the ranks of a partitioned run failed (a :class:`ClusterError`).
+
+    Attributes
+    ----------
+    rank : int or None
+        The rank that raised it (None on the client).
+    """
+
+    def __init__(self, message, *, rank=None):
+        super().__init__(message)
+        self.rank = rank
+
+    def __reduce__(self):
+        return (_rebuild_comm, (type(self), self.args[0], self.rank))
+
+
+class CommAborted(CommError):
+    """The run was aborted on every rank: another rank failed or a worker was lost.
+
+    The message names the rank (or worker) that caused it and why.
+    """
+
+
+class CommTimeout(CommError):
+    """A wait for a message or a send took longer than its timeout (a peer hangs or is gone)."""
+
+
+def _rebuild_comm(kind, message, rank):
+    return kind(message, rank=rank)
+
+
 class ConvergenceError(HpcgpuError, ArithmeticError):
     """An iterative solver stopped without reaching its tolerance.
 

@@ -28,7 +28,7 @@ import time as _time
 from hpcgpu.cluster import worker_info
 from hpcgpu.dashboard import publish as _publish_status
 from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
-from hpcgpu.executors import LocalExecutor
+from hpcgpu.partition.local import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.validation import check_float, check_int
 
@@ -67,15 +67,15 @@ class Simulation:
     name : str, optional
         A name for this run (progress bar, output, dashboard).
     client : distributed.Client, optional
-        Run on a dask cluster (see :mod:`hpcgpu.distributed`).
+        Run on a dask cluster (see :mod:`hpcgpu.partition.engine`).
     partitions, steps_per_task : int, optional
         Partitions of the state (default: one per worker) and time steps per
         task on the cluster (default: up to 16 for grids, as their halos
-        allow, see :func:`hpcgpu.rows.auto_steps_per_task`; 1 for
+        allow, see :func:`hpcgpu.partition.rows.auto_steps_per_task`; 1 for
         particles).
     weights : sequence of float or "calibrate", optional
         Relative partition sizes on the cluster (see
-        :class:`hpcgpu.distributed.DistributedExecutor`).
+        :class:`hpcgpu.partition.engine.PartitionedExecutor`).
 
     Raises
     ------
@@ -138,8 +138,9 @@ class Simulation:
             if partitions not in (None, 1) or steps_per_task not in (None, 1) or weights is not None:
                 raise ConfigError("partitions, steps_per_task and weights need a dask client (client=...)")
             return LocalExecutor(self.model, state, self.dt)
-        from hpcgpu.distributed import DistributedExecutor
-        return DistributedExecutor(client, self.model, state, self.dt, partitions=partitions,
+        from hpcgpu.partition.engine import PartitionedExecutor
+
+        return PartitionedExecutor(client, self.model, state, self.dt, partitions=partitions,
                                    steps_per_task=steps_per_task, weights=weights, name=self.name)
 
     # -- configuration -------------------------------------------------------

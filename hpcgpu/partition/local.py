@@ -1,10 +1,10 @@
-"""Executors: where and how a model's state is advanced.
+"""The local executor: the whole state in this process (on the model's backend, GPU memory included).
 
 The :class:`~hpcgpu.simulation.Simulation` driver is the same for every
 model and every machine; an executor owns the state and knows how to advance
 it, check it and reduce diagnostics. :class:`LocalExecutor` keeps the state
-in this process (on the model's backend, GPU memory included); the
-distributed executor keeps partitions resident on dask workers.
+here; :class:`hpcgpu.partition.engine.PartitionedExecutor` keeps partitions
+resident on dask workers.
 
 An executor provides ``advance(steps)`` (which may return before the work is
 done), ``synchronize()``, ``request_health(step)`` and
@@ -22,7 +22,7 @@ class LocalExecutor:
     Parameters
     ----------
     model
-        A model following the protocol in :mod:`hpcgpu.simulation`.
+        A model following :class:`hpcgpu.partition.protocols.SteppedModel`.
     state
         Initial state on the model's backend.
     dt : float

@@ -1,0 +1,93 @@
+"""All pairs: each rank holds a block of bodies and needs every body's position every step.
+
+A step on rank p: the part of the step before the forces on its own bodies
+(``model.drift_block``: the half kick and drift of kick-drift-kick, the
+half drift of drift-kick-drift), an allgather of every rank's positions
+and masses, the forces on its bodies from all of them and the part after
+(``model.kick_block``). Only positions travel, never velocities or the
+rest of the state. Each body sums the same sources in the same order as in
+one process, so results are bitwise those of the single-block run.
+"""
+
+from dataclasses import dataclass
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.partition.engine import Decomposition
+from hpcgpu.partition.layout import split_rows
+
+__all__ = ["AllPairsDecomposition", "Bodies"]
+
+
+@dataclass(frozen=True)
+class Bodies:
+    """A rank's bodies (``state``) and that state advanced to just before the next forces (``drifted``).
+
+    ``drifted`` is made by the step that made ``state`` (None after a split:
+    made on first use), so each step starts with the exchange.
+    """
+
+    state: object
+    drifted: object = None
+
+
+@dataclass(frozen=True)
+class AllPairsDecomposition(Decomposition):
+    """Blocks of bodies ``bounds[p] = (first, stop)``; one allgather of positions per step."""
+
+    bounds: tuple
+    weights: tuple
+    dt: float
+    steps_per_task = 1
+    unit = "bodies"
+
+    @classmethod
+    def calibrate(cls, client, model):
+        raise ConfigError("weights='calibrate' is only available for grid models; give bodies weights as "
+                          "numbers, one per partition")
+
+    @classmethod
+    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated):
+        if steps_per_task not in (None, 1):
+            raise ConfigError(f"steps_per_task must be 1 for {model.name}: every step needs the positions of "
+                              f"all bodies; got {steps_per_task}")
+        size = model.decomposition_size()
+        if partitions > size:
+            raise ConfigError(f"partitions must be <= {size} (the bodies of the model); got {partitions}")
+        weights = [1.0] * partitions if weights is None else [float(w) for w in weights]
+        return cls(tuple(split_rows(size, weights)), tuple(weights), float(dt))
+
+    def sizes(self):
+        return list(self.bounds)
+
+    def split(self, model, host_state):
+        return [Bodies(model.take_block(host_state, a, b)) for a, b in self.bounds]
+
+    def join(self, model, host_blocks):
+        return model.concat_blocks(host_blocks)
+
+    # -- the rank's side ------------------------------------------------------------------------------------
+    def resume(self, context, bodies):
+        if bodies.drifted is not None:
+            return bodies
+        state = context.model.concat_blocks([bodies.state])
+        return Bodies(state, context.model.drift_block(state, self.dt))
+
+    def advance(self, context, bodies, steps):
+        model, comm = context.model, context.comm
+        start = self.bounds[context.rank][0]
+        state, drifted = bodies.state, bodies.drifted
+        for _ in range(steps):
+            blocks = comm.allgather(model.block_positions(drifted))
+            state = model.kick_block(drifted, blocks, start, self.dt)
+            drifted = model.drift_block(state, self.dt)
+        return Bodies(state, drifted)
+
+    def model_state(self, bodies):
+        return bodies.state
+
+    def block_sums(self, context, bodies):
+        model = context.model
+        extra = None
+        if getattr(model, "sums_need_positions", False):
+            extra = context.comm.allgather(model.block_positions(bodies.state))
+        return model.block_sums(bodies.state, self.bounds[context.rank][0], extra)

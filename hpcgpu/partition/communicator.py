@@ -1,0 +1,286 @@
+"""The communicator of a partitioned run: ranks that message each other directly, not through dask's scheduler.
+
+A :class:`Communicator` is what each rank of an SPMD epoch (one pinned task
+per worker, see :mod:`hpcgpu.partition.engine`) uses to talk to the others:
+its ``rank`` and the ``size`` of the group, tagged non-blocking point-to-point
+messages (:meth:`~Communicator.isend`, :meth:`~Communicator.irecv`, each a
+:class:`Request` to wait on with a timeout), the collectives a time loop
+needs (:meth:`~Communicator.allreduce`, :meth:`~Communicator.allgather`,
+:meth:`~Communicator.gather`, :meth:`~Communicator.bcast`,
+:meth:`~Communicator.barrier`, and :meth:`~Communicator.exchange` with
+neighbours), and :meth:`~Communicator.abort`, which ends the run on every
+rank at once.
+
+Semantics (those of MPI where it has them):
+
+- messages from one rank to another with one tag arrive in the order they
+  were sent; tags are strings, ints or tuples of them;
+- a sent object must not be changed until its send request is complete;
+- every wait has a timeout (:data:`DEFAULT_TIMEOUT_S` unless given):
+  past it, :class:`~hpcgpu.errors.CommTimeout` names the peer and the tag;
+- once any rank aborts (or the cluster loses a worker of the group), every
+  wait on every rank raises :class:`~hpcgpu.errors.CommAborted` naming the
+  cause, well before its timeout;
+- collectives are called by every rank in the same order; their results
+  are the same on every rank, bitwise: reductions combine the values in
+  rank order everywhere, whatever order they arrived in.
+
+Transports implement :meth:`~Communicator._post_send`,
+:meth:`~Communicator._post_receive` and :meth:`~Communicator.abort`:
+:class:`hpcgpu.partition.dask_comm.DaskCommunicator` rides on dask's comm
+layer (tcp, tls, ucx), :class:`hpcgpu.partition.nccl_comm.NcclCommunicator`
+moves CuPy device buffers with NCCL.
+
+Examples
+--------
+>>> comm = LoopbackCommunicator()
+>>> comm.allreduce(3.0), comm.allgather("x"), comm.exchange({}, ())
+(3.0, ['x'], {})
+"""
+
+import abc
+import functools
+import operator
+import time
+
+import numpy as np
+
+from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
+
+__all__ = ["Communicator", "DEFAULT_TIMEOUT_S", "LoopbackCommunicator", "REDUCTIONS", "Request", "tag_key"]
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Longest wait for one message, in seconds: far above any step (and the first
+step's JIT compile), so that only a hung or lost peer reaches it."""
+
+
+def _logical_or(a, b):
+    return np.logical_or(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else bool(a or b)
+
+
+def _logical_and(a, b):
+    return np.logical_and(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else bool(a and b)
+
+
+def _maximum(a, b):
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def _minimum(a, b):
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+REDUCTIONS = {"sum": operator.add, "max": _maximum, "min": _minimum, "any": _logical_or, "all": _logical_and}
+"""The reductions of :meth:`Communicator.allreduce`, by name (applied in rank order)."""
+
+
+def tag_key(tag):
+    """The string a tag travels as: strings and ints as they are, tuples joined by ``|``.
+
+    Examples
+    --------
+    >>> tag_key(("halo", 3, "south")), tag_key(7)
+    ('halo|3|south', '7')
+    """
+    if isinstance(tag, tuple):
+        return "|".join(tag_key(part) for part in tag)
+    if isinstance(tag, (str, int, np.integer)) and not isinstance(tag, bool):
+        return str(tag)
+    raise ConfigError(f"tag must be a str, an int or a tuple of them; got {tag!r}")
+
+
+class Request:
+    """A pending send or receive: :meth:`wait` for it (returns what was received; None for a send).
+
+    Transports subclass it; ``describe`` says what it is in error messages.
+    """
+
+    def __init__(self, describe):
+        self.describe = describe
+
+    def done(self):  # pragma: no cover - interface
+        """True when :meth:`wait` would return at once."""
+        raise NotImplementedError
+
+    def wait(self, timeout):  # pragma: no cover - interface
+        """The result, waiting at most ``timeout`` seconds (CommTimeout past it, CommAborted on an abort)."""
+        raise NotImplementedError
+
+
+class _Finished(Request):
+    def __init__(self, describe, value=None):
+        super().__init__(describe)
+        self.value = value
+
+    def done(self):
+        return True
+
+    def wait(self, timeout):
+        return self.value
+
+
+class Communicator(abc.ABC):
+    """Rank ``rank`` of a group of ``size`` ranks; see the module doc for the semantics.
+
+    Parameters
+    ----------
+    rank, size : int
+    timeout : float
+        Default timeout of every wait, in seconds.
+    """
+
+    #: the name this transport reports (``bench comm``, the dashboard)
+    transport = "abstract"
+
+    def __init__(self, rank, size, timeout=DEFAULT_TIMEOUT_S):
+        if not 0 <= rank < size:
+            raise ConfigError(f"rank must be in 0..{size - 1}; got {rank}")
+        self.rank = rank
+        self.size = size
+        self.timeout = float(timeout)
+        self._collectives = 0
+
+    # -- what a transport provides --------------------------------------------------------
+    @abc.abstractmethod
+    def _post_send(self, obj, dest, key):
+        """Start sending ``obj`` to rank ``dest`` under the tag key ``key``; a :class:`Request`."""
+
+    @abc.abstractmethod
+    def _post_receive(self, source, key):
+        """Start receiving from rank ``source`` under ``key``; a :class:`Request`."""
+
+    @abc.abstractmethod
+    def abort(self, reason):
+        """End the run on every rank: every pending and later wait raises CommAborted with ``reason``."""
+
+    def close(self):
+        """Release this rank's connections (the group stays usable by a new communicator of its session)."""
+
+    # -- point to point -------------------------------------------------------------------
+    def _peer(self, name, peer):
+        if not isinstance(peer, (int, np.integer)) or isinstance(peer, bool) or not 0 <= peer < self.size:
+            raise ConfigError(f"{name} must be a rank in 0..{self.size - 1}; got {peer!r}")
+        if peer == self.rank:
+            raise ConfigError(f"{name}={peer} is this rank itself; keep local data local")
+        return int(peer)
+
+    def isend(self, obj, dest, tag):
+        """Send ``obj`` to rank ``dest`` with ``tag``; returns a :class:`Request` (do not change ``obj`` before it is done)."""
+        return self._post_send(obj, self._peer("dest", dest), tag_key(tag))
+
+    def irecv(self, source, tag):
+        """Receive the next object rank ``source`` sent with ``tag``; returns a :class:`Request`."""
+        return self._post_receive(self._peer("source", source), tag_key(tag))
+
+    def send(self, obj, dest, tag, timeout=None):
+        """Send and wait until the send is complete."""
+        self.isend(obj, dest, tag).wait(self._timeout(timeout))
+
+    def recv(self, source, tag, timeout=None):
+        """Receive, waiting at most ``timeout`` seconds."""
+        return self.irecv(source, tag).wait(self._timeout(timeout))
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is None else float(timeout)
+
+    def waitall(self, requests, timeout=None):
+        """Wait for every request (one deadline for all); returns their results in order."""
+        deadline = time.monotonic() + self._timeout(timeout)
+        return [request.wait(max(0.0, deadline - time.monotonic())) for request in requests]
+
+    def exchange(self, sends, sources, tag="exchange", timeout=None):
+        """Send ``sends[dest]`` to each ``dest`` and receive from each of ``sources``; ``{source: object}``.
+
+        The sends and receives are all posted before any wait, so neighbours
+        that exchange with each other never wait on each other's order.
+        """
+        receives = {source: self.irecv(source, tag) for source in sources}
+        posted = [self.isend(obj, dest, tag) for dest, obj in sends.items()]
+        results = dict(zip(receives, self.waitall(list(receives.values()), timeout)))
+        self.waitall(posted, timeout)
+        return results
+
+    # -- collectives ----------------------------------------------------------------------
+    def _collective_key(self, name):
+        self._collectives += 1
+        return f"#{name}|{self._collectives}"
+
+    def allgather(self, value, timeout=None):
+        """Every rank's ``value``, in rank order, on every rank."""
+        if self.size == 1:
+            return [value]
+        key = self._collective_key("allgather")
+        others = [r for r in range(self.size) if r != self.rank]
+        receives = [self._post_receive(r, key) for r in others]
+        posted = [self._post_send(value, r, key) for r in others]
+        gathered = dict(zip(others, self.waitall(receives, timeout)))
+        gathered[self.rank] = value
+        self.waitall(posted, timeout)
+        return [gathered[r] for r in range(self.size)]
+
+    def allreduce(self, value, op="sum", timeout=None):
+        """``value`` reduced over all ranks with ``op`` (``sum``, ``max``, ``min``, ``any``, ``all``).
+
+        Scalars or NumPy arrays. The values are combined in rank order on
+        every rank, so every rank gets the same result bitwise.
+        """
+        if op not in REDUCTIONS:
+            raise ConfigError(f"op must be one of {sorted(REDUCTIONS)}; got {op!r}")
+        values = self.allgather(value, timeout)
+        return functools.reduce(REDUCTIONS[op], values) if op not in ("any", "all") or len(values) > 1 \
+            else REDUCTIONS[op](values[0], values[0])
+
+    def gather(self, value, root=0, timeout=None):
+        """Every rank's ``value`` in rank order on ``root`` (None on the others)."""
+        key = self._collective_key("gather")
+        if self.rank != root:
+            self._post_send(value, self._peer("root", root), key).wait(self._timeout(timeout))
+            return None
+        others = [r for r in range(self.size) if r != root]
+        gathered = dict(zip(others, self.waitall([self._post_receive(r, key) for r in others], timeout)))
+        gathered[root] = value
+        return [gathered[r] for r in range(self.size)]
+
+    def bcast(self, value, root=0, timeout=None):
+        """``root``'s ``value`` on every rank."""
+        key = self._collective_key("bcast")
+        if self.rank == root:
+            self.waitall([self._post_send(value, r, key) for r in range(self.size) if r != root], timeout)
+            return value
+        return self._post_receive(self._peer("root", root), key).wait(self._timeout(timeout))
+
+    def barrier(self, timeout=None):
+        """Return once every rank has called it."""
+        self.allgather(None, timeout)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
+
+
+class LoopbackCommunicator(Communicator):
+    """The group of one: collectives return this rank's own values (the engine's single-partition case)."""
+
+    transport = "loopback"
+
+    def __init__(self, timeout=DEFAULT_TIMEOUT_S):
+        super().__init__(0, 1, timeout)
+        self._aborted = None
+
+    def _post_send(self, obj, dest, key):  # pragma: no cover - _peer refuses every dest of a group of one
+        raise AssertionError("a group of one has no peers")
+
+    _post_receive = _post_send
+
+    def abort(self, reason):
+        self._aborted = reason
+
+    def check(self):
+        """Raise CommAborted if this rank aborted."""
+        if self._aborted is not None:
+            raise CommAborted(f"the run was aborted: {self._aborted}", rank=0)
+
+
+def raise_timeout(describe, timeout, rank):
+    """The CommTimeout of a wait for ``describe`` that took ``timeout`` seconds."""
+    raise CommTimeout(f"rank {rank}: no completion of {describe} within {timeout:g} s (a peer hangs, or its "
+                      "worker is gone)", rank=rank)

@@ -1,0 +1,606 @@
+"""The SPMD engine: epochs of one pinned task per worker that run the time loop themselves.
+
+dask is the cluster, not the time loop. :class:`PartitionedExecutor` splits
+the state into partitions (one *rank* each) and keeps them resident on the
+workers; an *epoch* is one task per worker (pinned there, not pure, never
+retried) that advances its ranks through many steps, until the next thing
+the driver needs: diagnostics, a health check, output, a checkpoint, the
+stop. Inside an epoch the ranks exchange what their neighbours need
+directly, through a :class:`~hpcgpu.partition.communicator.Communicator`
+(halos for grids, every position for all-pairs gravity, ghost atoms,
+migrants and the rebuild decision for short-range MD); the scheduler sees
+one task per worker per epoch, never one per step. An epoch returns each
+rank's new resident block, and rank 0 the diagnostic and health scalars
+the driver asked for (reduced on the workers: only scalars reach the
+client).
+
+The driver's calls map onto epochs like this: ``advance(n)`` and the
+``request_*`` calls after it are queued as a *program*; the queue goes to
+the workers as one epoch when they would otherwise be idle, when it holds
+about :data:`EPOCH_SECONDS` of work, or when the driver waits for a result
+(``collect(block=True)``, ``synchronize``, ``global_state``). At most
+:data:`MAX_AHEAD` epochs are in flight. So a run that records diagnostics
+every 10 steps still runs epochs of about half a second, with the
+diagnostics of every 10th step computed inside them.
+
+How a model's state is split and what the ranks exchange is a
+*decomposition* (:mod:`hpcgpu.partition.rows`, :mod:`~hpcgpu.partition.all_pairs`,
+:mod:`~hpcgpu.partition.slabs`), chosen by ``model.decomposition``; what a
+model must provide for each is written in :mod:`hpcgpu.partition.protocols`.
+
+Faults: a rank that raises aborts the session on every rank (their waits
+end at once) and the client re-raises the first rank's own error; a lost
+worker aborts the session on the other workers (the scheduler plugin of
+:mod:`hpcgpu.partition.dask_comm`) and the client raises a
+:class:`~hpcgpu.errors.ClusterError`, from which
+:class:`~hpcgpu.simulation.Simulation` restarts at its last checkpoint on
+the workers left. Every wait has a timeout; nothing hangs.
+"""
+
+import functools
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+from hpcgpu.cluster import worker_info
+from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError
+from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, LoopbackCommunicator
+from hpcgpu.validation import check_int
+
+__all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]
+
+EPOCH_SECONDS = 0.5
+"""Work one epoch gathers before it is sent, in seconds (when the workers are busy)."""
+MAX_AHEAD = 2
+"""Epochs in flight at most: enough to hide the scheduler's round trip between
+epochs, few enough to bound memory and the overshoot of a wall-time limit."""
+_POLL_S = 1.0
+"""How often the client, waiting for an epoch, checks that the session's workers are alive."""
+
+
+# -- the worker side ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _resolved(model_bytes):
+    import pickle
+
+    model = pickle.loads(model_bytes)
+    # "auto" resolves on the worker's own hardware (its GPU, or Numba).
+    if getattr(model, "backend_request", None) == "auto":
+        model = model.with_backend("auto")
+    return model
+
+
+def on_worker(model):
+    """``model`` with its ``"auto"`` backend resolved on this worker (cached per model)."""
+    import pickle
+
+    return _resolved(pickle.dumps(model))
+
+
+_rank_caches = {}
+_rank_caches_lock = threading.Lock()
+
+
+def rank_cache(session_id, rank):
+    """A dict that lives on this worker for one rank of one session, epoch after epoch (work buffers)."""
+    with _rank_caches_lock:
+        return _rank_caches.setdefault((session_id, rank), {})
+
+
+def _forget_rank_caches(session_id):
+    with _rank_caches_lock:
+        for key in [k for k in _rank_caches if k[0] == session_id]:
+            del _rank_caches[key]
+
+
+@dataclass
+class RankResult:
+    """What one rank keeps between epochs (``carried``, its resident block) and what rank 0 reports."""
+
+    carried: object
+    records: list = field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every epoch task needs that does not change during a run (scattered once)."""
+
+    model: object
+    dt: float
+    decomposition: object
+
+
+class _Context:
+    """One rank's view of the run inside an epoch: model, communicator, layout, caches."""
+
+    def __init__(self, spec, session, rank, worker=None):
+        # the communicator first: whatever fails after it can still abort the other ranks
+        if session is None:
+            self.comm = LoopbackCommunicator()
+            self.cache = rank_cache("local", rank)
+        else:
+            from hpcgpu.partition.dask_comm import communicator
+
+            self.comm = communicator(session, rank, worker)
+            self.cache = rank_cache(session.id, rank)
+        self.rank = rank
+        self.size = self.comm.size
+        self.dt = spec.dt
+        self.decomposition = spec.decomposition
+        self.model = None
+        self.model = on_worker(spec.model)
+
+
+def _run_program(context, carried, program):
+    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
+    decomposition, model, comm = context.decomposition, context.model, context.comm
+    records, steps = [], 0
+    started = time.perf_counter()
+    carried = decomposition.resume(context, carried)
+    for op, value in program:
+        if op == "advance":
+            carried = decomposition.advance(context, carried, value)
+            steps += value
+        elif op == "health":
+            parts = comm.allgather(model.block_health(decomposition.model_state(carried)))
+            bad, cfl = model.combine_health(parts, context.dt)
+            if context.rank == 0:
+                records.append(("health", value, (bad, cfl)))
+            if bad or cfl != cfl:
+                break  # every rank saw the same parts: all stop here, the driver reports the step
+        elif op == "diagnostics":
+            parts = comm.gather(decomposition.block_sums(context, carried))
+            if context.rank == 0:
+                records.append(("diagnostics", value, model.combine_sums(parts)))
+        else:  # pragma: no cover - the client builds programs
+            raise ConfigError(f"unknown epoch operation {op!r}")
+    model.backend.synchronize()
+    return RankResult(carried, records, time.perf_counter() - started, steps)
+
+
+def _run_rank(spec, session, rank, carried, program, worker=None):
+    context = None
+    try:
+        context = _Context(spec, session, rank, worker)
+        return _run_program(context, carried, program)
+    except BaseException as error:
+        if isinstance(error, CommError):
+            raise
+        if context is not None and hasattr(context, "comm"):
+            context.comm.abort(f"{type(error).__name__}: {error}")
+        elif session is not None:
+            from hpcgpu.partition.dask_comm import abort_session
+
+            abort_session(session, rank, f"{type(error).__name__}: {error}", worker)
+        raise
+
+
+def epoch_task(spec, session, ranks, carried, program):
+    """The epoch of the ranks on this worker (one thread each beyond the first); their RankResults.
+
+    ``carried`` holds, per rank, its RankResult of the last epoch or its
+    initial block.
+    """
+    carried = [c.carried if isinstance(c, RankResult) else c for c in carried]
+    worker = None
+    if session is not None:
+        from distributed import get_worker
+
+        worker = get_worker()  # the rank threads below are not task threads: they get it from here
+    if len(ranks) == 1:
+        return [_run_rank(spec, session, ranks[0], carried[0], program, worker)]
+    results, errors = [None] * len(ranks), [None] * len(ranks)
+
+    def one(k):
+        try:
+            results[k] = _run_rank(spec, session, ranks[k], carried[k], program, worker)
+        except BaseException as error:  # noqa: BLE001 - re-raised below, the root cause first
+            errors[k] = error
+
+    threads = [threading.Thread(target=one, args=(k,), name=f"hpcgpu-rank-{r}") for k, r in enumerate(ranks)]
+    for thread in threads[1:]:
+        thread.start()
+    one(0)
+    for thread in threads[1:]:
+        thread.join()
+    _raise_root_cause([e for e in errors if e is not None])
+    return results
+
+
+def _raise_root_cause(errors):
+    """Raise the first error that is not a consequence of another rank's abort (if any)."""
+    if not errors:
+        return
+    for error in errors:
+        if not isinstance(error, CommAborted):
+            raise error
+    raise errors[0]
+
+
+def _records(results):
+    """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
+    first = results[0]
+    return first.records, first.seconds, first.steps
+
+
+def _host_blocks(spec, results):
+    model = on_worker(spec.model)
+    return [model.to_host(spec.decomposition.model_state(r.carried)) for r in results]
+
+
+def _local_epoch(spec, carried, program):
+    """The single-process path (tests, and a rank's work in isolation)."""
+    return _run_program(_Context(spec, None, 0), carried, program)
+
+
+# -- decompositions -------------------------------------------------------------------------------------
+class Decomposition:
+    """How a model's state is split into ranks and what a rank does in an epoch (base class).
+
+    The client side (``layout``, ``split``, ``join``) runs once per run; the
+    rank side (``resume``, ``advance``, ``model_state``, ``block_sums``)
+    inside every epoch, on the workers. Subclasses are frozen dataclasses:
+    they travel to the workers with the run's :class:`Spec`.
+    """
+
+    unit = "items"
+
+    # client side
+    def split(self, model, host_state):  # pragma: no cover - interface
+        """The initial block of each rank, from the global state on the host."""
+        raise NotImplementedError
+
+    def join(self, model, host_blocks):
+        """The global state from every rank's block (host), in rank order."""
+        return model.concat_blocks(host_blocks)
+
+    def sizes(self):  # pragma: no cover - interface
+        """Items per rank at the start (``bounds``-like pairs for describe and the dashboard)."""
+        raise NotImplementedError
+
+    # rank side
+    def resume(self, context, carried):
+        """What :meth:`advance` works on, from what the last epoch left (or the initial block)."""
+        return carried
+
+    def advance(self, context, carried, steps):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def model_state(self, carried):
+        """The model state of the rank's own items."""
+        return carried
+
+    def block_sums(self, context, carried):
+        """This rank's part of the diagnostics."""
+        return context.model.block_sums(self.model_state(carried), 0, None)
+
+
+def decomposition_for(model):
+    """The decomposition module's builder for ``model.decomposition`` (``rows``, ``bodies``, ``domains``)."""
+    kind = getattr(model, "decomposition", "rows")
+    if kind == "rows":
+        from hpcgpu.partition.rows import RowDecomposition
+
+        return RowDecomposition
+    if kind == "bodies":
+        from hpcgpu.partition.all_pairs import AllPairsDecomposition
+
+        return AllPairsDecomposition
+    if kind == "domains":
+        from hpcgpu.partition.slabs import SlabDecomposition
+
+        return SlabDecomposition
+    raise ConfigError(f"model decomposition must be 'rows', 'bodies' or 'domains'; got {kind!r}")
+
+
+# -- the client side -----------------------------------------------------------------------------------
+def _is_lost_worker(error):
+    from distributed.scheduler import KilledWorker
+
+    text = f"{type(error).__name__}: {error}".lower()
+    return isinstance(error, KilledWorker) or any(
+        word in text for word in ("lost", "cancelled", "killedworker", "commclosed", "worker died", "left the cluster",
+                                  "without a goodbye"))
+
+
+class PartitionedExecutor:
+    """A model's state in partitions resident on dask workers, advanced by SPMD epochs.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    model
+        A model whose ``decomposition`` is ``"rows"``, ``"bodies"`` or
+        ``"domains"`` (see :mod:`hpcgpu.partition.protocols`).
+    state
+        Initial global state (on the client; split and scattered once).
+    dt : float
+    partitions : int, optional
+        Ranks P (default: one per worker). Ranks beyond the worker count
+        share workers (each runs in a thread of its worker's epoch task).
+    steps_per_task : int, optional
+        Grid models: time steps K per halo exchange (default
+        :func:`hpcgpu.partition.rows.auto_steps_per_task`). Particle
+        models exchange every step and take only 1.
+    weights : sequence of float or "calibrate", optional
+        Relative partition sizes, or ``"calibrate"`` (grids) to size them by
+        each worker's measured step rate.
+    name : str
+        Run name (dashboard span and task keys).
+    timeout : float
+        Seconds any wait of a rank may take before the run is aborted.
+
+    Raises
+    ------
+    ConfigError
+        A partitioning the model cannot take (too many partitions, a halo
+        or ghost radius wider than a partition).
+    ClusterError
+        The cluster has no workers.
+    """
+
+    def __init__(self, client, model, state, dt, *, partitions=None, steps_per_task=None, weights=None,
+                 name="run", timeout=DEFAULT_TIMEOUT_S):
+        from hpcgpu.partition.dask_comm import open_session
+
+        self.client = client
+        self.model = model
+        self.dt = dt
+        self.name = name
+        workers = sorted(worker_info(client))
+        if not workers:
+            raise ClusterError("the dask cluster has no workers")
+        self.workers = workers
+        partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1)
+        if steps_per_task is not None:
+            steps_per_task = check_int("steps_per_task", steps_per_task, minimum=1)
+        builder = decomposition_for(model)
+        from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
+
+        kind = getattr(model, "decomposition", "rows")
+        missing = missing_methods(model, PROTOCOLS[kind])
+        if missing:
+            raise ConfigError(f"{type(model).__name__} cannot be partitioned as {kind!r}: it lacks "
+                              f"{', '.join(missing)} (see hpcgpu.partition.protocols)")
+        self.owner = [workers[p % len(workers)] for p in range(partitions)]
+        if isinstance(weights, str):
+            if weights != "calibrate":
+                raise ConfigError(f"weights must be a sequence of numbers or 'calibrate'; got {weights!r}")
+            self.rates = builder.calibrate(client, model)
+            weights = [self.rates[w] for w in self.owner]
+            calibrated = True
+        else:
+            calibrated = False
+            if weights is not None and len(weights) != partitions:
+                raise ConfigError(f"weights must have one entry per partition ({partitions}); got {len(weights)}")
+        self.decomposition = builder.build(model, dt, partitions, steps_per_task, weights, calibrated)
+        blocks = self.decomposition.split(model, model.to_host(state))
+        self.steps_per_task = self.decomposition.steps_per_task
+        self.unit = self.decomposition.unit
+        self.bounds = self.decomposition.sizes()
+        self.weights = list(self.decomposition.weights)
+        self.token = uuid.uuid4().hex[:12]
+        self.step = 0
+        self.epoch = 0
+        self.session = open_session(client, self.owner, timeout)
+        self._spec = client.scatter(Spec(model, dt, self.decomposition), broadcast=True, hash=False)
+        self._ranks = {}
+        for rank, worker in enumerate(self.owner):
+            self._ranks.setdefault(worker, []).append(rank)
+        # each worker's current epoch result (here: its ranks' initial blocks)
+        self._results = {worker: client.scatter([blocks[r] for r in ranks], workers=[worker], hash=False)
+                         for worker, ranks in self._ranks.items()}
+        self._program = []
+        self._in_flight = deque()  # (epoch, steps, records future, result futures)
+        self._ready = []
+        self._seconds_per_step = None
+        self._closed = False
+
+    # -- what the driver calls -------------------------------------------------------------------------
+    @property
+    def partitions(self):
+        return len(self.owner)
+
+    @property
+    def granularity(self):
+        """Steps the driver's default schedules round to (K for grids, 1 for particles)."""
+        return self.steps_per_task
+
+    def _check_open(self, what):
+        if self._closed:
+            raise ClusterError(f"{self.name}: {what} after the run was closed; its state is no longer on "
+                               "the cluster (read diagnostics before close(), or keep the run open)")
+
+    def advance(self, steps):
+        """Queue ``steps`` time steps (sent to the workers as part of an epoch; returns at once)."""
+        self._check_open("the run was advanced")
+        steps = check_int("steps", steps, minimum=0)
+        if steps == 0:
+            return
+        if self._program and self._long_enough():
+            self._submit()
+        self._program.append(("advance", steps))
+        self.step += steps
+        while len(self._in_flight) > MAX_AHEAD:
+            self._take(self._in_flight.popleft())
+
+    def request_health(self, step):
+        """Check the state after the queued steps for NaN/inf and the CFL number (result via :meth:`collect`)."""
+        self._check_open("a health check was requested")
+        self._program.append(("health", step))
+
+    def request_diagnostics(self, step):
+        """Reduce the model's diagnostics after the queued steps (result via :meth:`collect`)."""
+        self._check_open("diagnostics were requested")
+        self._program.append(("diagnostics", step))
+
+    def collect(self, block=False):
+        """Finished health checks and diagnostics, in order: ``(kind, step, value)``.
+
+        Sends the queued program when the workers would otherwise idle (or
+        when ``block``, which also waits for everything sent).
+        """
+        if self._program and (block or not self._in_flight or self._long_enough()):
+            self._submit()
+        while self._in_flight and (block or self._in_flight[0][2].done()):
+            self._take(self._in_flight.popleft())
+        ready, self._ready = self._ready, []
+        return ready
+
+    def synchronize(self):
+        """Send what is queued and wait until every epoch has finished (raises on a failure)."""
+        self._check_open("the run was synchronized")
+        self._ready = self.collect(block=True) + self._ready  # kept for the driver's next collect
+
+    def health(self):
+        """Blocking health check of the current state: ``(bad_fields, cfl)``."""
+        self.request_health(self.step)
+        return [value for kind, _, value in self.collect(block=True) if kind == "health"][-1]
+
+    def diagnostics(self):
+        """Blocking global diagnostics of the current state (dict of floats)."""
+        self.request_diagnostics(self.step)
+        values = [value for kind, _, value in self.collect(block=True) if kind == "diagnostics"][-1]
+        values["max_cfl"] = self.health()[1]
+        return values
+
+    def global_state(self):
+        """Gather the whole state to the client (for output; never while stepping)."""
+        self._check_open("the state was requested")
+        self.synchronize()
+        futures = [self.client.submit(_host_blocks, self._spec, self._results[w], workers=[w],
+                                      allow_other_workers=False, pure=False, key=self._key("gather", w))
+                   for w in self._ranks]
+        gathered = dict(zip(self._ranks, self._gather(futures)))
+        blocks = [None] * self.partitions
+        for worker, ranks in self._ranks.items():
+            for rank, block in zip(ranks, gathered[worker]):
+                blocks[rank] = block
+        return self.decomposition.join(self.model, blocks)
+
+    def describe(self):
+        return {"executor": "distributed", "engine": "spmd", "transport": "dask",
+                "backend": self.model.backend_request, "partitions": self.partitions,
+                "steps_per_task": self.steps_per_task, "workers": len(self.workers),
+                f"{self.unit}_per_partition": [b - a for a, b in self.bounds], "epochs": self.epoch}
+
+    def close(self):
+        """Release the partitions and end the communicator session."""
+        if self._closed:
+            return
+        self._closed = True
+        from hpcgpu.partition.dask_comm import close_session
+
+        for _, _, records, results in self._in_flight:
+            self.client.cancel([records, *results.values()])
+        self._in_flight.clear()
+        self._program = []
+        self._results = {}
+        try:
+            close_session(self.client, self.session)
+        finally:
+            self._spec = None
+            _forget_rank_caches(self.session.id)
+
+    # -- epochs ------------------------------------------------------------------------------------------
+    def _key(self, phase, *index):
+        return "-".join(str(part) for part in (f"{self.model.name}-{phase}-{self.token}", self.epoch, *index))
+
+    def _long_enough(self):
+        if self._seconds_per_step is None:
+            return True
+        steps = sum(value for op, value in self._program if op == "advance")
+        return steps * self._seconds_per_step >= EPOCH_SECONDS
+
+    def _submit(self):
+        from distributed import span
+
+        program, self._program = self._program, []
+        self.epoch += 1
+        steps = sum(value for op, value in program if op == "advance")
+        results = {}
+        with span(self.name):
+            for worker, ranks in self._ranks.items():
+                results[worker] = self.client.submit(
+                    epoch_task, self._spec, self.session, ranks, self._results[worker], program,
+                    key=self._key("epoch", worker), workers=[worker], allow_other_workers=False, pure=False,
+                    retries=0)
+            first = self.owner[0]
+            records = self.client.submit(_records, results[first], key=self._key("records"), workers=[first],
+                                         allow_other_workers=False, pure=False)
+        self._results = results
+        self._in_flight.append((self.epoch, steps, records, results))
+
+    def _take(self, entry):
+        """Wait for one epoch, file its records and learn its speed (raises on a failed epoch)."""
+        _, steps, records, results = entry
+        self._wait([records, *results.values()])
+        found, seconds, done = self._gather([records])[0]
+        self._ready.extend(found)
+        if done:
+            rate = seconds / done
+            self._seconds_per_step = rate if self._seconds_per_step is None else 0.5 * (self._seconds_per_step + rate)
+
+    def _wait(self, futures):
+        """Wait for ``futures``, watching the session's workers; translate failures."""
+        from distributed import wait
+
+        alive_checked = time.monotonic()
+        while True:
+            try:
+                wait(futures, timeout=_POLL_S, return_when="FIRST_EXCEPTION")
+            except Exception:  # noqa: BLE001 - dask's TimeoutError: not done yet
+                pass
+            failed = [f for f in futures if f.status in ("error", "cancelled", "lost")]
+            if failed:
+                self._fail(failed, futures)
+            if all(f.status == "finished" for f in futures):
+                return
+            if time.monotonic() - alive_checked >= _POLL_S:
+                alive_checked = time.monotonic()
+                missing = set(self.owner) - set(worker_info(self.client))
+                if missing:
+                    self._abandon(futures)
+                    raise ClusterError(f"{self.name}: a worker was lost during the run ({', '.join(sorted(missing))} "
+                                       "left the cluster); the partitions it held are gone")
+
+    def _abandon(self, futures):
+        self.client.cancel(list(futures))
+        for _, _, records, results in self._in_flight:
+            self.client.cancel([records, *results.values()])
+        self._in_flight.clear()
+
+    def _fail(self, failed, futures):
+        """Raise the root cause of a failed epoch: a rank's own error before the aborts it caused."""
+        errors = []
+        for future in failed:
+            if future.status == "error":
+                try:
+                    errors.append(future.exception(timeout=10))
+                except Exception as error:  # noqa: BLE001
+                    errors.append(error)
+            else:
+                errors.append(ClusterError(f"{self.name}: an epoch task was {future.status}"))
+        self._abandon(futures)
+        own = [e for e in errors if not isinstance(e, CommError) and not _is_lost_worker(e)]
+        if own:
+            raise own[0]
+        lost = [e for e in errors if _is_lost_worker(e)]
+        error = lost[0] if lost else errors[0]
+        if lost or isinstance(error, CommAborted):
+            raise ClusterError(f"{self.name}: a worker was lost or a rank failed during the run ({type(error).__name__}: "
+                               f"{error}); the partitions are gone") from error
+        raise error
+
+    def _gather(self, futures):
+        try:
+            return self.client.gather(futures, errors="raise")
+        except Exception as error:  # noqa: BLE001 - translated when it is a lost worker
+            if _is_lost_worker(error):
+                raise ClusterError(f"{self.name}: a worker was lost during the run ({type(error).__name__}: "
+                                   f"{error}); the partitions it held are gone") from error
+            raise

@@ -1,0 +1,50 @@
+"""How many items each partition holds: contiguous blocks in proportion to weights."""
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError
+
+__all__ = ["split_rows"]
+
+
+def split_rows(rows, weights, minimum=1):
+    """Split ``rows`` into contiguous blocks proportional to ``weights``.
+
+    Largest-remainder rounding, so each block is within one row of its exact
+    share. A block whose share is below ``minimum`` (the halo a block must
+    be able to give its neighbour) gets ``minimum`` and the others share the
+    rest in proportion. Raises ConfigError when the blocks cannot all hold
+    ``minimum`` rows.
+
+    Examples
+    --------
+    >>> split_rows(10, [3, 1])
+    [(0, 8), (8, 10)]
+    >>> split_rows(100, [1, 100], minimum=12)
+    [(0, 12), (12, 100)]
+    """
+    weights = np.asarray(weights, dtype=float)
+    if weights.ndim != 1 or len(weights) == 0 or not np.all(weights > 0) or not np.all(np.isfinite(weights)):
+        raise ConfigError(f"weights must be positive finite numbers, one per partition; got {weights.tolist()}")
+    count = len(weights)
+    if count * minimum > rows:
+        raise ConfigError(
+            f"partitions={count} needs at least {count * minimum} rows ({minimum} per block for the halo) "
+            f"but the grid has {rows}; use at most {rows // minimum} partitions or fewer steps_per_task")
+    sizes = np.zeros(count, dtype=int)
+    fixed = np.zeros(count, dtype=bool)
+    while True:
+        free = rows - sizes[fixed].sum()
+        exact = np.where(fixed, 0.0, free * weights / weights[~fixed].sum())
+        share = np.floor(exact).astype(int)
+        order = [i for i in np.argsort(-(exact - share), kind="stable") if not fixed[i]]
+        for index in order[: free - share[~fixed].sum()]:
+            share[index] += 1
+        small = ~fixed & (share < minimum)
+        if not small.any():
+            sizes[~fixed] = share[~fixed]
+            break
+        sizes[small] = minimum
+        fixed |= small
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -1,0 +1,122 @@
+"""What a model provides to be driven by :class:`~hpcgpu.simulation.Simulation` and to be partitioned.
+
+Written once, as :class:`typing.Protocol` classes: :class:`SteppedModel` is
+what the driver needs of every model; :class:`Partitionable` what every
+decomposition needs of a block of the state; :class:`RowModel`,
+:class:`AllPairsModel` and :class:`SlabModel` what the grid-row, all-pairs
+and slab decompositions need on top (``model.decomposition`` names which:
+``"rows"``, ``"bodies"`` or ``"domains"``). The models of
+:mod:`hpcgpu.workloads` implement them, and a user's own model plugs in
+the same way; :func:`missing_methods` says what a model lacks.
+
+Examples
+--------
+>>> from hpcgpu.workloads.weather import ShallowWater
+>>> model = ShallowWater("gravity_wave", nx=8, ny=8, backend="numpy")
+>>> missing_methods(model, RowModel)
+[]
+>>> isinstance(model, SteppedModel), isinstance(model, SlabModel)
+(True, False)
+"""
+
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["AllPairsModel", "Partitionable", "PROTOCOLS", "RowModel", "SlabModel", "SteppedModel",
+           "missing_methods"]
+
+
+@runtime_checkable
+class SteppedModel(Protocol):
+    """What :class:`~hpcgpu.simulation.Simulation` needs of every model.
+
+    ``backend`` says where it runs, ``cfl_limit`` its stable limit of
+    :meth:`cfl`, ``name`` its short name.
+    """
+
+    backend: Any
+    cfl_limit: float
+    name: str
+
+    def initial_state(self): """The state at time 0."""
+    def suggested_dt(self, state, cfl=...): """A stable time step for ``state``."""
+    def stepper(self, dt): """An object whose ``advance(state, steps)`` returns the state ``steps`` later."""
+    def warm_up(self): """Compile the kernels on a tiny problem (timed apart from the run)."""
+    def cfl(self, state, dt): """The stability number of ``state`` at ``dt`` (NaN for non-finite values)."""
+    def bad_fields(self, state): """Names of the fields holding NaN/inf or non-physical values."""
+    def diagnostics(self, state, dt=None): """Global diagnostics (dict of floats)."""
+    def to_dataset(self, state, time=None): """The state as an ``xarray.Dataset`` (output)."""
+    def attributes(self): """Model parameters as a flat dict (output metadata)."""
+
+
+@runtime_checkable
+class Partitionable(Protocol):
+    """What every decomposition needs: blocks of the state, and diagnostics and health reduced from blocks.
+
+    ``block_sums`` of every block, combined by ``combine_sums``, give
+    :meth:`SteppedModel.diagnostics`; ``block_health`` / ``combine_health``
+    give ``(bad_fields, cfl)``. Partial sums travel, never the state.
+    """
+
+    decomposition: str
+
+    def decomposition_size(self): """Items (rows, bodies, atoms) the state is split over."""
+    def take_block(self, state, start, stop): """Items ``start:stop`` as independent arrays."""
+    def concat_blocks(self, states): """Blocks joined in order, on this model's backend."""
+    def to_host(self, state): """The state with NumPy arrays."""
+    def block_sums(self, state, start, extra=None): """Partial sums of the diagnostics over a block."""
+    def combine_sums(self, parts): """The diagnostics from the partial sums of all blocks."""
+    def block_health(self, state): """A block's part of the health check."""
+    def combine_health(self, parts, dt): """``(bad_fields, cfl)`` from every block's part."""
+    def with_backend(self, backend): """The same model on another backend (``"auto"`` resolves on a worker)."""
+
+
+@runtime_checkable
+class RowModel(Partitionable, Protocol):
+    """Grids split into blocks of rows (:mod:`hpcgpu.partition.rows`)."""
+
+    def periodic_rows(self): """True when the split axis wraps around."""
+    def halo_rows(self, steps): """Rows ``(south, north)`` that ``steps`` steps read beyond a block."""
+    def assemble_rows(self, south, block, north): """A block with halo rows around it (in place when it can)."""
+    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None, fresh=False):
+        """A block ``steps`` steps later; results within the halo of an open edge are not valid."""
+    def row_view(self, state, start, stop): """Rows ``start:stop`` as views."""
+
+
+@runtime_checkable
+class AllPairsModel(Partitionable, Protocol):
+    """Particles that need every position each step (:mod:`hpcgpu.partition.all_pairs`).
+
+    A model whose ``sums_need_positions`` is true gets every block's
+    positions as the ``extra`` of ``block_sums``.
+    """
+
+    def drift_block(self, state, dt): """The part of a step before the forces (no other body needed)."""
+    def block_positions(self, state): """What other blocks need of this one for the forces."""
+    def kick_block(self, state, blocks, start, dt): """Forces from every block's positions, and the rest of the step."""
+
+
+@runtime_checkable
+class SlabModel(Partitionable, Protocol):
+    """Short-range particles in slabs of a periodic box (:mod:`hpcgpu.partition.slabs`); ``box`` its sides."""
+
+    box: Any
+
+    def ghost_radius(self): """Atoms this close to a slab are its ghosts."""
+    def migration_margin(self): """How far an atom may stray from its slab before the lists are rebuilt."""
+    def block_positions(self, state): """Positions ``(3, N)`` of a block's atoms."""
+    def atom_ids(self, state): """Global ids ``(N,)`` of a block's atoms."""
+    def select_atoms(self, state, index): """The atoms ``index`` of a block."""
+    def drift_block(self, state, dt): """The part of a step before the forces."""
+    def block_needs_rebuild(self, state): """Whether an atom moved far enough since the last list build."""
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild): """Forces from own atoms and ghosts, the rest of the step."""
+
+
+PROTOCOLS = {"rows": RowModel, "bodies": AllPairsModel, "domains": SlabModel}
+"""The protocol of each ``model.decomposition``."""
+
+
+def missing_methods(model, protocol):
+    """Names ``protocol`` requires that ``model`` lacks (empty when it conforms)."""
+    names = [name for name in dir(protocol) if not name.startswith("_")]
+    required = set(getattr(protocol, "__protocol_attrs__", names))
+    return sorted(name for name in required if not hasattr(model, name))

@@ -1,0 +1,219 @@
+"""Grid rows: each rank holds a block of rows and trades halos with its two neighbours every K steps.
+
+A superstep of K steps on rank p: send its first ``north`` rows to the
+rank south of it (they are that rank's north halo) and its last ``south``
+rows to the rank north of it, receive its own halos, write them into the
+spare rows around its block (no copy of the block), advance K steps with
+open edges, and keep the rows that stayed valid (``halo_rows(K)`` is how
+far K steps read). The results equal the single-block run bitwise: every
+point is computed by the same operations; only the open edges differ, and
+they are cut away.
+
+:func:`auto_steps_per_task` picks K when none is given (fewer, larger
+exchanges against redundant halo work) and :func:`calibrate_workers`
+measures each worker's step rate for weighted blocks.
+"""
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from hpcgpu.cluster import worker_info
+from hpcgpu.errors import ConfigError
+from hpcgpu.partition.engine import Decomposition, on_worker
+from hpcgpu.partition.layout import split_rows
+from hpcgpu.validation import check_int
+
+__all__ = ["RowDecomposition", "SLOWDOWN_ENV", "auto_steps_per_task", "calibrate_workers"]
+
+SLOWDOWN_ENV = "HPCGPU_EMULATE_SLOWDOWN"
+"""Environment variable (benchmarks and tests only): a worker started with it
+set to a factor f > 1 sleeps ``(f - 1)`` times the compute time after each
+row-block advance and calibration step, so it behaves like a device f times
+slower without taking CPU from the others. ``hpcgpu bench scaling`` uses it
+for its mixed-cluster balance case on machines without mixed devices."""
+
+_CALIBRATION_TIMEOUT_S = 600.0
+
+
+def emulate_slowdown(started):
+    """Sleep so that the work begun at ``started`` took SLOWDOWN_ENV times as long."""
+    import os
+
+    factor = float(os.environ.get(SLOWDOWN_ENV, "1") or 1)
+    if factor > 1:
+        time.sleep((factor - 1.0) * (time.perf_counter() - started))
+
+
+def auto_steps_per_task(model, partitions):
+    """Time steps per halo exchange K for ``model`` on ``partitions`` equal blocks, when none is given.
+
+    Row models: the largest of 16, 8, 4, 2 whose halo (the wider side) is
+    at most a quarter of a block, else 1. A quarter keeps the redundant halo
+    work under about 15% of a block while an exchange is paid once per K
+    steps. Models that need every position each step (bodies, MD slabs): 1.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> model = ShallowWater("unstable_jet", nx=64, ny=1024, backend="numpy")
+    >>> auto_steps_per_task(model, 2), auto_steps_per_task(model, 16), auto_steps_per_task(model, 64)
+    (16, 2, 1)
+    """
+    if getattr(model, "decomposition", "rows") != "rows":
+        return 1
+    rows = model.decomposition_size() // check_int("partitions", partitions, minimum=1)
+    for k in (16, 8, 4, 2):
+        if 4 * max(model.halo_rows(k)) <= rows:
+            return k
+    return 1
+
+
+def _calibration_rate(model, rows=256, seconds=0.3):
+    """Steps per second of this worker on a small grid of the model."""
+    model = on_worker(model)
+    state = model.initial_state()
+    block = model.take_block(state, 0, min(rows, model.decomposition_size()))
+    dt = model.suggested_dt(state, 0.3)
+    model.advance_rows(block, dt, 1, 0, False, False)  # compile
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        started = time.perf_counter()
+        block = model.advance_rows(block, dt, 2, 0, False, False)
+        emulate_slowdown(started)
+        steps += 2
+    model.backend.synchronize()
+    return steps / (time.perf_counter() - start)
+
+
+def calibrate_workers(client, model):
+    """``{worker address: steps/s}`` from a short run of ``model`` on every worker."""
+    workers = sorted(worker_info(client))
+    futures = {w: client.submit(_calibration_rate, model, key=f"{model.name}-calibrate-{uuid.uuid4().hex}",
+                                workers=[w], allow_other_workers=False, pure=False)
+               for w in workers}
+    return {w: float(f.result(timeout=_CALIBRATION_TIMEOUT_S)) for w, f in futures.items()}
+
+
+def weights_from_rates(model, steps_per_task, rates):
+    """Block weights that make blocks on workers of these step rates finish together.
+
+    A block steps its rows plus, on average, half its halo rows (the
+    stepped rows shrink stage by stage), so a slow worker's block needs
+    fewer rows than its rate's share: ``rows_p + extra`` proportional to
+    ``rate_p``.
+    """
+    count = len(rates)
+    if count == 1:
+        return list(rates)
+    extra = sum(model.halo_rows(steps_per_task)) / 2
+    total = model.decomposition_size() + count * extra
+    shares = [rate / sum(rates) * total - extra for rate in rates]
+    # split_rows raises a too-small block to the halo width; keep weights positive
+    return [max(share, 1e-3) for share in shares]
+
+
+@dataclass(frozen=True)
+class RowDecomposition(Decomposition):
+    """Blocks of grid rows, ``bounds[p] = (first, stop)`` on rank p, K steps per halo exchange."""
+
+    bounds: tuple
+    steps_per_task: int
+    periodic: bool
+    weights: tuple
+    dt: float
+    unit = "rows"
+
+    @classmethod
+    def calibrate(cls, client, model):
+        return calibrate_workers(client, model)
+
+    @classmethod
+    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated):
+        """The layout of ``model`` on ``partitions`` ranks (K defaults to :func:`auto_steps_per_task`)."""
+        rows = model.decomposition_size()
+        if partitions > rows:
+            raise ConfigError(f"partitions must be <= {rows} (the rows of the model); got {partitions}")
+        k = auto_steps_per_task(model, partitions) if steps_per_task is None else steps_per_task
+        weights = [1.0] * partitions if weights is None else list(weights)
+        if calibrated:
+            weights = weights_from_rates(model, k, weights)
+        minimum = max(model.halo_rows(k)) if partitions > 1 else 1
+        bounds = split_rows(rows, weights, minimum)
+        return cls(tuple(bounds), k, bool(model.periodic_rows()), tuple(float(w) for w in weights), float(dt))
+
+    def sizes(self):
+        return list(self.bounds)
+
+    def split(self, model, host_state):
+        return [model.take_block(host_state, a, b) for a, b in self.bounds]
+
+    def neighbours(self, rank):
+        """``(south, north)`` ranks of ``rank`` (None at a wall)."""
+        count = len(self.bounds)
+        south = (rank - 1) % count if (rank > 0 or self.periodic) else None
+        north = (rank + 1) % count if (rank < count - 1 or self.periodic) else None
+        return south, north
+
+    # -- the rank's side ----------------------------------------------------------------------------------
+    def advance(self, context, block, steps):
+        remaining = steps
+        while remaining > 0:
+            k = min(self.steps_per_task, remaining)
+            block = self._superstep(context, block, k)
+            remaining -= k
+        return block
+
+    def _superstep(self, context, block, steps):
+        model, comm, rank = context.model, context.comm, context.rank
+        started = time.perf_counter()
+        first_row = self.bounds[rank][0]
+        if len(self.bounds) == 1:
+            result = model.advance_rows(model.assemble_rows(None, block, None), self.dt, steps, first_row, False,
+                                        False, cache=context.cache, fresh=True)
+            emulate_slowdown(started)
+            return result
+        south, north = self.neighbours(rank)
+        south_width, north_width = model.halo_rows(steps)
+        rows = block.h.shape[0]
+        # receives first, then sends: a neighbour's halo may already be here
+        incoming_south = None if south is None else comm.irecv(south, "south-halo")
+        incoming_north = None if north is None else comm.irecv(north, "north-halo")
+        sends = []
+        if south is not None:  # my first rows are the south neighbour's north halo
+            sends.append(comm.isend(_cut(model, block, 0, north_width), south, "north-halo"))
+        if north is not None:
+            sends.append(comm.isend(_cut(model, block, rows - south_width, rows), north, "south-halo"))
+        south_rows = None if incoming_south is None else incoming_south.wait(comm.timeout)
+        north_rows = None if incoming_north is None else incoming_north.wait(comm.timeout)
+        assembled = model.assemble_rows(south_rows, block, north_rows)
+        skip = 0 if south_rows is None else south_rows.h.shape[0]
+        result = model.advance_rows(assembled, self.dt, steps, first_row - skip, south_open=south is not None,
+                                    north_open=north is not None, cache=context.cache, fresh=True)
+        comm.waitall(sends)
+        emulate_slowdown(started)
+        return model.row_view(result, skip, skip + rows)
+
+    def block_sums(self, context, block):
+        """Partial sums of this block; the last row of the south neighbour comes over for the corners."""
+        model, comm, rank = context.model, context.comm, context.rank
+        south, north = self.neighbours(rank)
+        if len(self.bounds) == 1:
+            south_row = None if not self.periodic else model.take_block(block, block.h.shape[0] - 1,
+                                                                        block.h.shape[0])
+        else:
+            incoming = None if south is None else comm.irecv(south, "diagnostic-row")
+            rows = block.h.shape[0]
+            send = None if north is None else comm.isend(_cut(model, block, rows - 1, rows), north,
+                                                         "diagnostic-row")
+            south_row = None if incoming is None else incoming.wait(comm.timeout)
+            if send is not None:
+                send.wait(comm.timeout)
+        return model.block_sums(model.concat_blocks([block]), self.bounds[rank][0], south_row)
+
+
+def _cut(model, block, start, stop):
+    """Rows ``start:stop`` of a block to send: views on the host (the block is not written while they travel)."""
+    if model.backend.on_gpu:
+        return model.take_block(block, start, stop)
+    return model.row_view(block, start, stop)

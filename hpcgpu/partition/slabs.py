@@ -1,0 +1,274 @@
+"""Slabs of a periodic box for short-range particles: ghost atoms, migration, one rebuild decision.
+
+The box is cut into P slabs along z; rank p owns the atoms in its slab.
+Forces need every atom within the ghost radius (``cutoff + skin``) of the
+slab, so its neighbours send it the positions of those atoms, its
+*ghosts*, every step. Which atoms those are, and which slab owns which
+atom, changes only when the neighbour lists are rebuilt, which is decided
+for all ranks at once: a step rebuilds when any atom anywhere has moved
+more than ``skin / 2`` since the last build (the Verlet criterion of one
+process). A step on rank p:
+
+1. its atoms are already half-kicked and drifted (the last step did it);
+2. it posts the plain ghost exchange (the positions of the atoms each
+   neighbour holds as ghosts, in the order the neighbour listed them) and
+   takes part in an allreduce of the rebuild flags; both travel at once,
+   so a step without a rebuild waits for one round of messages;
+3. on a rebuild it sends each neighbour the atoms that moved into that
+   neighbour's slab (*migrants*) and the positions of its staying atoms
+   within the ghost radius of that slab; it keeps its staying atoms and
+   takes the migrants, and its ghosts from a neighbour are that
+   neighbour's staying atoms near it followed by the atoms it sent that
+   neighbour (the neighbour's own order once it settles, checked);
+4. forces from its atoms and ghosts, the closing half kick, and the next
+   step's half kick and drift.
+
+Why it is exact: between rebuilds no atom moves more than ``skin / 2``, so
+an atom farther than ``cutoff + skin`` from a slab at the last rebuild
+cannot come within ``cutoff`` of it (the argument that makes a Verlet list
+valid). Pair distances use the minimum image of the whole box, so ghosts
+need no shifts. Each force sums the pairs of the single-process run in
+another order: results agree to rounding. A slab must be at least
+``cutoff + 2 skin`` thick, so ghosts and migrants come from the adjacent
+slabs only (checked on every rebuild).
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError, UnstableSimulation
+from hpcgpu.partition.engine import Decomposition
+
+__all__ = ["Domain", "SlabDecomposition", "Slabs"]
+
+
+@dataclass(frozen=True)
+class Slabs:
+    """Slabs of a periodic box along one axis.
+
+    Attributes
+    ----------
+    bounds : tuple of float
+        ``P + 1`` edges from 0 to ``length``; slab ``p`` is ``[bounds[p], bounds[p + 1])``.
+    axis : int
+        The axis cut (0, 1, 2 for x, y, z).
+    length : float
+        The box side along ``axis``.
+
+    Examples
+    --------
+    >>> slabs = Slabs((0.0, 5.0, 10.0), axis=2, length=10.0)
+    >>> slabs.of(np, np.array([0.0, 4.9, 5.0, 9.99])).tolist()
+    [0, 0, 1, 1]
+    >>> slabs.near(np, np.array([5.5, 9.5, 7.5]), 0, 1.0).tolist()
+    [True, True, False]
+    """
+
+    bounds: tuple
+    axis: int
+    length: float
+
+    @property
+    def count(self):
+        return len(self.bounds) - 1
+
+    def of(self, xp, z):
+        """The slab of each coordinate in ``z`` (wrapped into ``[0, length)``)."""
+        inner = xp.asarray(np.asarray(self.bounds[1:-1], dtype=np.float64))
+        return xp.searchsorted(inner, z.astype(np.float64), side="right")
+
+    def near(self, xp, z, p, radius):
+        """Whether each coordinate lies within ``radius`` of slab ``p`` (periodic), outside it or in it."""
+        lo, hi, length = self.bounds[p], self.bounds[p + 1], self.length
+        z = z.astype(np.float64)
+        below = xp.remainder(lo - z, length) < radius
+        above = xp.remainder(z - hi, length) < radius
+        return below | above | ((z >= lo) & (z < hi))
+
+    def neighbours(self, p):
+        """The other slabs next to ``p`` (periodic), each once, in increasing order."""
+        if self.count == 1:
+            return ()
+        return tuple(sorted({(p - 1) % self.count, (p + 1) % self.count}))
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One rank's atoms (a model state with its neighbour list), its send lists and its next drifted step.
+
+    ``send[k]`` indexes the atoms that neighbour ``slabs.neighbours(p)[k]``
+    holds as ghosts (None until the first rebuild). ``drifted`` is
+    ``state`` after the next step's half kick and drift (None after a
+    split: made on first use).
+    """
+
+    state: object
+    send: tuple = None
+    drifted: object = None
+
+
+def _slab_index(model, slabs, state):
+    return slabs.of(model.backend.xp, model.block_positions(state)[slabs.axis])
+
+
+def _ghost_index(model, slabs, state, destination):
+    xp = model.backend.xp
+    near = slabs.near(xp, model.block_positions(state)[slabs.axis], destination, model.ghost_radius())
+    return xp.nonzero(near)[0]
+
+
+def _rebuild_offer(model, slabs, state, source, destination):
+    """What ``source`` sends ``destination`` on a rebuild: its atoms now in that slab, and the
+    positions of its staying atoms within the ghost radius of it."""
+    xp = model.backend.xp
+    positions = model.block_positions(state)
+    slab = _slab_index(model, slabs, state)
+    migrants = model.select_atoms(state, xp.nonzero(slab == destination)[0])
+    near = slabs.near(xp, positions[slabs.axis], destination, model.ghost_radius())
+    return migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
+
+
+def _settle(model, slabs, p, state, arrivals):
+    """``p``'s atoms still in its slab followed by the arrivals (in neighbour order)."""
+    xp = model.backend.xp
+    slab = _slab_index(model, slabs, state)
+    allowed = (p, *slabs.neighbours(p))
+    if int(sum(int((slab == q).sum()) for q in allowed)) != state.size:
+        strays = [int(i) for i in model.backend.to_host(model.atom_ids(state))[
+            ~np.isin(model.backend.to_host(slab), allowed)][:5]]
+        raise UnstableSimulation(
+            f"atoms {strays} left partition {p} for a slab beyond its neighbours within one neighbour-list "
+            f"period: they moved faster than the decomposition allows (reduce dt, or use fewer partitions)",
+            step=int(state.step), field="positions", cfl=math.nan)
+    staying = model.select_atoms(state, xp.nonzero(slab == p)[0])
+    return model.concat_blocks([staying, *arrivals]), staying.size
+
+
+def _send_lists(model, slabs, p, state, staying, arrivals):
+    """Which of ``p``'s settled atoms each neighbour holds as ghosts until the next rebuild.
+
+    Neighbour ``q`` assembled them on the rebuild from two pieces: ``p``'s
+    staying atoms near it and the atoms it sent ``p`` (all within the ghost
+    radius of its slab). The send list must be those atoms in that order,
+    or ``q``'s neighbour list would point at the wrong ghosts; atoms that
+    came from another slab cannot be near ``q`` while slabs are at least
+    cutoff + 2 skin thick, and that is checked here.
+    """
+    xp = model.backend.xp
+    sends, offset = [], staying
+    offsets = []
+    for batch in arrivals:
+        offsets.append(offset)
+        offset += batch.size
+    for q, start, batch in zip(slabs.neighbours(p), offsets, arrivals):
+        index = _ghost_index(model, slabs, state, q)
+        expected = xp.concatenate([index[index < staying], xp.arange(start, start + batch.size)])
+        if index.shape != expected.shape or not bool((index == expected).all()):
+            raise UnstableSimulation(
+                f"partition {p}: the ghosts of partition {q} are not its own atoms near {q} followed by the ones "
+                f"{q} sent (an atom moved across a whole slab between neighbour-list builds): reduce dt, or use "
+                f"fewer partitions", step=int(state.step), field="positions", cfl=math.nan)
+        sends.append(index)
+    return tuple(sends)
+
+
+@dataclass(frozen=True)
+class SlabDecomposition(Decomposition):
+    """Slabs of the box along z, one per rank (thickness in proportion to the weights)."""
+
+    slabs: Slabs
+    weights: tuple
+    dt: float
+    counts: tuple = ()
+    steps_per_task = 1
+    unit = "atoms"
+    axis = 2
+
+    @classmethod
+    def calibrate(cls, client, model):
+        raise ConfigError("weights='calibrate' is only available for grid models; give slab weights as "
+                          "numbers, one per partition")
+
+    @classmethod
+    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated):
+        if steps_per_task not in (None, 1):
+            raise ConfigError(f"steps_per_task must be 1 for {model.name}: every step needs the ghost atoms' "
+                              f"new positions; got {steps_per_task}")
+        if partitions > model.decomposition_size():
+            raise ConfigError(f"partitions must be <= {model.decomposition_size()} (the atoms of the model); "
+                              f"got {partitions}")
+        weights = [1.0] * partitions if weights is None else [float(w) for w in weights]
+        length = float(model.box[cls.axis])
+        edges = np.concatenate([[0.0], np.cumsum(weights) / np.sum(weights) * length])
+        edges[-1] = length
+        thinnest = float(np.diff(edges).min())
+        needed = model.ghost_radius() + model.migration_margin()
+        if partitions > 1 and thinnest < needed:
+            raise ConfigError(
+                f"partitions={partitions} cuts the box (side {length:.4g} along {'xyz'[cls.axis]}) into slabs "
+                f"as thin as {thinnest:.4g}; each must be at least cutoff + 2 skin = {needed:.4g} so that ghosts "
+                f"and migrating atoms come from the adjacent slabs only: use at most "
+                f"{max(1, int(length // needed))} partitions or a bigger system")
+        return cls(Slabs(tuple(float(e) for e in edges), cls.axis, length), tuple(weights), float(dt))
+
+    def split(self, model, host_state):
+        slab = self.slabs.of(np, model.block_positions(host_state)[self.axis])
+        blocks = [model.select_atoms(host_state, np.nonzero(slab == p)[0]) for p in range(self.slabs.count)]
+        object.__setattr__(self, "counts", tuple(block.size for block in blocks))
+        return [Domain(block) for block in blocks]
+
+    def sizes(self):
+        """Atoms per slab at the start (known once the state is split)."""
+        return [(0, n) for n in self.counts] or [(0, 0)] * self.slabs.count
+
+    def join(self, model, host_blocks):
+        """The atoms of every slab in id order (the order of the single-partition state)."""
+        state = model.concat_blocks(host_blocks)
+        return model.select_atoms(state, np.argsort(model.atom_ids(state), kind="stable"))
+
+    # -- the rank's side ------------------------------------------------------------------------------------
+    def resume(self, context, domain):
+        if domain.drifted is not None:
+            return domain
+        return Domain(domain.state, domain.send, context.model.drift_block(domain.state, self.dt))
+
+    def model_state(self, domain):
+        return domain.state
+
+    def advance(self, context, domain, steps):
+        for _ in range(steps):
+            domain = self._step(context, domain)
+        return domain
+
+    def _step(self, context, domain):
+        model, comm, p, slabs = context.model, context.comm, context.rank, self.slabs
+        xp = model.backend.xp
+        state, send = domain.drifted, domain.send
+        neighbours = slabs.neighbours(p)
+        plain_in, plain_out = [], []
+        if send is not None:  # every rank has send lists after the first rebuild: the plain exchange
+            plain_in = [comm.irecv(q, "ghosts") for q in neighbours]
+            positions = model.block_positions(state)
+            plain_out = [comm.isend(positions[:, send[k]], q, "ghosts") for k, q in enumerate(neighbours)]
+        rebuild = bool(comm.allreduce(bool(model.block_needs_rebuild(state)), op="any"))
+        plain = comm.waitall(plain_in)
+        comm.waitall(plain_out)
+        if rebuild:
+            offers = [_rebuild_offer(model, slabs, state, p, q) for q in neighbours]
+            incoming = [comm.irecv(q, "rebuild") for q in neighbours]
+            outgoing = [comm.isend(offer, q, "rebuild") for offer, q in zip(offers, neighbours)]
+            received = comm.waitall(incoming)
+            comm.waitall(outgoing)
+            arrivals = [migrants for migrants, _ in received]
+            state, staying = _settle(model, slabs, p, state, arrivals)
+            ghosts = [xp.concatenate([near, model.block_positions(sent)], axis=1)
+                      for (_, near), (sent, _) in zip(received, offers)]
+        else:
+            ghosts = plain
+        positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
+        state = model.kick_with_ghosts(state, positions, self.dt, rebuild)
+        if rebuild:
+            send = _send_lists(model, slabs, p, state, staying, arrivals)
+        return Domain(state, send, model.drift_block(state, self.dt))

@@ -1,0 +1,310 @@
+"""The communicator contract: what every transport must do, run here on dask's comm layer.
+
+Each test runs a function on every rank of a session (one pinned task per
+rank, as an epoch does) on a real two-worker LocalCluster, and checks what
+the ranks saw. The NCCL transport takes the same contract in the GPU tier
+(tests/partition/test_nccl.py).
+"""
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from hpcgpu.cluster import worker_info
+from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
+from hpcgpu.partition.communicator import LoopbackCommunicator, tag_key
+from hpcgpu.partition.dask_comm import close_session, communicator, open_session
+
+
+def _on_ranks(client, session, function, *args, timeout=120):
+    """Run ``function(comm, *args)`` on every rank (a task each, pinned to its worker); results in rank order."""
+    futures = [client.submit(_rank_task, session, rank, function, *args, workers=[address],
+                             allow_other_workers=False, pure=False)
+               for rank, address in enumerate(session.addresses)]
+    return client.gather(futures), futures
+
+
+def _rank_task(session, rank, function, *args):
+    if sum(1 for a in session.addresses if a == session.addresses[rank]) > 1:
+        raise AssertionError("use _on_shared_ranks for several ranks on one worker")
+    return function(communicator(session, rank), *args)
+
+
+@pytest.fixture
+def session(client):
+    session = open_session(client, sorted(worker_info(client)), timeout=30)
+    yield session
+    close_session(client, session)
+
+
+# -- point to point --------------------------------------------------------------------------------
+def _ping_pong(comm, rounds):
+    other = 1 - comm.rank
+    got = []
+    for k in range(rounds):
+        if comm.rank == 0:
+            comm.send(np.full(3, k), other, ("ping", k))
+            got.append(comm.recv(other, ("pong", k)).tolist())
+        else:
+            value = comm.recv(other, ("ping", k))
+            comm.send(value * 10, other, ("pong", k))
+            got.append(value.tolist())
+    return comm.rank, comm.size, got
+
+
+def test_ranks_message_each_other_directly(client, session):
+    results, _ = _on_ranks(client, session, _ping_pong, 5)
+    assert [r[:2] for r in results] == [(0, 2), (1, 2)]
+    assert results[0][2] == [[10 * k] * 3 for k in range(5)]
+    assert results[1][2] == [[k] * 3 for k in range(5)]
+
+
+def _out_of_order(comm):
+    if comm.rank == 0:
+        requests = [comm.isend(f"{tag}-{k}", 1, tag) for k in range(20) for tag in ("a", "b")]
+        comm.waitall(requests)
+        return None
+    b_first = [comm.recv(0, "b") for _ in range(20)]  # every "a" is waiting meanwhile
+    return b_first, [comm.recv(0, "a") for _ in range(20)]
+
+
+def test_tags_are_matched_and_each_tag_keeps_its_order(client, session):
+    results, _ = _on_ranks(client, session, _out_of_order)
+    b_first, a_later = results[1]
+    assert b_first == [f"b-{k}" for k in range(20)] and a_later == [f"a-{k}" for k in range(20)]
+
+
+@dataclass(frozen=True)
+class _Payload:
+    name: str
+    values: object
+
+
+def _round_trip(comm, payloads):
+    other = 1 - comm.rank
+    if comm.rank == 0:
+        for k, payload in enumerate(payloads):
+            comm.send(payload, other, k)
+        return [comm.recv(other, ("back", k)) for k in range(len(payloads))]
+    for k in range(len(payloads)):
+        comm.send(comm.recv(other, k), other, ("back", k))
+    return None
+
+
+def test_arrays_of_every_dtype_and_size_and_objects_arrive_unchanged(client, session, rng):
+    payloads = [rng.standard_normal(size).astype(dtype) for dtype in ("float32", "float64") for size in (0, 1, 1000)]
+    payloads += [rng.integers(-5, 5, (3, 7)).astype(np.int64), rng.random((4, 5))[:, 1::2],
+                 rng.random(1 << 20), _Payload("state", rng.random((3, 11))), {"n": 3, "x": [1.5, None]}]
+    results, _ = _on_ranks(client, session, _round_trip, payloads)
+    for sent, back in zip(payloads, results[0]):
+        if isinstance(sent, np.ndarray):
+            assert back.dtype == sent.dtype and back.shape == sent.shape and np.array_equal(back, sent)
+        elif isinstance(sent, _Payload):
+            assert back.name == sent.name and np.array_equal(back.values, sent.values)
+        else:
+            assert back == sent
+
+
+def _nonblocking(comm):
+    other = 1 - comm.rank
+    receive = comm.irecv(other, "late")
+    early = receive.done()
+    comm.barrier()
+    send = comm.isend(comm.rank, other, "late")
+    value = receive.wait(10)
+    send.wait(10)
+    return early, value
+
+
+def test_a_receive_is_pending_until_its_message_arrives(client, session):
+    results, _ = _on_ranks(client, session, _nonblocking)
+    assert results == [(False, 1), (False, 0)]
+
+
+# -- collectives -------------------------------------------------------------------------------------------
+def _collectives(comm, values):
+    mine = values[comm.rank]
+    out = {op: comm.allreduce(mine, op) for op in ("sum", "max", "min")}
+    out["any"] = comm.allreduce(comm.rank == 1, "any")
+    out["all"] = comm.allreduce(comm.rank == 1, "all")
+    out["array"] = comm.allreduce(np.array([mine, -mine]), "sum")
+    out["allgather"] = comm.allgather((comm.rank, mine))
+    out["gather"] = comm.gather(comm.rank * 2)
+    out["bcast"] = comm.bcast("from root" if comm.rank == 0 else None)
+    comm.barrier()
+    return out
+
+
+def test_collectives_give_every_rank_the_same_result_combined_in_rank_order(client, session, rng):
+    values = [float(v) for v in rng.standard_normal(2) * 1e8 + 0.1]
+    results, _ = _on_ranks(client, session, _collectives, values)
+    total = values[0] + values[1]
+    for rank, out in enumerate(results):
+        assert out["sum"] == total and out["max"] == max(values) and out["min"] == min(values)
+        assert out["any"] is True and out["all"] is False
+        np.testing.assert_array_equal(out["array"], [total, -total])
+        assert out["allgather"] == [(0, values[0]), (1, values[1])]
+        assert out["gather"] == ([0, 2] if rank == 0 else None)
+        assert out["bcast"] == "from root"
+
+
+def _neighbour_exchange(comm):
+    left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
+    sends = {right: f"{comm.rank}->{right}"} if left == right else {left: f"{comm.rank}->{left}",
+                                                                      right: f"{comm.rank}->{right}"}
+    return comm.exchange(sends, sorted({left, right}))
+
+
+def test_neighbours_exchange_without_waiting_on_each_others_order(client, session):
+    results, _ = _on_ranks(client, session, _neighbour_exchange)
+    assert results == [{1: "1->0"}, {0: "0->1"}]
+
+
+def test_a_group_of_one_keeps_its_own_values():
+    comm = LoopbackCommunicator()
+    assert comm.allreduce(2.5, "max") == 2.5 and comm.allgather([1]) == [[1]] and comm.gather(4) == [4]
+    assert comm.bcast("x") == "x" and comm.allreduce(True, "all") is True
+    comm.barrier()
+    with pytest.raises(ConfigError, match="dest must be a rank in 0..0"):
+        comm.isend(1, 1, "t")
+    comm.abort("stop")
+    with pytest.raises(CommAborted, match="stop"):
+        comm.check()
+
+
+# -- several ranks on one worker ----------------------------------------------------------------------
+def _shared_worker_task(session, ranks):
+    import threading
+
+    from distributed import get_worker
+
+    worker = get_worker()
+    results = {}
+
+    def one(rank):
+        comm = communicator(session, rank, worker)
+        results[rank] = (comm.allgather(rank), comm.allreduce(rank, "sum"))
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in ranks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_ranks_that_share_a_worker_message_each_other_and_the_others(client):
+    workers = sorted(worker_info(client))
+    addresses = [workers[0], workers[1], workers[0]]  # ranks 0 and 2 on one worker
+    session = open_session(client, addresses, timeout=30)
+    try:
+        futures = [client.submit(_shared_worker_task, session, [r for r, a in enumerate(addresses) if a == w],
+                                 workers=[w], allow_other_workers=False, pure=False) for w in workers]
+        results = {}
+        for part in client.gather(futures):
+            results.update(part)
+        assert results == {r: ([0, 1, 2], 3) for r in range(3)}
+    finally:
+        close_session(client, session)
+
+
+# -- faults: timeouts, aborts, lost workers --------------------------------------------------------
+def _wait_for_nothing(comm, timeout):
+    started = time.monotonic()
+    try:
+        comm.recv(1 - comm.rank, "never", timeout=timeout)
+    except CommTimeout as error:
+        return str(error), time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+def test_a_wait_past_its_timeout_names_the_peer_and_the_tag(client, session):
+    results, _ = _on_ranks(client, session, _wait_for_nothing, 0.3)
+    for rank, (message, waited) in enumerate(results):
+        assert message is not None and f"rank {rank}" in message and f"rank {1 - rank}" in message
+        assert "'never'" in message and 0.3 <= waited < 5
+
+
+def _one_rank_fails(comm):
+    if comm.rank == 1:
+        time.sleep(0.5)
+        comm.abort("ValueError: rank 1 broke")
+        raise ValueError("rank 1 broke")
+    started = time.monotonic()
+    try:
+        comm.recv(1, "never")  # the session's timeout is 30 s
+    except CommAborted as error:
+        return str(error), time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+def test_an_abort_ends_every_ranks_wait_at_once_and_names_the_cause(client, session):
+    _, futures = _on_ranks_quiet(client, session, _one_rank_fails)
+    message, waited = futures[0].result(timeout=60)
+    assert "rank 1 aborted: ValueError: rank 1 broke" in message
+    assert waited < 5, f"rank 0 waited {waited:.1f} s (its timeout is 30 s)"
+    with pytest.raises(ValueError, match="rank 1 broke"):
+        futures[1].result(timeout=60)
+
+
+def _on_ranks_quiet(client, session, function, *args):
+    futures = [client.submit(_rank_task, session, rank, function, *args, workers=[address],
+                             allow_other_workers=False, pure=False)
+               for rank, address in enumerate(session.addresses)]
+    return None, futures
+
+
+def _wait_for_the_lost(comm):
+    if comm.rank == 1:
+        time.sleep(60)  # killed before this ends
+        return None
+    started = time.monotonic()
+    try:
+        comm.recv(1, "never")
+    except CommAborted as error:
+        return str(error), time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+def test_a_lost_worker_aborts_the_ranks_that_wait_for_it(client, session):
+    _, futures = _on_ranks_quiet(client, session, _wait_for_the_lost)
+    time.sleep(1.0)
+    pid = client.run(os.getpid, workers=[session.addresses[1]])[session.addresses[1]]
+    os.kill(pid, signal.SIGKILL)
+    message, waited = futures[0].result(timeout=60)
+    assert message is not None and ("left the cluster" in message or "without a goodbye" in message), message
+    assert waited < 20, f"rank 0 waited {waited:.1f} s (its timeout is 30 s)"
+    futures[1].cancel()
+    client.wait_for_workers(2, timeout=60)
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+def _bad_calls(comm):
+    errors = []
+    for call in (lambda: comm.isend(1, 5, "t"), lambda: comm.isend(1, comm.rank, "t"),
+                 lambda: comm.irecv(-1, "t"), lambda: comm.isend(1, 1 - comm.rank, 2.5),
+                 lambda: comm.allreduce(1, "mean")):
+        try:
+            call()
+        except ConfigError as error:
+            errors.append(str(error))
+    comm.barrier()
+    return errors
+
+
+def test_bad_arguments_are_config_errors_that_name_them(client, session):
+    results, _ = _on_ranks(client, session, _bad_calls)
+    errors = results[0]
+    assert len(errors) == 5
+    assert "dest must be a rank in 0..1; got 5" in errors[0] and "is this rank itself" in errors[1]
+    assert "source must be a rank" in errors[2] and "tag must be a str" in errors[3] and "op must be" in errors[4]
+
+
+def test_tags_travel_as_strings():
+    assert tag_key(("halo", 2)) == "halo|2" and tag_key("x") == "x"
+    with pytest.raises(ConfigError):
+        tag_key(None)
