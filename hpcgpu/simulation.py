@@ -437,7 +437,7 @@ class Simulation:
         """
         if self._closed:
             return
-        if self._records and self._records[-1]["step"] != self.step:
+        if self._records and self._records[-1]["step"] != self.step and getattr(self._executor, "usable", True):
             self.record_diagnostics()
         self._closed = True
         self._executor.close()

@@ -56,6 +56,8 @@ EPOCH_SECONDS = 0.5
 MAX_AHEAD = 2
 """Epochs in flight at most: enough to hide the scheduler's round trip between
 epochs, few enough to bound memory and the overshoot of a wall-time limit."""
+_ROOT_CAUSE_WAIT_S = 5.0
+"""How long the client waits, after a rank aborted, for the rank whose error caused it."""
 _POLL_S = 1.0
 """How often the client, waiting for an epoch, checks that the session's workers are alive."""
 
@@ -399,6 +401,7 @@ class PartitionedExecutor:
         self._ready = []
         self._seconds_per_step = None
         self._closed = False
+        self._failure = None
 
     # -- what the driver calls -------------------------------------------------------------------------
     @property
@@ -410,10 +413,18 @@ class PartitionedExecutor:
         """Steps the driver's default schedules round to (K for grids, 1 for particles)."""
         return self.steps_per_task
 
+    @property
+    def usable(self):
+        """False once the run was closed or an epoch failed (its partitions are gone)."""
+        return not self._closed and self._failure is None
+
     def _check_open(self, what):
         if self._closed:
             raise ClusterError(f"{self.name}: {what} after the run was closed; its state is no longer on "
                                "the cluster (read diagnostics before close(), or keep the run open)")
+        if self._failure is not None:
+            raise ClusterError(f"{self.name}: {what} after the run failed ({self._failure}); its partitions are "
+                               "gone: resume from a checkpoint")
 
     def advance(self, steps):
         """Queue ``steps`` time steps (sent to the workers as part of an epoch; returns at once)."""
@@ -473,7 +484,7 @@ class PartitionedExecutor:
         self._check_open("the state was requested")
         self.synchronize()
         futures = [self.client.submit(_host_blocks, self._spec, self._results[w], workers=[w],
-                                      allow_other_workers=False, pure=False, key=self._key("gather", w))
+                                      allow_other_workers=False, pure=False, key=self._key("gather", self.workers.index(w)))
                    for w in self._ranks]
         gathered = dict(zip(self._ranks, self._gather(futures)))
         blocks = [None] * self.partitions
@@ -508,7 +519,8 @@ class PartitionedExecutor:
 
     # -- epochs ------------------------------------------------------------------------------------------
     def _key(self, phase, *index):
-        return "-".join(str(part) for part in (f"{self.model.name}-{phase}-{self.token}", self.epoch, *index))
+        # a tuple: dask groups tasks (and their dashboard span) by its first part, unique to this run
+        return (f"{self.model.name}-{phase}-{self.token}", self.epoch, *index)
 
     def _long_enough(self):
         if self._seconds_per_step is None:
@@ -527,7 +539,7 @@ class PartitionedExecutor:
             for worker, ranks in self._ranks.items():
                 results[worker] = self.client.submit(
                     epoch_task, self._spec, self.session, ranks, self._results[worker], program,
-                    key=self._key("epoch", worker), workers=[worker], allow_other_workers=False, pure=False,
+                    key=self._key("epoch", self.workers.index(worker)), workers=[worker], allow_other_workers=False, pure=False,
                     retries=0)
             first = self.owner[0]
             records = self.client.submit(_records, results[first], key=self._key("records"), workers=[first],
@@ -564,11 +576,13 @@ class PartitionedExecutor:
                 alive_checked = time.monotonic()
                 missing = set(self.owner) - set(worker_info(self.client))
                 if missing:
-                    self._abandon(futures)
+                    self._abandon(futures, f"{', '.join(sorted(missing))} left the cluster")
                     raise ClusterError(f"{self.name}: a worker was lost during the run ({', '.join(sorted(missing))} "
                                        "left the cluster); the partitions it held are gone")
 
-    def _abandon(self, futures):
+    def _abandon(self, futures, reason="an epoch failed"):
+        self._failure = self._failure or reason
+        self._program = []
         self.client.cancel(list(futures))
         for _, _, records, results in self._in_flight:
             self.client.cancel([records, *results.values()])
@@ -576,16 +590,17 @@ class PartitionedExecutor:
 
     def _fail(self, failed, futures):
         """Raise the root cause of a failed epoch: a rank's own error before the aborts it caused."""
-        errors = []
-        for future in failed:
-            if future.status == "error":
-                try:
-                    errors.append(future.exception(timeout=10))
-                except Exception as error:  # noqa: BLE001
-                    errors.append(error)
-            else:
-                errors.append(ClusterError(f"{self.name}: an epoch task was {future.status}"))
-        self._abandon(futures)
+        from distributed import wait
+
+        errors = self._errors(failed)
+        if all(isinstance(e, CommAborted) for e in errors):
+            # the aborted ranks may finish before the rank that failed: give it a moment to report
+            try:
+                wait(futures, timeout=_ROOT_CAUSE_WAIT_S)
+            except Exception:  # noqa: BLE001 - dask's TimeoutError: report what there is
+                pass
+            errors = self._errors([f for f in futures if f.status in ("error", "cancelled", "lost")])
+        self._abandon(futures, f"{type(errors[0]).__name__}: {errors[0]}")
         own = [e for e in errors if not isinstance(e, CommError) and not _is_lost_worker(e)]
         if own:
             raise own[0]
@@ -595,6 +610,18 @@ class PartitionedExecutor:
             raise ClusterError(f"{self.name}: a worker was lost or a rank failed during the run ({type(error).__name__}: "
                                f"{error}); the partitions are gone") from error
         raise error
+
+    def _errors(self, failed):
+        errors = []
+        for future in failed:
+            if future.status == "error":
+                try:
+                    errors.append(future.exception(timeout=10))
+                except Exception as error:  # noqa: BLE001
+                    errors.append(error)
+            else:
+                errors.append(ClusterError(f"{self.name}: an epoch task was {future.status}"))
+        return errors
 
     def _gather(self, futures):
         try:

@@ -30,6 +30,7 @@ class LocalExecutor:
     """
 
     granularity = 1
+    usable = True
 
     def __init__(self, model, state, dt):
         self.model = model

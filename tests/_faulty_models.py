@@ -1,0 +1,46 @@
+"""Models that fail on purpose, for the engine's fault tests (importable by the workers: tests/ is on their path)."""
+
+import os
+import time
+
+from hpcgpu.workloads.weather import ShallowWater
+
+
+class FailingRows(ShallowWater):
+    """Shallow water whose rank holding global row ``fail_row`` raises after ``fail_after`` advances.
+
+    Counted per worker process; the other ranks keep stepping and must be
+    released by the abort, not by their timeout.
+    """
+
+    calls = 0
+
+    def __init__(self, *args, fail_row=0, fail_after=3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_row, self.fail_after = fail_row, fail_after
+
+    def advance_rows(self, state, dt, steps, first_row, *args, **kwargs):
+        rows = state.h.shape[0]
+        if first_row <= self.fail_row < first_row + rows and self.fail_row > 0:
+            FailingRows.calls += 1
+            if FailingRows.calls > self.fail_after:
+                raise ValueError(f"injected failure in the block holding row {self.fail_row} (pid {os.getpid()})")
+        return super().advance_rows(state, dt, steps, first_row, *args, **kwargs)
+
+    def with_backend(self, backend):
+        other = super().with_backend(backend)
+        other.__class__ = FailingRows
+        other.fail_row, other.fail_after = self.fail_row, self.fail_after
+        return other
+
+
+class SlowRows(ShallowWater):
+    """Shallow water that sleeps ``pause`` seconds per advance, so that epochs last long enough to be hit."""
+
+    def __init__(self, *args, pause=0.05, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pause = pause
+
+    def advance_rows(self, *args, **kwargs):
+        time.sleep(self.pause)
+        return super().advance_rows(*args, **kwargs)

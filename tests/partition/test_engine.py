@@ -1,0 +1,219 @@
+"""The SPMD engine: epochs instead of per-step tasks, only scalars to the client, and faults that never hang."""
+
+import os
+import signal
+import threading
+import time
+
+import dask
+import numpy as np
+import pytest
+from dask.sizeof import sizeof
+
+from hpcgpu import Simulation
+from hpcgpu.cluster import cluster
+from hpcgpu.errors import ClusterError, ConfigError
+from hpcgpu.partition.protocols import RowModel, SteppedModel, missing_methods
+from hpcgpu.workloads.astro import NBody
+from hpcgpu.workloads.md import LennardJones
+from hpcgpu.workloads.weather import ShallowWater
+
+
+def test_many_short_events_run_in_few_epochs(client):
+    model = ShallowWater("unstable_jet", nx=32, ny=48, backend="numba")
+    reference = Simulation(model, dt=100.0, stop_steps=200, diagnostics=2, progress=False).run()
+    sim = Simulation(model, dt=100.0, stop_steps=200, diagnostics=2, progress=False, client=client, partitions=2,
+                     steps_per_task=2).run()
+    np.testing.assert_array_equal(sim.state.h, reference.state.h)
+    assert [r["step"] for r in sim._records] == list(range(0, 201, 2))
+    epochs = sim.summary()["epochs"]
+    assert epochs < 30, f"{epochs} epochs for 100 diagnostics: the driver's events were not merged"
+    sim.close()
+
+
+def _holds_array(value):
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_array(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_array(v) for v in value)
+    return hasattr(value, "arrays")
+
+
+def test_state_is_not_moved_to_the_client_during_a_run(client):
+    model = ShallowWater("unstable_jet", nx=128, ny=128, backend="numba")
+    state = model.initial_state()
+    field_bytes = state.h.nbytes
+    received = []
+    original = client.gather
+
+    def counting_gather(futures, *args, **kwargs):
+        result = original(futures, *args, **kwargs)
+        received.append((sizeof(result), _holds_array(result)))
+        return result
+
+    client.gather = counting_gather
+    try:
+        sim = Simulation(model, state, dt=model.suggested_dt(state), stop_steps=120, progress=False,
+                         client=client, partitions=2, steps_per_task=4, diagnostics=8, check=4)
+        sim.run()
+        assert len(sim.diagnostics["time"]) >= 10
+    finally:
+        client.gather = original
+    assert received, "diagnostics and checks travel to the client"
+    assert not any(holds for _, holds in received), "an array reached the client"
+    largest = max(size for size, _ in received)
+    # an epoch's records (a dict of floats per diagnostics step) are all that arrives
+    assert largest < field_bytes / 4, f"the client received {largest} bytes at once"
+    sim.close()
+
+
+def test_the_dashboard_sees_one_epoch_task_per_worker_and_the_run(client):
+    from distributed import get_task_stream
+
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numba")
+    with get_task_stream(client) as stream:
+        sim = Simulation(model, dt=100.0, stop_steps=12, progress=False, client=client, partitions=2,
+                         steps_per_task=3, name="named-jet-run").run()
+    epochs = sim.summary()["epochs"]
+    keys = [str(record["key"]) for record in stream.data]
+    # per epoch: one task per worker and rank 0's scalars; nothing per step
+    assert sum("weather-epoch-" in k for k in keys) == 2 * epochs
+    assert sum("weather-records-" in k for k in keys) == epochs
+
+    def spans(dask_scheduler):
+        return sorted({s.name[-1] for s in dask_scheduler.extensions["spans"].spans.values()})
+
+    assert "named-jet-run" in client.run_on_scheduler(spans)
+    sim.close()
+
+
+def test_a_closed_run_keeps_its_final_diagnostics_and_refuses_new_work(client):
+    """The final step (7 steps at K = 2: not a whole superstep, nor a diagnostics step) is summarised after close."""
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    sim = Simulation(model, dt=100.0, stop_steps=7, diagnostics=4, progress=False, client=client, partitions=2,
+                     steps_per_task=2)
+    sim.run()
+    assert [r["step"] for r in sim._records] == [0, 4]
+    final = sim.state
+    sim.close()
+    sim.close()  # twice does nothing
+    summary = sim.summary()
+    assert summary["step"] == 7 and [r["step"] for r in sim._records] == [0, 4, 7]
+    assert abs(summary["mass_relative_change"]) < 1e-12
+    expected = model.diagnostics(final)
+    assert sim._records[-1]["energy"] == pytest.approx(expected["energy"], rel=1e-12)
+    for call in (sim.record_diagnostics, lambda: sim.run(steps=2), lambda: sim.state):
+        with pytest.raises(ClusterError, match="closed"):
+            call()
+
+
+def test_a_model_must_provide_its_decompositions_protocol(client):
+    class Incomplete:
+        decomposition = "rows"
+        name = "incomplete"
+
+    assert "advance_rows" in missing_methods(Incomplete(), RowModel)
+    model = ShallowWater("rest", nx=8, ny=8, backend="numpy")
+    assert missing_methods(model, RowModel) == [] and isinstance(model, SteppedModel)
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    with pytest.raises(ConfigError, match="cannot be partitioned as 'rows': it lacks .*advance_rows"):
+        PartitionedExecutor(client, Incomplete(), None, 1.0)
+
+
+# -- faults -------------------------------------------------------------------------------------------------
+def test_a_failing_rank_ends_every_rank_at_once_with_its_own_error(client):
+    from _faulty_models import FailingRows
+
+    model = FailingRows("unstable_jet", nx=32, ny=64, backend="numba", fail_row=40, fail_after=3)
+    sim = Simulation(model, dt=100.0, stop_steps=10_000, progress=False, client=client, partitions=2,
+                     steps_per_task=2)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="injected failure in the block holding row 40"):
+        sim.run()
+    assert time.monotonic() - started < 30, "the ranks waited for their timeout (300 s)"
+    deadline = time.monotonic() + 10
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(client.processing().values()), "a rank is still running after the abort"
+    sim.close()
+
+
+def test_losing_a_worker_without_a_checkpoint_ends_the_run_with_a_clear_error():
+    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        model = ShallowWater("unstable_jet", nx=64, ny=64, backend="numba")
+        sim = Simulation(model, stop_steps=100000, progress=False, client=client, partitions=2, steps_per_task=2)
+        pids = client.run(os.getpid)
+
+        def kill_one(simulation):
+            if simulation.step == 20:
+                os.kill(sorted(pids.values())[-1], signal.SIGKILL)
+
+        sim.add_callback(kill_one, 10)
+        start = time.perf_counter()
+        with pytest.raises(ClusterError, match="lost"):
+            sim.run()
+        assert time.perf_counter() - start < 60
+    finally:
+        cluster_object = client.cluster
+        client.close()
+        cluster_object.close()
+
+
+def _kill_during_an_epoch(client, victim, killed):
+    """SIGKILL ``victim``'s process as soon as it runs an epoch task."""
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        running = client.processing(workers=[victim]).get(victim, ())
+        if any("-epoch-" in str(key) for key in running):
+            time.sleep(0.05)  # well inside it
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            return
+        time.sleep(0.01)
+
+
+KILL_CASES = {
+    "weather": (lambda: ShallowWater("unstable_jet", nx=40, ny=64, backend="numba"), None, 240,
+                ("u", "v", "h")),
+    "md": (lambda: LennardJones(5, temperature=1.2, thermostat="langevin", backend="numba"), 0.005, 120,
+           ("positions", "velocities")),
+    "astro": (lambda: NBody("plummer", n=400, backend="numba", seed=2), 0.002, 160, ("positions", "velocities")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KILL_CASES))
+def test_a_worker_killed_in_the_middle_of_an_epoch_is_survived_from_the_last_checkpoint(tmp_path, client, case):
+    make, dt, steps, names = KILL_CASES[case]
+    model = make()
+    reference = Simulation(model, dt=dt, stop_steps=steps, progress=False, client=client, partitions=2).run()
+    expected = {name: np.asarray(getattr(reference.state, name)) for name in names}
+    reference.close()
+    sim = Simulation(model, dt=dt, stop_steps=steps, progress=False, client=client, partitions=2)
+    killed = []
+    victim = sim._executor.owner[1]
+
+    def start_killer(simulation):
+        if simulation.step >= steps // 2 and not killed and not getattr(simulation, "_killer", None):
+            simulation._killer = threading.Thread(target=_kill_during_an_epoch, args=(client, victim, killed))
+            simulation._killer.start()
+
+    sim.add_callback(start_killer, 10)
+    with pytest.warns(RuntimeWarning, match="restarted from the checkpoint at step"), \
+            dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"}):
+        sim.run(checkpoint=tmp_path, checkpoint_every=20)
+    sim._killer.join()
+    assert killed and sim.step == steps and sim.restarts
+    assert sim.restarts[0]["step"] < steps and "lost" in sim.restarts[0]["error"]
+    for name, value in expected.items():
+        got = np.asarray(getattr(sim.state, name))
+        if case == "md":  # slabs rebuild their lists after a restart: another summation order
+            np.testing.assert_allclose(got, value, rtol=0, atol=1e-9, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, value, err_msg=name)
+    sim.close()
+    client.wait_for_workers(2, timeout=60)
