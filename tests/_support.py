@@ -37,6 +37,19 @@ BOUNDARIES = [
     ("wall", "open", "wall"),
 ]
 
+# The scalar kernels (laplacian, diffuse) also take Dirichlet edges, which the
+# shallow-water kernels refuse: everywhere, on one axis next to a periodic or
+# wall axis, on one edge facing a wall or an open edge.
+SCALAR_BOUNDARIES = BOUNDARIES + [
+    "dirichlet",
+    ("dirichlet", "periodic"),
+    ("periodic", "dirichlet"),
+    ("wall", "dirichlet"),
+    ("periodic", "dirichlet", "wall"),
+    ("dirichlet", "open", "dirichlet"),
+    ("wall", "wall", "dirichlet"),
+]
+
 
 def simulated():
     return _gpu_probe.simulator_enabled()

@@ -5,6 +5,10 @@ Cases
 ``diffusion``
     ``steps`` explicit five-point diffusion steps (periodic) per call.
     Effective traffic: one read and one write of the field per point per step.
+``diffusion_dirichlet``
+    The same with fixed-value (Dirichlet, zero) edges on all four sides: the
+    textbook heat-equation setup. It shows what the edge handling costs next
+    to the periodic line.
 ``shallow_water``
     One SSP-RK3 step of the shallow-water equations: three fused stages
     (Arakawa-Lamb tendencies plus the Runge-Kutta update in one pass each).
@@ -24,29 +28,35 @@ working set of the same size, and the kernel's fraction of it.
 import numpy as np
 
 from hpcgpu.bench.harness import copy_bandwidth, measure
+from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
+from hpcgpu.kernels.stencil._boundary import CODES
 
 __all__ = ["run"]
 
+DIFFUSION_CASES = {"diffusion": "periodic", "diffusion_dirichlet": "dirichlet"}
+"""The diffusion cases and the boundary kind each puts on all four edges."""
 
 
-def _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw):
+def _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw, case="diffusion"):
     kernels = backend.kernels("stencil")
     rng = np.random.default_rng(1)
     field = backend.asarray(rng.random((n, n)), dtype=dtype)
     work = backend.empty((n, n), dtype)
     cx = cy = 0.2
+    boundary = DIFFUSION_CASES[case]
+    codes = (CODES[boundary],) * 3
 
     def call():
-        kernels.diffuse(field, work, cx, cy, steps, 0, 0, 0)
+        kernels.diffuse(field, work, cx, cy, steps, *codes, 0.0)
 
     durations = measure(call, synchronize=backend.synchronize, budget_s=budget_s, min_repeats=2)
     median = float(np.median(durations))
     updates = n * n * steps / median
     gbs = 2 * np.dtype(dtype).itemsize * n * n * steps / median / 1e9
-    recorder.add(case="diffusion", backend=backend.name, dtype=np.dtype(dtype).name, size=n,
+    recorder.add(case=case, backend=backend.name, dtype=np.dtype(dtype).name, size=n,
                  metric="point_updates_per_s", value=updates, unit="1/s", durations=durations,
-                 steps_per_call=steps, seconds_per_step=median / steps, gb_per_s=gbs,
+                 boundary=boundary, steps_per_call=steps, seconds_per_step=median / steps, gb_per_s=gbs,
                  copy_gb_per_s=copy_bw / 1e9, fraction_of_copy=gbs * 1e9 / copy_bw)
 
 
@@ -95,8 +105,12 @@ def _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw):
 
 
 def run(recorder, backends, *, sizes=(4096,), dtypes=("float32",), steps=100, budget_s=20.0,
-        cases=("diffusion", "shallow_water")):
+        cases=("diffusion", "diffusion_dirichlet", "shallow_water")):
     """Run the stencil suite; results go to ``recorder`` (numpy first for ratios)."""
+    known = (*DIFFUSION_CASES, "shallow_water")
+    unknown = [case for case in cases if case not in known]
+    if unknown:
+        raise ConfigError(f"cases must be among {', '.join(known)}; got {', '.join(map(repr, unknown))}")
     order = sorted(backends, key=lambda b: b.name != "numpy")
     for n in sizes:
         for dtype in dtypes:
@@ -105,9 +119,9 @@ def run(recorder, backends, *, sizes=(4096,), dtypes=("float32",), steps=100, bu
                 for case in cases:
                     # One failing backend must not hide the others' numbers.
                     try:
-                        if case == "diffusion":
+                        if case in DIFFUSION_CASES:
                             copy_bw = copy_bandwidth(backend, 2 * item * n * n)
-                            _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw)
+                            _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw, case)
                         else:
                             copy_bw = copy_bandwidth(backend, 12 * item * n * n)
                             _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw)

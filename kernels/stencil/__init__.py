@@ -9,7 +9,10 @@ on west faces, ``v`` on south faces (see :mod:`._boundary`).
 Boundaries are ``"periodic"`` or ``"wall"`` for both axes, a pair
 ``(x, y)``, or a triple ``(x, south, north)`` where south and north may also
 be ``"open"`` (the edge of a partition with a halo; results within the
-stencil reach of an open edge are not valid).
+stencil reach of an open edge are not valid). The scalar kernels
+(:func:`laplacian`, :func:`diffuse`) also take ``"dirichlet"`` on any edge:
+the points just beyond it hold ``boundary_value`` (default 0), the textbook
+heat-equation setup (see :mod:`._boundary`).
 
 Examples
 --------
@@ -19,13 +22,20 @@ Examples
 >>> lap = stencil.laplacian(field, dx=1.0, dy=1.0, backend="numpy")
 >>> float(lap[4, 4]), float(lap.sum())
 (-4.0, 0.0)
+
+Heat flowing out through cold (zero) edges:
+
+>>> hot = np.ones((6, 6))
+>>> cooled = stencil.diffuse(hot, diffusivity=0.25, dt=1.0, boundary="dirichlet", backend="numpy")
+>>> float(cooled[0, 0]), float(cooled[0, 2]), float(cooled[2, 2])  # corner, edge, interior
+(0.5, 0.75, 1.0)
 """
 
 import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.stencil._boundary import CODES, NAMES, OPEN, PERIODIC
+from hpcgpu.kernels.stencil._boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC
 from hpcgpu.validation import check_float, check_int
 
 __all__ = [
@@ -46,7 +56,7 @@ SSP_RK3_STAGES = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.
 """Shu-Osher SSP-RK3 as ``(a, b, c)`` per stage: ``out = a y0 + b y + c dt L(y)``, with ``a + b = 1``
 (the ``a, b`` and ``c / dt`` of :func:`shallow_water_stage`; the weather and vorticity steppers use it)."""
 
-def normalize_boundary(boundary):
+def normalize_boundary(boundary, *, allow_dirichlet=False):
     """Return boundary codes ``(x, south, north)`` for a boundary spec.
 
     Parameters
@@ -54,16 +64,23 @@ def normalize_boundary(boundary):
     boundary : str or tuple
         ``"periodic"``, ``"wall"``, a pair ``(x, y)`` or a triple
         ``(x, south, north)``; ``"open"`` is allowed for south and north.
+    allow_dirichlet : bool
+        Accept ``"dirichlet"`` on any edge: only callers that apply a fixed
+        value (the scalar kernels :func:`laplacian` and :func:`diffuse`) set
+        it, so the shallow-water kernels and the Poisson operator refuse it.
 
     Raises
     ------
     ConfigError
-        Unknown kind, a half-periodic axis, or ``"open"`` along x.
+        Unknown kind, a half-periodic axis, ``"open"`` along x, or
+        ``"dirichlet"`` where it is not allowed.
 
     Examples
     --------
     >>> normalize_boundary(("periodic", "wall"))
     (0, 1, 1)
+    >>> normalize_boundary(("wall", "dirichlet", "wall"), allow_dirichlet=True)
+    (1, 3, 1)
     """
     if isinstance(boundary, str):
         parts = (boundary, boundary, boundary)
@@ -73,16 +90,22 @@ def normalize_boundary(boundary):
         parts = tuple(boundary)
     else:
         raise ConfigError(
-            "boundary must be 'periodic', 'wall', a pair (x, y) or a triple (x, south, north); "
-            f"got {boundary!r}")
+            "boundary must be 'periodic', 'wall'" + (", 'dirichlet'" if allow_dirichlet else "")
+            + f", a pair (x, y) or a triple (x, south, north); got {boundary!r}")
+    kinds = [name for name, code in CODES.items() if allow_dirichlet or code != DIRICHLET]
     for label, part in zip(("x", "south", "north"), parts):
-        if part not in CODES:
+        if part == "dirichlet" and not allow_dirichlet:
             raise ConfigError(
-                f"boundary ({label}) must be one of 'periodic', 'wall', 'open'; got {part!r}")
+                f"boundary ({label}) 'dirichlet' is only for the scalar kernels (laplacian, "
+                f"diffuse); here it must be one of {', '.join(map(repr, kinds))}")
+        if part not in kinds:
+            raise ConfigError(
+                f"boundary ({label}) must be one of {', '.join(map(repr, kinds))}; got {part!r}")
     x, south, north = (CODES[p] for p in parts)
     if x == OPEN:
-        raise ConfigError("boundary along x must be 'periodic' or 'wall'; 'open' is only for "
-                          "the south/north edges of a partition")
+        raise ConfigError("boundary along x must be " + ("'periodic', 'wall' or 'dirichlet'" if allow_dirichlet
+                                                         else "'periodic' or 'wall'")
+                          + "; 'open' is only for the south/north edges of a partition")
     if (south == PERIODIC) != (north == PERIODIC):
         raise ConfigError(
             f"boundary in y is periodic on one edge only ({NAMES[south]!r} south, "
@@ -123,7 +146,17 @@ def _spacing(dx, dy):
             check_float("dy", dy, minimum=0.0, strict_min=True))
 
 
-def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", backend="auto"):
+def _boundary_value(value, dtype):
+    """``boundary_value`` checked: finite, and within the range of the field's dtype."""
+    value = check_float("boundary_value", value)
+    limit = float(np.finfo(dtype).max)
+    if abs(value) > limit:
+        raise ConfigError(f"boundary_value={value!r} does not fit the field's dtype {dtype} "
+                          f"(|boundary_value| <= {limit:.4g})")
+    return value
+
+
+def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", boundary_value=0.0, backend="auto"):
     """Five-point Laplacian of a cell-centred field.
 
     Parameters
@@ -133,7 +166,12 @@ def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", backend="auto"):
     dx, dy : float
         Grid spacing (> 0), in the units of the domain (e.g. m).
     boundary : str or tuple
-        See :func:`normalize_boundary`; walls are no-flux.
+        See :func:`normalize_boundary`; walls are no-flux. ``"dirichlet"``
+        is allowed on any edge: the points just beyond it (a spacing away
+        from the edge points) hold ``boundary_value``.
+    boundary_value : float
+        The value beyond every Dirichlet edge (finite; default 0), in the
+        units of ``field``. Ignored without a Dirichlet edge.
     backend : str or Backend
 
     Returns
@@ -141,25 +179,39 @@ def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", backend="auto"):
     array (ny, nx)
         On the backend's device, same dtype, units of field / length**2.
 
+    Raises
+    ------
+    ConfigError
+        Bad parameters (each message names the parameter).
+
     Examples
     --------
     >>> import numpy as np
     >>> laplacian(np.ones((6, 6)), backend="numpy").max()
     np.float64(0.0)
+    >>> lap = laplacian(np.ones((6, 6)), boundary=("periodic", "dirichlet"), boundary_value=3.0,
+    ...                 backend="numpy")
+    >>> lap[:, 0].tolist()  # rows 0 and 5 border the fixed value 3
+    [2.0, 0.0, 0.0, 0.0, 0.0, 2.0]
     """
     backend = get_backend(backend)
     (field,) = _fields(backend, ("field",), (field,))
     dx, dy = _spacing(dx, dy)
-    bc = normalize_boundary(boundary)
+    bc = normalize_boundary(boundary, allow_dirichlet=True)
+    value = _boundary_value(boundary_value, field.dtype)
     out = backend.empty(field.shape, field.dtype)
-    return backend.kernels("stencil").laplacian(field, out, 1.0 / dx**2, 1.0 / dy**2, *bc)
+    return backend.kernels("stencil").laplacian(field, out, 1.0 / dx**2, 1.0 / dy**2, *bc, value)
 
 
-def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="periodic", backend="auto"):
+def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="periodic", boundary_value=0.0,
+            backend="auto"):
     """Advance ``steps`` explicit (forward Euler) steps of the diffusion equation.
 
-    ``f <- f + diffusivity * dt * laplacian(f)`` with the five-point
-    Laplacian. The input is not modified.
+    ``f <- f + cx*(f[W] + f[E] - 2f) + cy*(f[S] + f[N] - 2f)`` with
+    ``cx = diffusivity*dt/dx**2`` and ``cy = diffusivity*dt/dy**2`` (the
+    five-point Laplacian, evaluated in that form by every backend: it keeps
+    the total of a periodic or walled field to rounding, with no drift).
+    The input is not modified.
 
     Parameters
     ----------
@@ -171,8 +223,13 @@ def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="period
         ``diffusivity * dt * (1/dx**2 + 1/dy**2) <= 1/2``.
     steps : int
         Number of steps (>= 1).
-    dx, dy, boundary, backend
-        As for :func:`laplacian`.
+    dx, dy, boundary, boundary_value, backend
+        As for :func:`laplacian`. With ``"dirichlet"`` edges the array holds
+        the interior nodes of a node-centred grid whose boundary nodes (a
+        spacing beyond the edge rows and columns) stay at ``boundary_value``:
+        on ``(ny, nx)`` points with zero edges, the mode
+        ``sin(pi (j+1)/(ny+1)) sin(pi (i+1)/(nx+1))`` decays by
+        ``1 - 4 cx sin(pi/(2(nx+1)))**2 - 4 cy sin(pi/(2(ny+1)))**2`` per step.
 
     Raises
     ------
@@ -186,6 +243,14 @@ def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="period
     >>> g = diffuse(f, diffusivity=0.1, dt=1.0, steps=10, backend="numpy")
     >>> round(float(g.sum()), 12)
     1.0
+
+    A plate at 20 between edges held at 100 warms from its edges:
+
+    >>> plate = np.full((5, 5), 20.0)
+    >>> warm = diffuse(plate, diffusivity=0.25, dt=1.0, steps=1, boundary="dirichlet",
+    ...                boundary_value=100.0, backend="numpy")
+    >>> float(warm[2, 2]), float(warm[2, 0]), float(warm[0, 0])
+    (20.0, 40.0, 60.0)
     """
     backend = get_backend(backend)
     (field,) = _fields(backend, ("field",), (field,))
@@ -198,10 +263,11 @@ def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="period
         limit = 0.5 / (diffusivity / dx**2 + diffusivity / dy**2)
         raise ConfigError(f"dt={dt} is above the explicit diffusion stability limit "
                           f"{limit:.6g} (diffusivity*dt*(1/dx**2+1/dy**2) must be <= 1/2)")
-    bc = normalize_boundary(boundary)
+    bc = normalize_boundary(boundary, allow_dirichlet=True)
+    value = _boundary_value(boundary_value, field.dtype)
     work = backend.xp.array(field, copy=True)
     other = backend.empty(field.shape, field.dtype)
-    return backend.kernels("stencil").diffuse(work, other, cx, cy, steps, *bc)
+    return backend.kernels("stencil").diffuse(work, other, cx, cy, steps, *bc, value)
 
 
 def _coriolis(backend, f_corner, ny, dtype):

@@ -11,7 +11,14 @@ each of its south (row 0) and north (row ny-1) edges:
 ``OPEN``
     the edge of a partition with a halo: values beyond it are clamped to the
     edge; results within the stencil reach of that edge are not valid and are
-    cut away by the caller.
+    cut away by the caller;
+``DIRICHLET``
+    a fixed value (scalar kernels only: ``laplacian`` and ``diffuse``): the
+    points just beyond the edge hold the boundary value. The array is then
+    the interior of a node-centred grid whose boundary nodes are fixed, as
+    the textbook heat equation sets it up: on ``ny`` rows the fixed nodes are
+    rows -1 and ny, a spacing ``dy`` beyond the first and last row. One value
+    serves every Dirichlet edge of a call (``boundary_value``).
 
 Staggering (Arakawa C-grid, index ``[j, i]``): ``h[j, i]`` at the centre of
 cell ``(i, j)``; ``u[j, i]`` on its west face; ``v[j, i]`` on its south face;
@@ -23,6 +30,7 @@ wall in the south, ``v[0, :]`` is the wall and stays zero.
 PERIODIC = 0
 WALL = 1
 OPEN = 2
+DIRICHLET = 3
 
-CODES = {"periodic": PERIODIC, "wall": WALL, "open": OPEN}
+CODES = {"periodic": PERIODIC, "wall": WALL, "open": OPEN, "dirichlet": DIRICHLET}
 NAMES = {code: name for name, code in CODES.items()}

@@ -26,8 +26,10 @@ of a row, coalesced), and the thread walks its strip northwards:
   DRAM loads are in flight during the compute; the neighbour columns are L1
   hits on lines the neighbouring threads loaded a step earlier.
 
-Ghost cells are index arithmetic (wrap or clamp) as in ``_boundary``. The
-per-point physics is ``_physics``, compiled here as device functions.
+Ghost cells are index arithmetic (wrap or clamp) as in ``_boundary``;
+beyond a Dirichlet edge the five-point kernels use the boundary value
+instead of a load. The per-point physics is ``_physics``, compiled here as
+device functions.
 Numeric constants come in as arguments of the field's dtype: a float literal
 would promote float32 arithmetic to float64. The launch shapes are
 :data:`LAUNCH`, with alternatives in :data:`VARIANTS` that
@@ -51,7 +53,7 @@ from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
 
 from hpcgpu.kernels.stencil import _physics  # noqa: E402
-from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL  # noqa: E402
+from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL  # noqa: E402
 
 
 class Launch(NamedTuple):
@@ -164,7 +166,7 @@ def _five_point_kernel(dtype_name, rows, diffuse):
     update = diffusion_update if diffuse else laplacian_5pt
 
     @cuda.jit
-    def kernel(src, dst, ny, nx, c_x, c_y, bc_x, bc_s, bc_n):
+    def kernel(src, dst, ny, nx, c_x, c_y, bc_x, bc_s, bc_n, value):
         # src, dst: flat views of (ny, nx) grids. Offsets are cast to unsigned
         # where they index: they are never negative, and a signed index costs
         # a wraparound check per access.
@@ -193,12 +195,19 @@ def _five_point_kernel(dtype_name, rows, diffuse):
             periodic_y = bc_s == PERIODIC
             w = _wrap_or_clamp(i - 1, nx, bc_x == PERIODIC)
             e = _wrap_or_clamp(i + 1, nx, bc_x == PERIODIC)
+            # Beyond a Dirichlet edge the neighbour is the boundary value, not a load.
+            fixed_w = bc_x == DIRICHLET and i == 0
+            fixed_e = bc_x == DIRICHLET and i == nx - 1
             for k in range(centre_rows):
-                centre[k] = src[np.uint64(_wrap_or_clamp(j0 - 1 + k, ny, periodic_y) * nx + i)]
+                r = j0 - 1 + k
+                if (r < 0 and bc_s == DIRICHLET) or (r >= ny and bc_n == DIRICHLET):
+                    centre[k] = value
+                else:
+                    centre[k] = src[np.uint64(_wrap_or_clamp(r, ny, periodic_y) * nx + i)]
             for k in range(rows):
                 offset = _wrap_or_clamp(j0 + k, ny, periodic_y) * nx
-                west[k] = src[np.uint64(offset + w)]
-                east[k] = src[np.uint64(offset + e)]
+                west[k] = value if fixed_w else src[np.uint64(offset + w)]
+                east[k] = value if fixed_e else src[np.uint64(offset + e)]
         for k in range(rows):
             j = j0 + k
             if j < ny:
@@ -208,29 +217,32 @@ def _five_point_kernel(dtype_name, rows, diffuse):
     return kernel
 
 
-def _five_point(src, dst, c_x, c_y, bc_x, bc_s, bc_n, diffuse, launch=None):
-    """One five-point pass from ``src`` into ``dst`` (C-contiguous, same dtype)."""
+def _five_point(src, dst, c_x, c_y, bc_x, bc_s, bc_n, diffuse, launch=None, value=0.0):
+    """One five-point pass from ``src`` into ``dst`` (C-contiguous, same dtype);
+    ``value`` beyond Dirichlet edges."""
     dtype = np.dtype(src.dtype)
     launch = launch or LAUNCH[("five_point", dtype.name)]
     kernel = _five_point_kernel(dtype.name, launch.rows, diffuse)
     t = dtype.type
     ny, nx = src.shape
     kernel[_grid(src.shape, launch), (launch.threads, 1), _stream(src)](
-        _on_device(_flat(src)), _on_device(_flat(dst)), ny, nx, t(c_x), t(c_y), bc_x, bc_s, bc_n)
+        _on_device(_flat(src)), _on_device(_flat(dst)), ny, nx, t(c_x), t(c_y), bc_x, bc_s, bc_n, t(value))
 
 
-def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
+def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     """Five-point Laplacian into ``out``; see ``_numpy.laplacian``."""
     field = _xp(field).ascontiguousarray(field)
     target = _target(out)
-    _five_point(field, target, rdx2, rdy2, bc_x, bc_s, bc_n, diffuse=False)
+    _five_point(field, target, rdx2, rdy2, bc_x, bc_s, bc_n, diffuse=False, value=value)
     if target is not out:
         out[...] = target
     return out
 
 
-def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, multi_step=None):
+def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0, multi_step=None):
     """``steps`` explicit diffusion steps; returns the buffer holding the result.
+
+    Beyond a Dirichlet edge the field is ``value``.
 
     ``multi_step`` (a ``_cuda_diffusion.PassLaunch``; default its ``PASS``
     for the dtype) advances T steps per pass over memory where it fits the
@@ -246,10 +258,9 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, multi_step=None):
         src[...] = field
     ny, nx = field.shape
     multi_step = multi_step or _cuda_diffusion.PASS[dtype.name]
-    # (as in the one-step kernel, rows are periodic or clamped on both sides by bc_s)
     if multi_step is not None and _cuda_diffusion.fits(field.shape, multi_step):
         while steps >= multi_step.steps:
-            _cuda_diffusion.multi_step_pass(src, dst, cx, cy, bc_x, bc_s, multi_step)
+            _cuda_diffusion.multi_step_pass(src, dst, cx, cy, bc_x, bc_s, bc_n, value, multi_step)
             src, dst = dst, src
             steps -= multi_step.steps
     configured = _five_point_kernel(dtype.name, launch.rows, True)[
@@ -257,7 +268,7 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, multi_step=None):
     # Views made once: per-step host work would show at a fraction of a ms per step.
     flat_src, flat_dst = _on_device(_flat(src)), _on_device(_flat(dst))
     for _ in range(steps):
-        configured(flat_src, flat_dst, ny, nx, t(cx), t(cy), bc_x, bc_s, bc_n)
+        configured(flat_src, flat_dst, ny, nx, t(cx), t(cy), bc_x, bc_s, bc_n, t(value))
         flat_src, flat_dst = flat_dst, flat_src
         src, dst = dst, src
     if src is field or src is work:

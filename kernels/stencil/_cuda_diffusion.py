@@ -19,7 +19,8 @@ Each point is then read from DRAM once per T steps (plus ``2 T / rows`` halo
 rows and ``2 T / (threads - 2 T)`` halo columns) and written once. The
 boundary rules are those of the one-step kernel, level by level: at a wall
 the missing neighbour is the point itself (the clamp), across a periodic
-edge the columns and rows wrap.
+edge the columns and rows wrap, beyond a Dirichlet edge it is the boundary
+value.
 
 :data:`PASS` picks the pass per dtype for :func:`hpcgpu.kernels.stencil._cuda.diffuse`;
 ``scripts/gpu_kernel_variants.py`` times the choices against the one-step
@@ -42,7 +43,7 @@ from numba import cuda  # noqa: E402
 
 from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
-from hpcgpu.kernels.stencil._boundary import PERIODIC  # noqa: E402
+from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC  # noqa: E402
 
 __all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "multi_step_pass"]
 
@@ -84,7 +85,7 @@ def _pass_kernel(dtype_name, steps, threads):
     levels = steps + 1
 
     @cuda.jit
-    def kernel(src, dst, ny, nx, rows, c_x, c_y, bc_x, bc_s):
+    def kernel(src, dst, ny, nx, rows, c_x, c_y, bc_x, bc_s, bc_n, value):
         # ring[t, s, x]: level t (0: the input), ring slot s, thread x.
         ring = cuda.shared.array((levels, 3, threads), value_type)
         x = cuda.threadIdx.x
@@ -102,6 +103,12 @@ def _pass_kernel(dtype_name, steps, threads):
             west = x
         if x == threads - 1 or (not periodic_x and i >= nx - 1):
             east = x
+        # Beyond a Dirichlet edge the neighbour is the boundary value (columns
+        # beyond the grid are halo that no stored point reads).
+        fixed_w = bc_x == DIRICHLET and i <= 0
+        fixed_e = bc_x == DIRICHLET and i >= nx - 1
+        fixed_s = bc_s == DIRICHLET
+        fixed_n = bc_n == DIRICHLET
         store = steps <= x < threads - steps and i < nx
         for it in range(rows + 2 * steps):
             r = j0 - steps + it  # input row of this iteration; level t makes row r - t
@@ -117,9 +124,12 @@ def _pass_kernel(dtype_name, steps, threads):
                         south = mid
                     if q >= ny - 1:
                         north = mid
-                ring[t, new, x] = diffusion_update(ring[t - 1, mid, x], ring[t - 1, mid, west],
-                                                   ring[t - 1, mid, east], ring[t - 1, south, x],
-                                                   ring[t - 1, north, x], c_x, c_y)
+                w_value = value if fixed_w else ring[t - 1, mid, west]
+                e_value = value if fixed_e else ring[t - 1, mid, east]
+                s_value = value if fixed_s and q <= 0 else ring[t - 1, south, x]
+                n_value = value if fixed_n and q >= ny - 1 else ring[t - 1, north, x]
+                ring[t, new, x] = diffusion_update(ring[t - 1, mid, x], w_value, e_value, s_value, n_value,
+                                                   c_x, c_y)
                 cuda.syncthreads()
             q = r - steps
             if store and j0 <= q < j0 + rows and q < ny:
@@ -128,8 +138,9 @@ def _pass_kernel(dtype_name, steps, threads):
     return kernel
 
 
-def multi_step_pass(src, dst, c_x, c_y, bc_x, bc_s, launch):
-    """T diffusion steps from ``src`` into ``dst`` (flat device views of C-contiguous ``(ny, nx)`` grids).
+def multi_step_pass(src, dst, c_x, c_y, bc_x, bc_s, bc_n, value, launch):
+    """T diffusion steps from ``src`` into ``dst`` (flat device views of C-contiguous ``(ny, nx)`` grids);
+    ``value`` beyond Dirichlet edges.
 
     ``src`` and ``dst`` are the arrays (for the shape, dtype and stream);
     the caller checks :func:`fits` first.
@@ -142,4 +153,4 @@ def multi_step_pass(src, dst, c_x, c_y, bc_x, bc_s, launch):
     t = dtype.type
     kernel[grid, (launch.threads, 1), _stream(src)](
         _on_device(src.reshape(src.size)), _on_device(dst.reshape(dst.size)), ny, nx, launch.rows,
-        t(c_x), t(c_y), bc_x, bc_s)
+        t(c_x), t(c_y), bc_x, bc_s, bc_n, t(value))

@@ -25,7 +25,8 @@ times against them.
 
 The per-point physics mirrors ``_physics`` as ``__device__`` functions and
 the ghost rules mirror ``_numba``: periodic edges wrap, wall and open edges
-clamp, and the normal velocity beyond a wall is zero.
+clamp, the normal velocity beyond a wall is zero, and beyond a Dirichlet
+edge (scalar kernels only) the five-point kernels use the boundary value.
 
 The CUDA source is the string :data:`KERNEL_SOURCE` (templates on the float
 type, vector width and strip height; no headers, no shared memory, no
@@ -41,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL
+from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
 
 
 class Launch(NamedTuple):
@@ -119,6 +120,7 @@ VARIANT_EXPRESSIONS = tuple(e for e in _instances(VARIANTS) if e not in NAME_EXP
 _BOUNDARY_CODES = f"""
 constexpr int BC_PERIODIC = {PERIODIC};
 constexpr int BC_WALL = {WALL};
+constexpr int BC_DIRICHLET = {DIRICHLET};
 """
 
 _KERNEL_BODY = r"""
@@ -282,29 +284,41 @@ __device__ __forceinline__ void store_vec(T* __restrict__ p, const hg_vec<T, N>&
 // through L2) and one scalar load of the west and the east neighbour per row
 // (lines the neighbouring threads load, so L1 hits). With that many bytes in
 // flight per thread the kernel streams at copy speed; then it computes and
-// stores the strip. Scalar fields read no normal velocity, so bc_n never
-// matters to them (wall and open edges both clamp).
+// stores the strip. Scalar fields read no normal velocity, so wall and open
+// edges both clamp; beyond a Dirichlet edge the neighbour is the boundary
+// value instead of a load (a branch uniform across the strip's row).
 
 template<typename T, int VEC, int ROWS, bool DIFFUSE>
 __device__ __forceinline__ void five_point_strip(const T* __restrict__ src, T* __restrict__ dst,
-                                                 int ny, int nx, T c_x, T c_y, int bc_x, int bc_s)
+                                                 int ny, int nx, T c_x, T c_y, int bc_x, int bc_s,
+                                                 int bc_n, T value)
 {
     const int i0 = (int)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (i0 >= nx) return;
     const int j0 = (int)blockIdx.y * ROWS;
     const int w = neighbour_col(i0 - 1, nx, bc_x);
     const int e = neighbour_col(i0 + VEC, nx, bc_x);
+    const bool fixed_w = bc_x == BC_DIRICHLET && i0 == 0;
+    const bool fixed_e = bc_x == BC_DIRICHLET && i0 + VEC >= nx;
+    hg_vec<T, VEC> fixed;
+#pragma unroll
+    for (int m = 0; m < VEC; ++m) fixed.v[m] = value;
     // Row k of the strip is logical row j0 - 1 + k; rows past the grid's end
     // (last strip) read a valid clamped or wrapped row and are not stored.
     hg_vec<T, VEC> centre[ROWS + 2];
     T west[ROWS], east[ROWS];
 #pragma unroll
     for (int k = 0; k < ROWS + 2; ++k) {
-        const long long row = (long long)neighbour_row(j0 - 1 + k, ny, bc_s) * nx;
-        centre[k] = load_vec<T, VEC>(src + row + i0);
+        const int r = j0 - 1 + k;
+        const long long row = (long long)neighbour_row(r, ny, bc_s) * nx;
+        if ((r < 0 && bc_s == BC_DIRICHLET) || (r >= ny && bc_n == BC_DIRICHLET)) {
+            centre[k] = fixed;
+        } else {
+            centre[k] = load_vec<T, VEC>(src + row + i0);
+        }
         if (k >= 1 && k <= ROWS) {
-            west[k - 1] = src[row + w];
-            east[k - 1] = src[row + e];
+            west[k - 1] = fixed_w ? value : src[row + w];
+            east[k - 1] = fixed_e ? value : src[row + e];
         }
     }
 #pragma unroll
@@ -326,16 +340,16 @@ __device__ __forceinline__ void five_point_strip(const T* __restrict__ src, T* _
 
 template<typename T, int VEC, int ROWS>
 __global__ void laplacian_kernel(const T* __restrict__ field, T* __restrict__ out,
-                                 int ny, int nx, T rdx2, T rdy2, int bc_x, int bc_s)
+                                 int ny, int nx, T rdx2, T rdy2, int bc_x, int bc_s, int bc_n, T value)
 {
-    five_point_strip<T, VEC, ROWS, false>(field, out, ny, nx, rdx2, rdy2, bc_x, bc_s);
+    five_point_strip<T, VEC, ROWS, false>(field, out, ny, nx, rdx2, rdy2, bc_x, bc_s, bc_n, value);
 }
 
 template<typename T, int VEC, int ROWS>
 __global__ void diffuse_kernel(const T* __restrict__ src, T* __restrict__ dst,
-                               int ny, int nx, T cx, T cy, int bc_x, int bc_s)
+                               int ny, int nx, T cx, T cy, int bc_x, int bc_s, int bc_n, T value)
 {
-    five_point_strip<T, VEC, ROWS, true>(src, dst, ny, nx, cx, cy, bc_x, bc_s);
+    five_point_strip<T, VEC, ROWS, true>(src, dst, ny, nx, cx, cy, bc_x, bc_s, bc_n, value);
 }
 
 // ---- shallow-water stage ---------------------------------------------------
@@ -646,35 +660,45 @@ def _target(out, dtype):
     return _xp(out).empty(out.shape, dtype)
 
 
-def _five_point(name, src, dst, c_x, c_y, bc_x, bc_s, launch=None):
-    """One five-point kernel from ``src`` into ``dst`` (contiguous, same dtype)."""
+def _five_point(name, src, dst, c_x, c_y, bc_x, bc_s, launch=None, *, bc_n=None, value=0.0):
+    """One five-point kernel from ``src`` into ``dst`` (contiguous, same dtype).
+
+    ``bc_n`` is the north edge's kind (default ``bc_s``'s: for a scalar field
+    only a Dirichlet edge tells the two apart); ``value`` is the field beyond
+    Dirichlet edges.
+    """
     t = src.dtype.type
     ny, nx = src.shape
+    bc_n = bc_s if bc_n is None else bc_n
     _launch(name, "five_point", (src, dst), src.shape,
-            (src, dst, np.int32(ny), np.int32(nx), t(c_x), t(c_y), np.int32(bc_x), np.int32(bc_s)),
+            (src, dst, np.int32(ny), np.int32(nx), t(c_x), t(c_y), np.int32(bc_x), np.int32(bc_s),
+             np.int32(bc_n), t(value)),
             launch)
 
 
-def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
+def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     """Five-point Laplacian into ``out``; see ``_numpy.laplacian``."""
     _float_type(field)
     field = _input(field, field)
     target = _target(out, field.dtype)
-    _five_point("laplacian_kernel", field, target, rdx2, rdy2, bc_x, bc_s)
+    _five_point("laplacian_kernel", field, target, rdx2, rdy2, bc_x, bc_s, bc_n=bc_n, value=value)
     if target is not out:
         out[...] = target
     return out
 
 
-def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
-    """``steps`` explicit diffusion steps; returns the buffer holding the result."""
+def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
+    """``steps`` explicit diffusion steps; returns the buffer holding the result.
+
+    Beyond a Dirichlet edge the field is ``value``.
+    """
     _float_type(field)
     dtype = field.dtype
     src, dst = _target(field, dtype), _target(work, dtype)
     if src is not field:
         src[...] = field
     for _ in range(int(steps)):
-        _five_point("diffuse_kernel", src, dst, cx, cy, bc_x, bc_s)
+        _five_point("diffuse_kernel", src, dst, cx, cy, bc_x, bc_s, bc_n=bc_n, value=value)
         src, dst = dst, src
     if src is field or src is work:
         return src

@@ -26,7 +26,7 @@ from numba import njit, prange
 
 from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.stencil import _physics
-from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL
+from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
 
 # contract: allow fused multiply-add; no other fast-math (NaN checks must work).
 # Inner loops are written ``for i in range(n): k = i + offset``: with Numba
@@ -298,41 +298,72 @@ def shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n)
 
 
 @njit(**_OPTS)
-def _column_neighbours(i, nx, bc_x):
-    if bc_x == PERIODIC:
-        return (i - 1) % nx, (i + 1) % nx
-    return max(i - 1, 0), min(i + 1, nx - 1)
+def scalar_row(r, ny, bc_s, bc_n):
+    """Stored row that logical row ``r`` of a scalar field reads: wrap if
+    periodic, -1 beyond a Dirichlet edge (the fixed value), else clamp."""
+    if 0 <= r < ny:
+        return r
+    if bc_s == PERIODIC:
+        return r % ny
+    if (r < 0 and bc_s == DIRICHLET) or (r >= ny and bc_n == DIRICHLET):
+        return -1
+    return min(max(r, 0), ny - 1)
+
+
+@njit(inline="always", **_OPTS)  # in Numba's IR: as a call, choosing an array costs a reference count
+def _row_or_fixed(field, r, fixed):
+    """Row ``r`` of ``field``, or the row of boundary values ``fixed`` when ``r`` is -1."""
+    if r < 0:
+        return fixed
+    return field[r]
 
 
 @njit(**_OPTS)
-def diffuse_row(row, south, north, out, cx, cy, bc_x):
-    """One diffusion step of a row from its own and its two neighbour rows."""
+def _edge_neighbours(row, bc_x, value):
+    """The west neighbour of column 0 and the east neighbour of column nx-1."""
+    nx = row.shape[0]
+    if bc_x == PERIODIC:
+        return row[nx - 1], row[0]
+    if bc_x == DIRICHLET:
+        return value, value
+    return row[0], row[nx - 1]
+
+
+@njit(**_OPTS)
+def diffuse_row(row, south, north, out, cx, cy, bc_x, value):
+    """One diffusion step of a row from its own and its two neighbour rows.
+
+    The inner loop has no boundary branch (it vectorises); the two edge
+    columns take their outer neighbour from ``_edge_neighbours``.
+    """
     nx = row.shape[0]
     for m in range(nx - 2):
         i = m + 1
         out[i] = diffusion_update(row[i], row[i - 1], row[i + 1], south[i], north[i], cx, cy)
-    for i in (0, nx - 1):
-        w, e = _column_neighbours(i, nx, bc_x)
-        out[i] = diffusion_update(row[i], row[w], row[e], south[i], north[i], cx, cy)
+    west, east = _edge_neighbours(row, bc_x, value)
+    last = nx - 1
+    out[0] = diffusion_update(row[0], west, row[1], south[0], north[0], cx, cy)
+    out[last] = diffusion_update(row[last], row[last - 1], east, south[last], north[last], cx, cy)
 
 
 @njit(parallel=True, **_OPTS)
-def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n):
-    ny = src.shape[0]
+def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n, value):
+    ny, nx = src.shape
+    fixed = np.full(nx, value, src.dtype)  # the row beyond a Dirichlet edge
     for j in prange(ny):
         fp_mode = flush_subnormals()
-        js = _neighbour_row(j - 1, ny, bc_s, bc_n)
-        jn = _neighbour_row(j + 1, ny, bc_s, bc_n)
-        diffuse_row(src[j], src[js], src[jn], dst[j], cx, cy, bc_x)
+        south = _row_or_fixed(src, scalar_row(j - 1, ny, bc_s, bc_n), fixed)
+        north = _row_or_fixed(src, scalar_row(j + 1, ny, bc_s, bc_n), fixed)
+        diffuse_row(src[j], south, north, dst[j], cx, cy, bc_x, value)
         restore_fp_mode(fp_mode)
 
 
-def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
+def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
     """``steps`` explicit diffusion steps; returns the buffer holding the result.
 
     Several steps go in one sweep over memory (pipelined through
     cache-resident rows; bitwise the step-by-step result): see
-    ``_numba_diffusion``.
+    ``_numba_diffusion``. Beyond a Dirichlet edge the field is ``value``.
     """
     # imported here: _numba_diffusion builds on this module's diffuse_row
     from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep
@@ -344,35 +375,37 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
     while done < steps:
         chunk = min(per_sweep, steps - done)
         if chunk == 1:
-            _diffuse_kernel(src, dst, t(cx), t(cy), bc_x, bc_s, bc_n)
+            _diffuse_kernel(src, dst, t(cx), t(cy), bc_x, bc_s, bc_n, t(value))
         else:
-            diffuse_steps(src, dst, t(cx), t(cy), chunk, bc_x, bc_s, bc_n)
+            diffuse_steps(src, dst, t(cx), t(cy), chunk, bc_x, bc_s, bc_n, t(value))
         src, dst = dst, src
         done += chunk
     return src
 
 
 @njit(parallel=True, **_OPTS)
-def _laplacian_kernel(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
+def _laplacian_kernel(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value):
     ny, nx = field.shape
+    fixed = np.full(nx, value, field.dtype)  # the row beyond a Dirichlet edge
     for j in prange(ny):
         fp_mode = flush_subnormals()
-        js = _neighbour_row(j - 1, ny, bc_s, bc_n)
-        jn = _neighbour_row(j + 1, ny, bc_s, bc_n)
-        row, south, north, dst = field[j], field[js], field[jn], out[j]
+        row, dst = field[j], out[j]
+        south = _row_or_fixed(field, scalar_row(j - 1, ny, bc_s, bc_n), fixed)
+        north = _row_or_fixed(field, scalar_row(j + 1, ny, bc_s, bc_n), fixed)
         for m in range(nx - 2):
             i = m + 1
             dst[i] = laplacian_5pt(row[i], row[i - 1], row[i + 1], south[i], north[i], rdx2, rdy2)
-        for i in (0, nx - 1):
-            w, e = _column_neighbours(i, nx, bc_x)
-            dst[i] = laplacian_5pt(row[i], row[w], row[e], south[i], north[i], rdx2, rdy2)
+        west, east = _edge_neighbours(row, bc_x, value)
+        last = nx - 1
+        dst[0] = laplacian_5pt(row[0], west, row[1], south[0], north[0], rdx2, rdy2)
+        dst[last] = laplacian_5pt(row[last], row[last - 1], east, south[last], north[last], rdx2, rdy2)
         restore_fp_mode(fp_mode)
 
 
-def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
+def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     """Five-point Laplacian into ``out``; see ``_numpy.laplacian``."""
     t = field.dtype.type
-    _laplacian_kernel(field, out, t(rdx2), t(rdy2), bc_x, bc_s, bc_n)
+    _laplacian_kernel(field, out, t(rdx2), t(rdy2), bc_x, bc_s, bc_n, t(value))
     return out
 
 

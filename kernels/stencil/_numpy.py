@@ -12,7 +12,7 @@ boundary conventions.
 
 import numpy as np
 
-from hpcgpu.kernels.stencil._boundary import PERIODIC, WALL
+from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
 
 GHOST = 2
 
@@ -53,59 +53,82 @@ def _window(padded, j0, j1, i0, i1, width=GHOST):
     return padded[j0 + width:j1 + width, i0 + width:i1 + width]
 
 
-def _fill_padded(padded, field, bc_x, bc_s, bc_n):
+def _fill_padded(padded, field, bc_x, bc_s, bc_n, value):
     """Copy ``field`` into ``padded`` (one ghost cell each side) and set the ghosts.
 
-    In place, so repeated diffusion steps allocate nothing: this is what
-    keeps the NumPy baseline honest in benchmarks.
+    Periodic edges wrap, wall and open edges copy the edge value, Dirichlet
+    edges hold ``value``. In place, so repeated diffusion steps allocate
+    nothing: this is what keeps the NumPy baseline honest in benchmarks.
+    The corners are left as they are: the five-point stencil never reads them.
     """
     padded[1:-1, 1:-1] = field
-    if bc_s == PERIODIC:
-        padded[0, 1:-1] = field[-1]
-        padded[-1, 1:-1] = field[0]
-    else:
-        padded[0, 1:-1] = field[0]
-        padded[-1, 1:-1] = field[-1]
+    for ghost, bc, wrapped, edge in ((padded[0, 1:-1], bc_s, field[-1], field[0]),
+                                     (padded[-1, 1:-1], bc_n, field[0], field[-1])):
+        if bc == PERIODIC:
+            ghost[...] = wrapped
+        elif bc == DIRICHLET:
+            ghost[...] = value
+        else:
+            ghost[...] = edge
     if bc_x == PERIODIC:
-        padded[:, 0] = padded[:, -2]
-        padded[:, -1] = padded[:, 1]
+        padded[1:-1, 0] = field[:, -1]
+        padded[1:-1, -1] = field[:, 0]
+    elif bc_x == DIRICHLET:
+        padded[1:-1, 0] = value
+        padded[1:-1, -1] = value
     else:
-        padded[:, 0] = padded[:, 1]
-        padded[:, -1] = padded[:, -2]
+        padded[1:-1, 0] = field[:, 0]
+        padded[1:-1, -1] = field[:, -1]
 
 
-def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n):
+def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     """Five-point Laplacian of a cell-centred field into ``out``.
 
-    ``rdx2`` and ``rdy2`` are ``1/dx**2`` and ``1/dy**2``. Walls are no-flux.
+    ``rdx2`` and ``rdy2`` are ``1/dx**2`` and ``1/dy**2``. Walls are no-flux;
+    beyond a Dirichlet edge the field is ``value``.
     """
-    p = pad(field, bc_x, bc_s, bc_n, width=1)
+    xp = _xp(field)
+    ny, nx = field.shape
+    p = xp.empty((ny + 2, nx + 2), field.dtype)
+    _fill_padded(p, field, bc_x, bc_s, bc_n, value)
     out[...] = ((p[1:-1, :-2] + p[1:-1, 2:] - 2 * field) * rdx2
                 + (p[:-2, 1:-1] + p[2:, 1:-1] - 2 * field) * rdy2)
     return out
 
 
-def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n):
+def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
     """Advance ``steps`` explicit diffusion steps, ping-ponging two buffers.
 
-    Each step is ``f += cx*(f[W] + f[E] - 2f) + cy*(f[S] + f[N] - 2f)``
-    (``cx = nu*dt/dx**2``). Returns whichever of ``field`` and ``work`` holds
-    the result; both are overwritten.
+    Each step is ``f + cx*(f[W] + f[E] - f - f) + cy*(f[S] + f[N] - f - f)``
+    (``cx = nu*dt/dx**2``; beyond a Dirichlet edge ``f`` is ``value``),
+    evaluated operation by operation as ``_physics.diffusion_update`` writes
+    it, which the compiled backends run. Returns whichever of ``field`` and
+    ``work`` holds the result; both are overwritten.
     """
     xp = _xp(field)
     ny, nx = field.shape
     padded = xp.empty((ny + 2, nx + 2), field.dtype)
     tmp = xp.empty_like(field)
     t = field.dtype.type
-    centre, cx, cy = t(1 - 2 * cx - 2 * cy), t(cx), t(cy)
+    # Not f*(1 - 2cx - 2cy) + cx*(W + E) + cy*(S + N): its coefficients,
+    # rounded one by one, do not sum to 1 (float32 with cx = cy = 0.2:
+    # 1 + 1.5e-8), so every step would scale the total by that much. Here
+    # each term is a difference of neighbours, which sums to zero over a
+    # periodic grid: only unbiased rounding is left.
+    cx, cy, value = t(cx), t(cy), t(value)
+    west, east = padded[1:-1, :-2], padded[1:-1, 2:]
+    south, north = padded[:-2, 1:-1], padded[2:, 1:-1]
     src, dst = field, work
     for _ in range(steps):
-        _fill_padded(padded, src, bc_x, bc_s, bc_n)
-        xp.add(padded[1:-1, :-2], padded[1:-1, 2:], out=tmp)
+        _fill_padded(padded, src, bc_x, bc_s, bc_n, value)
+        xp.add(west, east, out=tmp)
+        tmp -= src
+        tmp -= src
         tmp *= cx
-        xp.multiply(src, centre, out=dst)
-        dst += tmp
-        xp.add(padded[:-2, 1:-1], padded[2:, 1:-1], out=tmp)
+        xp.add(src, tmp, out=dst)
+        xp.add(south, north, out=tmp)
+        tmp -= src
+        tmp -= src
         tmp *= cy
         dst += tmp
         src, dst = dst, src

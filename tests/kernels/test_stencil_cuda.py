@@ -19,6 +19,10 @@ from hpcgpu.kernels import stencil
 BOUNDARIES = [(x, *y) for x, y in itertools.product(
     ("periodic", "wall"),
     (("periodic", "periodic"), ("wall", "wall"), ("wall", "open"), ("open", "wall"), ("open", "open")))]
+# The five-point kernels also take Dirichlet edges: on x, on y, on one edge.
+FIVE_POINT_BOUNDARIES = BOUNDARIES + [
+    ("dirichlet", "dirichlet", "dirichlet"), ("dirichlet", "periodic", "periodic"),
+    ("periodic", "dirichlet", "wall"), ("wall", "open", "dirichlet"), ("dirichlet", "wall", "wall")]
 
 
 @pytest.fixture(params=[pytest.param("cuda", marks=pytest.mark.cudasim if simulated() else pytest.mark.gpu,
@@ -86,16 +90,18 @@ def test_stage_matches_numpy_across_blocks_and_strips(cuda_backend, boundary, si
             _assert_close(cuda_backend, got, want, dtype, 50)
 
 
-@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+@pytest.mark.parametrize("boundary", FIVE_POINT_BOUNDARIES, ids=str)
 def test_laplacian_and_diffuse_match_numpy_across_blocks_and_strips(cuda_backend, boundary, rng):
     for shape in (_shape("five_point", size) for size in SIZES):
         for dtype in _dtypes():
             field = rng.standard_normal(shape).astype(dtype)
-            lap_kwargs = dict(dx=0.5, dy=0.25, boundary=boundary)
+            value = float(rng.standard_normal())
+            lap_kwargs = dict(dx=0.5, dy=0.25, boundary=boundary, boundary_value=value)
             ref = stencil.laplacian(field, backend="numpy", **lap_kwargs)
             got = stencil.laplacian(cuda_backend.asarray(field), backend=cuda_backend, **lap_kwargs)
             _assert_close(cuda_backend, got, ref, dtype, 8)
-            diff_kwargs = dict(diffusivity=0.3, dt=0.2, steps=2, dx=1.0, dy=0.8, boundary=boundary)
+            diff_kwargs = dict(diffusivity=0.3, dt=0.2, steps=2, dx=1.0, dy=0.8, boundary=boundary,
+                               boundary_value=value)
             ref = stencil.diffuse(field, backend="numpy", **diff_kwargs)
             got = stencil.diffuse(cuda_backend.asarray(field), backend=cuda_backend, **diff_kwargs)
             _assert_close(cuda_backend, got, ref, dtype, 8)
@@ -108,23 +114,26 @@ def _launch_cases(family):
                                          *_cuda.VARIANTS[(family, "float64")]))]
 
 
-@pytest.mark.parametrize("boundary", ["periodic", ("wall", "open", "wall")], ids=str)
+@pytest.mark.parametrize("boundary", ["periodic", ("wall", "open", "wall"), ("dirichlet", "wall", "dirichlet")],
+                         ids=str)
 @pytest.mark.parametrize("launch", _launch_cases("five_point"))
 def test_every_five_point_launch_matches_numpy(cuda_backend, launch, boundary, rng):
     from hpcgpu.kernels.stencil import _cuda
-    bc = stencil.normalize_boundary(boundary)
+    bc = stencil.normalize_boundary(boundary, allow_dirichlet=True)
     for dtype in _dtypes():
         # A strip and a half of rows; one column over a block.
         shape = (launch.rows + launch.rows // 2 + 1, launch.threads + 1)
         field = rng.standard_normal(shape).astype(dtype)
-        ref_lap = stencil.laplacian(field, dx=0.5, dy=0.25, boundary=boundary, backend="numpy")
+        value = float(rng.standard_normal())
+        ref_lap = stencil.laplacian(field, dx=0.5, dy=0.25, boundary=boundary, boundary_value=value,
+                                    backend="numpy")
         ref_diff = stencil.diffuse(field, diffusivity=0.3, dt=0.2, dx=1.0, dy=0.8,
-                                   boundary=boundary, backend="numpy")
+                                   boundary=boundary, boundary_value=value, backend="numpy")
         for diffuse, c_x, c_y, ref in ((False, 4.0, 16.0, ref_lap),
                                        (True, 0.3 * 0.2, 0.3 * 0.2 / 0.64, ref_diff)):
             src = cuda_backend.asarray(field)
             out = cuda_backend.empty(shape, dtype)
-            _cuda._five_point(src, out, c_x, c_y, *bc, diffuse=diffuse, launch=launch)
+            _cuda._five_point(src, out, c_x, c_y, *bc, diffuse=diffuse, launch=launch, value=value)
             _assert_close(cuda_backend, out, ref, dtype, 8)
 
 
@@ -187,8 +196,10 @@ def test_strided_arrays_are_read_and_written_correctly(cuda_backend, rng):
 
 @pytest.mark.parametrize("boundary, steps_per_pass", [
     (("periodic", "periodic", "periodic"), 2), (("wall", "wall", "wall"), 4),
-    (("periodic", "wall", "open"), 4), (("wall", "periodic", "periodic"), 2)],
-    ids=["periodic", "walls", "periodic-x", "periodic-y"])
+    (("periodic", "wall", "open"), 4), (("wall", "periodic", "periodic"), 2),
+    (("dirichlet", "dirichlet", "dirichlet"), 4), (("periodic", "dirichlet", "wall"), 2),
+    (("dirichlet", "periodic", "periodic"), 2)],
+    ids=["periodic", "walls", "periodic-x", "periodic-y", "dirichlet", "dirichlet-south", "dirichlet-x"])
 def test_multi_step_diffusion_pass_equals_one_step_launches(cuda_backend, boundary, steps_per_pass, rng):
     """T steps per pass over memory (temporal blocking), bitwise the T one-step launches (simulator).
 
@@ -198,21 +209,22 @@ def test_multi_step_diffusion_pass_equals_one_step_launches(cuda_backend, bounda
     """
     from hpcgpu.kernels.stencil import _cuda, _cuda_diffusion, _numpy
 
-    bc = stencil.normalize_boundary(boundary)
+    bc = stencil.normalize_boundary(boundary, allow_dirichlet=True)
     field = rng.random((2 * steps_per_pass + 1, 37))
+    value = float(rng.uniform(-2.0, 2.0))
     launch = _cuda_diffusion.PassLaunch(steps_per_pass, steps_per_pass, 2 * steps_per_pass + 32)
     assert _cuda_diffusion.fits(field.shape, launch)
 
     def run(multi_step):
         return cuda_backend.to_host(_cuda.diffuse(cuda_backend.asarray(field.copy()),
                                                   cuda_backend.empty(field.shape, field.dtype), 0.2, 0.15, 5, *bc,
-                                                  multi_step=multi_step)).copy()
+                                                  value, multi_step=multi_step)).copy()
 
     one = run(None)
     if simulated():
         np.testing.assert_array_equal(run(launch), one)
     else:  # the GPU compiler may contract a * b + c differently in the two kernels
         np.testing.assert_allclose(run(launch), one, rtol=1e-14, atol=1e-15)
-    ref = _numpy.diffuse(field.copy(), np.empty_like(field), 0.2, 0.15, 5, *bc)
+    ref = _numpy.diffuse(field.copy(), np.empty_like(field), 0.2, 0.15, 5, *bc, value)
     np.testing.assert_allclose(one, ref, rtol=1e-12, atol=1e-14)
     assert not _cuda_diffusion.fits((13, 41), _cuda_diffusion.PassLaunch(8, 8, 64))  # fewer than 2 T rows

@@ -7,10 +7,13 @@ import pytest
 
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.kernels.stencil import _numba as kernels
-from hpcgpu.kernels.stencil._boundary import OPEN, PERIODIC, WALL
+from hpcgpu.kernels.stencil._boundary import DIRICHLET, OPEN, PERIODIC, WALL
 
 BOUNDARIES = [(PERIODIC, PERIODIC, PERIODIC), (WALL, WALL, WALL), (PERIODIC, WALL, WALL), (WALL, PERIODIC, PERIODIC),
               (WALL, OPEN, OPEN), (PERIODIC, OPEN, WALL), (PERIODIC, WALL, OPEN), (PERIODIC, OPEN, OPEN)]
+# Diffusion also takes Dirichlet edges (the shallow-water kernels do not).
+DIFFUSION_BOUNDARIES = BOUNDARIES + [(DIRICHLET, DIRICHLET, DIRICHLET), (DIRICHLET, PERIODIC, PERIODIC),
+                                     (PERIODIC, DIRICHLET, WALL), (WALL, OPEN, DIRICHLET)]
 
 
 def _stage_by_stage(y0, f_corner, physics, dt, boundary):
@@ -50,16 +53,17 @@ def test_fused_step_leaves_its_input_alone(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+@pytest.mark.parametrize("boundary", DIFFUSION_BOUNDARIES, ids=str)
 def test_diffusion_sweeps_of_many_steps_equal_single_steps_bitwise(dtype, boundary, rng):
     for (ny, nx), steps in itertools.product([(37, 21), (4, 5), (130, 16)], [2, 13, 40]):
         field = rng.random((ny, nx)).astype(dtype)
+        value = rng.uniform(-1.0, 2.0)
         expected = field.copy()
         for _ in range(steps):
             out = np.empty_like(expected)
-            kernels._diffuse_kernel(expected, out, dtype(0.11), dtype(0.13), *boundary)
+            kernels._diffuse_kernel(expected, out, dtype(0.11), dtype(0.13), *boundary, dtype(value))
             expected = out
-        got = kernels.diffuse(field.copy(), np.empty_like(field), 0.11, 0.13, steps, *boundary)
+        got = kernels.diffuse(field.copy(), np.empty_like(field), 0.11, 0.13, steps, *boundary, value)
         np.testing.assert_array_equal(got, expected, err_msg=f"{ny}x{nx}, {steps} steps")
 
 
