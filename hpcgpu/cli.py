@@ -9,6 +9,7 @@ Examples
     hpcgpu run md --n-cells 10 --thermostat langevin --temperature 0.85 --xyz
     hpcgpu bench stencil --size 2048
     hpcgpu bench nbody --dtype float64
+    hpcgpu bench comm --workers 2 --size 4096 --repeats 200
     hpcgpu plan weather --nx 16384 --ny 16384 --steps 10000 --device h100 --interconnect ndr
     hpcgpu plan --check
 """
@@ -32,7 +33,7 @@ WORKLOADS = {
     "md": "hpcgpu.workloads.md_cli",
     "vorticity": "hpcgpu.workloads.vorticity_cli",
 }
-SUITES = ("stencil", "scaling", "nbody", "md", "matrix", "soak")
+SUITES = ("stencil", "scaling", "nbody", "md", "matrix", "soak", "comm")
 # Per suite: (sizes, steps) defaults. Sizes are grid points per side
 # (stencil, scaling) or bodies (nbody); steps are diffusion steps per timed
 # call (stencil), steps per task (scaling) or evaluations per timed call (nbody).
@@ -130,12 +131,40 @@ def _acceptance(args):
     return 0 if [r for r in records if r["kind"] == "summary"][-1]["passed"] else 1
 
 
+def _bench_comm(args):
+    """``hpcgpu bench comm``: the communicator between every pair of workers (JSON lines)."""
+    from hpcgpu.bench import comm
+    from hpcgpu.bench.harness import Recorder
+    from hpcgpu.cluster import close_client, cluster
+
+    sizes = args.size or list(comm.DEFAULT_SIZES)
+    repeats = comm.DEFAULT_REPEATS if args.repeats is None else args.repeats
+    workers = args.workers if args.workers is not None or args.scheduler else comm.DEFAULT_WORKERS
+    # before a cluster starts: a typo costs no waiting
+    comm.check_arguments(sizes, workers, repeats)
+    if args.scheduler:
+        client = cluster(args.scheduler, quiet=True)
+    else:
+        client = cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
+                         quiet=True)
+    recorder = Recorder("comm")
+    try:
+        if not args.scheduler:
+            client.wait_for_workers(workers)
+        comm.run(recorder, client, workers=workers, sizes=sizes, repeats=repeats)
+    finally:
+        close_client(client)
+    return 0
+
+
 def _bench(args):
     from hpcgpu.backends import BACKEND_NAMES, backend_status, get_backend
     from hpcgpu.bench.harness import Recorder
 
     if args.suite is None:
         return _acceptance(args)
+    if args.suite == "comm":
+        return _bench_comm(args)
     if args.suite == "soak":
         from hpcgpu.bench.soak import run_soak
         from hpcgpu.cluster import cluster
@@ -208,8 +237,9 @@ def build_parser():
     bench.add_argument("--backend", action="append", choices=("numpy", "numba", "cuda", "cupy"),
                        help="backend to measure (repeatable; default: every usable one)")
     bench.add_argument("--size", type=int, action="append",
-                       help="grid points per side (per worker for scaling), or bodies for nbody; repeatable; "
-                            "default 4096, scaling 2048, nbody 4096 and 16384")
+                       help="grid points per side (per worker for scaling), bodies for nbody, or message "
+                            "bytes for comm; repeatable; default 4096, scaling 2048, nbody 4096 and 16384, comm "
+                            "4096, 1048576 and 67108864")
     bench.add_argument("--dtype", action="append", choices=("float32", "float64"),
                        help="dtype (repeatable; default float32)")
     bench.add_argument("--steps", type=int,
@@ -217,17 +247,22 @@ def build_parser():
                             "(default 16); for nbody, force evaluations per timed call (default 10)")
     bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs); "
                                                     "md, nbody: also run the partitioned case on that many "
-                                                    "local workers")
+                                                    "local workers; comm: local workers (default 2), or the "
+                                                    "first N workers of --scheduler (default all)")
     bench.add_argument("--budget", type=float, default=20.0,
                        help="seconds of repeats per case and backend (default 20)")
     soak = bench.add_argument_group("soak (suite 'soak')")
     soak.add_argument("--minutes", type=float, default=5.0, help="length of the disturbed run (default 5)")
     soak.add_argument("--kill-every", type=float, help="seconds between worker kills (default: a quarter of "
                                                        "the run, at least 10)")
+    comm = bench.add_argument_group("communicator (suite 'comm')")
+    comm.add_argument("--repeats", type=int, help="timed round trips per worker pair and size, and timed "
+                                                  "collectives (default 100; large messages fewer)")
     accept = bench.add_argument_group("cluster acceptance (no suite)")
     accept.add_argument("--quick", action="store_true", help="small sizes (under 3 minutes on a laptop)")
-    accept.add_argument("--scheduler", metavar="ADDRESS", help="accept the cluster at ADDRESS (default: a "
-                                                                "local one, one worker per GPU or core)")
+    accept.add_argument("--scheduler", metavar="ADDRESS", help="accept (or, with comm, measure) the cluster at "
+                                                                "ADDRESS (default: a local one, one worker per GPU "
+                                                                "or core)")
     accept.add_argument("--thresholds", metavar="FILE", help="TOML file of pass/fail thresholds")
     accept.add_argument("--report", default=os.path.join("hpcgpu-output", "acceptance", "report.html"),
                         help="HTML report (default hpcgpu-output/acceptance/report.html)")

@@ -121,3 +121,54 @@ def test_threshold_file_values_are_used(tmp_path):
 def test_estimate_grows_with_the_cluster():
     small, large = acceptance.estimate_seconds(2, True), acceptance.estimate_seconds(16, True, hosts=4)
     assert 0 < small < 180 < large and acceptance.estimate_seconds(2, False) > small
+
+
+def test_acceptance_measures_the_communicator_beside_the_task_path(client, tmp_path):
+    workers = sorted(worker_info(client))
+    records = acceptance.run_acceptance(client, quick=True, workloads=(), transfer_bytes=2**20)
+    tasks = {(r["source"], r["destination"]) for r in records if r["kind"] == "transfer"}
+    comm = [r for r in records if r["kind"] == "comm"]
+    assert {(r["source"], r["destination"]) for r in comm} == tasks == {tuple(workers), tuple(workers[::-1])}
+    for r in comm:
+        assert r["transport"] == "dask" and r["protocol"] == "tcp" and r["small_bytes"] == 4096
+        assert 0 < r["round_trip_s"] <= r["round_trip_p90_s"] and r["bandwidth_bytes_per_s"] > 0
+        assert r["bytes"] == 2**20
+    collectives = {r["op"]: r for r in records if r["kind"] == "collective"}
+    assert set(collectives) == {"allreduce", "barrier"}
+    assert all(r["latency_s"] > 0 and r["workers"] == 2 for r in collectives.values())
+    judged = {r["subject"] for r in records
+              if r["kind"] == "verdict" and r["check"] == "communicator bandwidth vs peers"}
+    assert judged == {f"{a} -> {b}" for a, b in tasks}
+    page = write_html(records, tmp_path / "report.html").read_text()
+    assert "Through tasks" in page and "Through the communicator" in page and "round_trip_s" in page
+    for r in comm:
+        assert f"{r['round_trip_s']:.4g}" in page and f"{r['bandwidth_bytes_per_s']:.4g}" in page
+    assert f"{collectives['allreduce']['latency_s']:.4g}" in page
+    assert page.count("data:image/png;base64,") == 3  # roofline, scaling, and both paths' heatmaps in one chart
+
+
+def _pairs(kind, bandwidths, **extra):
+    return [{"kind": kind, "source": a, "destination": b, "bandwidth_bytes_per_s": value, **extra}
+            for (a, b), value in bandwidths.items()]
+
+
+def test_transfer_fraction_judges_each_path_against_its_own_pairs(tmp_path):
+    workers = ["a", "b", "c"]
+    records = _synthetic({w: "cpu" for w in workers}, {w: 1.0 for w in workers})
+    pairs = [(s, d) for s in workers for d in workers if s != d]
+    # tasks: every pair alike; the communicator: one pair at a fifth of the others (and far above the task path)
+    records += _pairs("transfer", {p: 1e9 for p in pairs}, latency_s=0.01, same_host=True)
+    records += _pairs("comm", {p: (2e9 if p == ("b", "c") else 1e10) for p in pairs}, round_trip_s=1e-3,
+                      round_trip_p90_s=2e-3, bytes=2**20, small_bytes=4096, protocol="tcp", same_host=True)
+    records.append({"kind": "collective", "op": "allreduce", "workers": 3, "protocol": "tcp", "latency_s": 7.5e-4,
+                    "p90_s": 9e-4, "repeats": 50})
+    verdicts = acceptance.judge(records, Thresholds(), workers)
+    failed = [(v["subject"], v["check"]) for v in verdicts if v["kind"] == "verdict" and not v["passed"]]
+    assert failed == [("b -> c", "communicator bandwidth vs peers")]
+    assert sum(v.get("check") == "transfer bandwidth vs peers" for v in verdicts) == len(pairs)
+    page = write_html(records + verdicts, tmp_path / "r.html").read_text()
+    assert "Through the communicator" in page and f"{7.5e-4:.4g}" in page and page.count("data:image/png;base64,") == 3
+    broken = acceptance.judge(_synthetic({"a": "cpu"}, {"a": 1.0}) + [{"kind": "comm", "error": "CommTimeout: x"}],
+                              Thresholds(), ["a"])
+    assert ("cluster", "communicator ran") in [(v["subject"], v["check"]) for v in broken
+                                               if v["kind"] == "verdict" and not v["passed"]]

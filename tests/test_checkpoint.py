@@ -143,3 +143,16 @@ def test_soak_benchmark_reports_restarts_and_a_matching_final_state():
     assert report["kills"] >= 1 and report["restarts"] >= 1 and report["steps"] > 0
     assert report["final_state_matches_reference"] is True
     assert report["time_lost_s"] >= 0 and report["steps_redone"] >= 0
+
+
+def test_a_dkd_nbody_run_resumes_with_its_integrator_bitwise(tmp_path):
+    model = NBody("plummer", n=120, backend="numba", seed=4, integrator="dkd")
+    reference = Simulation(model, dt=0.004, stop_steps=40, diagnostics=10, progress=False).run()
+    Simulation(model, dt=0.004, stop_steps=40, diagnostics=10, progress=False).run(steps=20, checkpoint=tmp_path)
+    resumed = Simulation.resume(tmp_path, progress=False)
+    assert resumed.model.integrator == "dkd" and "integrator='dkd'" in json.loads(
+        (tmp_path / "step-0000000020" / "meta.json").read_text())["model"]
+    resumed.run()
+    for name in ("positions", "velocities", "potentials"):
+        np.testing.assert_array_equal(getattr(resumed.state, name), getattr(reference.state, name), err_msg=name)
+    np.testing.assert_array_equal(resumed.diagnostics.energy, reference.diagnostics.energy)

@@ -104,7 +104,8 @@ def test_bench_stencil_prints_json_lines():
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert {(r["case"], r["backend"]) for r in lines} == {
-        ("diffusion", "numpy"), ("diffusion", "numba"), ("shallow_water", "numpy"), ("shallow_water", "numba"),
+        ("diffusion", "numpy"), ("diffusion", "numba"), ("diffusion_dirichlet", "numpy"),
+        ("diffusion_dirichlet", "numba"), ("shallow_water", "numpy"), ("shallow_water", "numba"),
         ("shallow_water_fused_step", "numba")}
     required = {"suite", "case", "backend", "dtype", "size", "metric", "value", "unit", "median_s",
                 "repeats", "ratio_to_numpy"}
@@ -304,3 +305,60 @@ def test_run_vorticity_finishes_at_its_default_size(tmp_path):
     (folder,) = (tmp_path / "hpcgpu-output").iterdir()
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["step"] > 0 and summary["step"] * summary["dt"] >= summary["time"] - 1e-9
+
+
+def test_run_astro_takes_the_integrator(tmp_path):
+    out = tmp_path / "kepler"
+    result = run("run", "astro", "--case", "kepler", "--integrator", "dkd", "--steps", "1000", "--dtype", "float64",
+                 "--snapshots", "2", "--out", str(out), "--backend", "numpy", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "astro/kepler (direct, dkd)" in result.stdout and "integrator='dkd'" in result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["integrator"] == "dkd" and summary["step"] == 1000
+    assert 0 < abs(summary["energy_relative_change"]) < 1e-4  # half an orbit: at pericentre, the largest error
+    assert xr.open_zarr(out / "snapshots.zarr").attrs["integrator"] == "dkd"
+    bad = run("run", "astro", "--integrator", "rk4", "--steps", "2", "--out", str(tmp_path / "x"), "--no-progress")
+    assert bad.returncode == 2 and "--integrator" in bad.stderr and "'kdk', 'dkd'" in bad.stderr
+
+
+def test_bench_comm_prints_round_trips_bandwidth_and_collectives_beside_the_task_path():
+    result = run("bench", "comm", "--size", "64", "--size", "4096", "--repeats", "3")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    required = {"suite", "case", "workers", "size", "metric", "value", "unit", "median_s", "p90_s", "repeats",
+                "transport", "protocol"}
+    for r in lines:
+        assert required <= set(r), sorted(required - set(r))
+        assert r["suite"] == "comm" and r["transport"] == "dask" and r["protocol"] == "tcp"
+        assert r["value"] > 0 and 0 < r["median_s"] <= r["p90_s"] and r["repeats"] >= 3
+    pairs = {tuple(r["workers"]) for r in lines if r["case"] == "round_trip"}
+    assert len(pairs) == 2 and {(b, a) for a, b in pairs} == pairs  # both ordered pairs of two workers
+    for case, metric, unit in (("round_trip", "round_trip_s", "s"), ("bandwidth", "bandwidth_bytes_per_s", "B/s")):
+        rows = [r for r in lines if r["case"] == case]
+        # one line per ordered pair and size
+        expected = sorted((pair, size) for pair in pairs for size in (64, 4096))
+        assert sorted((tuple(r["workers"]), r["size"]) for r in rows) == expected
+        assert all(r["metric"] == metric and r["unit"] == unit and r["path"] == "communicator" for r in rows)
+        assert all(r["repeats"] == 3 and r["source"] == r["workers"][0] for r in rows)
+    for r in (r for r in lines if r["case"] == "bandwidth"):
+        assert math.isclose(r["value"], 2 * r["size"] / r["median_s"], rel_tol=1e-9)
+    collectives = {r["case"]: r for r in lines if r["case"] in ("allreduce", "barrier")}
+    assert set(collectives) == {"allreduce", "barrier"}
+    assert all(r["metric"] == "latency_s" and len(r["workers"]) == 2 for r in collectives.values())
+    tasks = [r for r in lines if r["case"] == "task_round_trip"]
+    assert {tuple(r["workers"]) for r in tasks} == pairs
+    small = {tuple(r["workers"]): r["value"] for r in lines if r["case"] == "round_trip" and r["size"] == 64}
+    for r in tasks:  # the comparison with the old path: the smallest size, through dask tasks
+        assert r["size"] == 64 and r["path"] == "tasks" and r["metric"] == "round_trip_s"
+        assert math.isclose(r["ratio_to_communicator"], r["value"] / small[tuple(r["workers"])], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--size", "0"), "size must be >= 1, got 0"),
+    (("--workers", "1"), "workers must be >= 2, got 1"),
+    (("--repeats", "0"), "repeats must be >= 1, got 0"),
+])
+def test_bench_comm_bad_input_is_a_clear_error(args, message):
+    result = run("bench", "comm", *args, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr and not result.stdout

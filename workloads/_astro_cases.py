@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcgpu.errors import ConfigError
+from hpcgpu.validation import check_float
+
 
 @dataclass(frozen=True)
 class Case:
@@ -23,6 +26,7 @@ class Case:
     dt: float
     stop_time: float
     parameters: dict = field(default_factory=dict)
+    check: object = None  # checks the case's parameters (raises ConfigError), or None
 
 
 def _centre(positions, velocities, masses):
@@ -32,13 +36,74 @@ def _centre(positions, velocities, masses):
     return positions, velocities, masses
 
 
+def check_kepler(case):
+    """The ``kepler`` case's parameters as floats, checked; raises ConfigError naming the bad one.
+
+    The orbit is a bound ellipse: semi-major axis > 0, 0 <= eccentricity < 1,
+    total mass > 0 and mass ratio m2/m1 > 0.
+    """
+    out = {key: check_float(key, value) for key, value in case.items()}
+    for key in ("semi_major_axis", "total_mass", "mass_ratio"):
+        check_float(key, out[key], minimum=0.0, strict_min=True)
+    if not 0.0 <= out["eccentricity"] < 1.0:
+        raise ConfigError(f"eccentricity must be >= 0 and < 1 (a bound ellipse); got {out['eccentricity']}")
+    return out
+
+
 def kepler_period(case, G=1.0):
     """Orbital period of the ``kepler`` case: 2 pi sqrt(a^3 / (G M))."""
     return 2 * math.pi * math.sqrt(case["semi_major_axis"] ** 3 / (G * case["total_mass"]))
 
 
+def eccentric_anomaly(mean_anomaly, eccentricity):
+    """Solve Kepler's equation E - e sin E = M for E (radians, same shape as M) by Newton iteration.
+
+    M is first reduced to [0, 2 pi). The start E = pi converges for every
+    M there and every 0 <= e < 1 (Charles & Tatum 1998), so no case needs
+    a special first guess; near e = 1 it takes a few more iterations.
+    """
+    mean_anomaly = np.mod(np.asarray(mean_anomaly, dtype=np.float64), 2 * math.pi)
+    anomaly = np.full_like(mean_anomaly, math.pi)
+    for _ in range(100):
+        step = ((anomaly - eccentricity * np.sin(anomaly) - mean_anomaly)
+                / (1 - eccentricity * np.cos(anomaly)))
+        anomaly = anomaly - step
+        if float(np.abs(step).max(initial=0.0)) < 1e-12:
+            break
+    # Newton converges quadratically: one more step takes a 1e-12 error to rounding
+    return anomaly - (anomaly - eccentricity * np.sin(anomaly) - mean_anomaly) / (1 - eccentricity * np.cos(anomaly))
+
+
+def kepler_state(case, t, G=1.0):
+    """Both bodies of the ``kepler`` case at time ``t``: positions and velocities ``(3, 2, *t.shape)``.
+
+    The case starts at apocentre on the +x axis and orbits counter-clockwise
+    in the x-y plane about the centre of mass (at rest at the origin), so
+    the mean anomaly is pi + n t with mean motion n = 2 pi / period, and
+    the pericentre lies on the -x axis.
+    """
+    a, e, total, ratio = (case[k] for k in ("semi_major_axis", "eccentricity", "total_mass", "mass_ratio"))
+    t = np.asarray(t, dtype=np.float64)
+    motion = math.sqrt(G * total / a**3)
+    anomaly = eccentric_anomaly(math.pi + motion * t, e)
+    cos_e, sin_e = np.cos(anomaly), np.sin(anomaly)
+    b = a * math.sqrt(1 - e * e)
+    rate = motion / (1 - e * cos_e)  # dE/dt
+    zero = np.zeros_like(t)
+    relative_x = np.stack([-a * (cos_e - e), -b * sin_e, zero])
+    relative_v = np.stack([a * sin_e * rate, -b * cos_e * rate, zero])
+    m2 = total * ratio / (1 + ratio)
+    m1 = total - m2
+    positions = np.stack([-m2 / total * relative_x, m1 / total * relative_x], axis=1)
+    velocities = np.stack([-m2 / total * relative_v, m1 / total * relative_v], axis=1)
+    return positions, velocities
+
+
 def _kepler(n, rng, case, G):
-    """Two bodies on an ellipse of semi-major axis a and eccentricity e, at apocentre."""
+    """Two bodies on an ellipse of semi-major axis a and eccentricity e, at apocentre.
+
+    :func:`kepler_state` at t = 0 gives the same bodies (to rounding).
+    """
     if n != 2:
         raise ValueError("the kepler case has exactly 2 bodies")
     a, e, total = case["semi_major_axis"], case["eccentricity"], case["total_mass"]
@@ -126,7 +191,8 @@ CASES = {
     "kepler": Case(
         name="kepler", description="two bodies on a Kepler ellipse (period 2 pi by default)",
         generate=_kepler, n=2, softening=0.0, dt=2 * math.pi / 2000, stop_time=10 * 2 * math.pi,
-        parameters=dict(semi_major_axis=1.0, eccentricity=0.5, total_mass=1.0, mass_ratio=1.0)),
+        parameters=dict(semi_major_axis=1.0, eccentricity=0.5, total_mass=1.0, mass_ratio=1.0),
+        check=check_kepler),
     "plummer": Case(
         name="plummer", description="a Plummer sphere in virial equilibrium (Henon units)",
         generate=_plummer, n=4096, softening=0.01, dt=0.005, stop_time=10 * 2 * math.sqrt(2),

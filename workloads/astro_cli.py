@@ -18,7 +18,7 @@ DESCRIPTION = ("Run a gravitational N-body case (Kepler orbit, Plummer sphere, g
 
 def add_arguments(parser):
     """Add the astro options to an argparse parser."""
-    from hpcgpu.workloads.astro import CASES, METHODS
+    from hpcgpu.workloads.astro import CASES, INTEGRATORS, METHODS
 
     parser.add_argument("--case", default="galaxy_collision", choices=sorted(CASES),
                         help="initial condition (default: galaxy_collision)")
@@ -29,6 +29,8 @@ def add_arguments(parser):
     parser.add_argument("--softening", type=float, help="Plummer softening length (default: the case's)")
     parser.add_argument("--method", default="direct", choices=METHODS, help="force method (default direct)")
     parser.add_argument("--theta", type=float, default=0.5, help="tree opening angle (default 0.5)")
+    parser.add_argument("--integrator", default="kdk", choices=INTEGRATORS,
+                        help="leapfrog form: kdk (kick-drift-kick) or dkd (drift-kick-drift); default kdk")
     parser.add_argument("--backend", default="auto", help="auto, numpy, numba, cuda or cupy (default auto)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--seed", type=int, default=0, help="random seed of the initial conditions")
@@ -48,7 +50,7 @@ def run(args):
     from hpcgpu.workloads.astro import NBody
 
     model = NBody(args.case, n=args.n, softening=args.softening, method=args.method, theta=args.theta,
-                  dtype=args.dtype, backend=args.backend, seed=args.seed)
+                  integrator=args.integrator, dtype=args.dtype, backend=args.backend, seed=args.seed)
     state = model.initial_state()
     dt = args.dt if args.dt is not None else model.case_dt
     stop_time = args.stop_time if args.stop_time is not None else model.stop_time
@@ -76,7 +78,7 @@ def run(args):
     interactions = model.n * model.n if model.method == "direct" else float("nan")
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path), n=model.n,
                    backend=model.backend.name, dtype=model.dtype.name, case=getattr(model, "case", args.case),
-                   method=model.method,
+                   method=model.method, integrator=model.integrator,
                    interactions_per_s=interactions * summary["steps_per_s"])
     diagnostics = sim.diagnostics
     first, last = diagnostics.isel(time=0), diagnostics.isel(time=-1)
@@ -111,7 +113,7 @@ def _density(state, axes, first, second):
 
 
 def _print_summary(s):
-    print(f"astro/{s['case']} ({s['method']}) on {s['backend']} ({s['dtype']}, N = {s['n']}): "
+    print(f"astro/{s['case']} ({s['method']}, {s['integrator']}) on {s['backend']} ({s['dtype']}, N = {s['n']}): "
           f"{s['step']} steps to t = {s['time']:.6g} in {s['wall_s']:.2f} s wall")
     rate = s["interactions_per_s"]
     rate_text = f", {rate / 1e9:.2f} G interactions/s" if rate == rate else ""

@@ -2,7 +2,10 @@
 
 :func:`run_acceptance` drives the probes of :mod:`hpcgpu.bench.probes` on
 each worker of an attached dask cluster, measures worker-to-worker
-transfers for every ordered pair, runs strong and weak scaling of the
+transfers for every ordered pair along both paths data takes (dask tasks,
+through the scheduler; and the partitioned engine's communicator, rank to
+rank, with :mod:`hpcgpu.bench.comm`) and the communicator's allreduce and
+barrier latency over all workers, runs strong and weak scaling of the
 weather, molecular-dynamics and N-body models over 1..N workers through the
 partitioned engine, and checks the results against :class:`Thresholds`.
 Every result is one JSON-able dict (``"suite": "acceptance"``, ``"kind"``
@@ -33,7 +36,7 @@ from hpcgpu.bench import probes
 from hpcgpu.bench.report import Thresholds
 from hpcgpu.cluster import worker_info
 
-__all__ = ["run_acceptance", "estimate_seconds", "WORKLOADS"]
+__all__ = ["run_acceptance", "estimate_seconds", "measure_transfers", "task_round_trips", "WORKLOADS"]
 
 WORKLOADS = ("weather", "md", "nbody")
 # Rough seconds per worker for the single-worker probes, and per scaling run (quick, full).
@@ -46,7 +49,8 @@ def estimate_seconds(workers, quick, hosts=1, workloads=WORKLOADS):
     rounds = math.ceil(workers / max(1, hosts))
     pairs = workers * (workers - 1)
     counts = len(_worker_counts(workers))
-    return rounds * _PROBE_S[quick] + pairs * (0.5 if quick else 2.0) + 2 * counts * len(workloads) * _SCALING_RUN_S[quick]
+    transfers = pairs * ((0.5 + 2.0) if quick else (2.0 + 3.0))  # tasks, then the communicator
+    return rounds * _PROBE_S[quick] + transfers + 2 * counts * len(workloads) * _SCALING_RUN_S[quick]
 
 
 def _worker_counts(workers):
@@ -127,6 +131,76 @@ def measure_transfers(client, workers, nbytes, repeats=3):
     return out
 
 
+def _forward(array):
+    # a result of its own on this worker: the next task of the chain, on the other worker, must fetch it
+    return array
+
+
+def task_round_trips(client, source, destination, nbytes, repeats=5, round_trips=10):
+    """Seconds per round trip of an array of ``nbytes`` through dask tasks, ``repeats`` times.
+
+    The task path the partitioned engine took before its communicator: an
+    array made on ``source``, then a chain of ``2 * round_trips`` tasks
+    alternately on ``destination`` and ``source``, each needing the result
+    of the one before (a dependent level: the scheduler learns that a task
+    finished, assigns the next, whose worker fetches the array from its
+    peer). The whole chain is submitted at once and timed from submission
+    to its end, so the one client round trip is shared by all its levels;
+    each repeat gives its time over ``round_trips``.
+
+    Examples
+    --------
+    >>> task_round_trips(client, a, b, 4096, repeats=3)  # doctest: +SKIP
+    [0.0151, 0.0149, 0.0162]
+    """
+    from distributed import wait
+
+    pinned = dict(allow_other_workers=False, pure=False)
+    out = []
+    for _ in range(repeats):
+        made = client.submit(_payload, nbytes, workers=[source], key=f"acceptance-payload-{uuid.uuid4().hex[:8]}",
+                             **pinned)
+        wait(made)
+        start = time.perf_counter()
+        chain = [made]
+        for level in range(2 * round_trips):
+            worker = destination if level % 2 == 0 else source
+            chain.append(client.submit(_forward, chain[-1], workers=[worker], **pinned,
+                                       key=f"acceptance-round-trip-{uuid.uuid4().hex[:8]}"))
+        wait(chain[-1])
+        out.append((time.perf_counter() - start) / round_trips)
+        del made, chain
+    return out
+
+
+def _communicator(client, workers, hosts, nbytes, quick, stream, records):
+    """The communicator's records: per ordered pair its round trip and bandwidth, then its collectives."""
+    from hpcgpu.bench import comm
+
+    small = comm.DEFAULT_SIZES[0]
+    protocol = comm.protocol_of(client.scheduler.address)
+    try:
+        measured = comm.measure(client, workers, sorted({small, nbytes}), repeats=50 if quick else 200,
+                                traffic_bytes=2**28 if quick else 2**31)
+    except Exception as exc:  # noqa: BLE001 - a communicator that cannot run is a finding
+        _emit(records, {"kind": "comm", "error": f"{type(exc).__name__}: {exc}", "transport": "dask",
+                        "protocol": protocol}, stream)
+        return
+    for (source, destination), by_size in measured["pairs"].items():
+        round_trips, large = by_size[small], by_size[nbytes]
+        _emit(records, {"kind": "comm", "source": source, "destination": destination, "transport": "dask",
+                        "protocol": protocol, "small_bytes": small,
+                        "round_trip_s": float(np.median(round_trips)),
+                        "round_trip_p90_s": float(np.percentile(round_trips, 90)), "bytes": nbytes,
+                        "bandwidth_bytes_per_s": 2 * nbytes / float(np.median(large)),
+                        "same_host": hosts[source] == hosts[destination]}, stream)
+    for op in ("allreduce", "barrier"):
+        durations = measured[op]
+        _emit(records, {"kind": "collective", "op": op, "workers": len(workers), "transport": "dask",
+                        "protocol": protocol, "latency_s": float(np.median(durations)),
+                        "p90_s": float(np.percentile(durations, 90)), "repeats": len(durations)}, stream)
+
+
 def _scaling(client, workload, workers, quick, stream, records):
     """Strong and weak scaling of one workload over 1..N workers (seconds per step, efficiency)."""
     from hpcgpu.simulation import Simulation
@@ -199,7 +273,8 @@ def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS,
     stream : file, optional
         Where to print each record as a JSON line as it is made.
     transfer_bytes : int, optional
-        Payload of the bandwidth measurement (default 16 MiB quick, 256 MiB full).
+        Payload of the bandwidth measurements, through tasks and through the
+        communicator (default 16 MiB quick, 256 MiB full).
     """
     thresholds = thresholds or Thresholds()
     info = worker_info(client)
@@ -233,6 +308,8 @@ def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS,
         _emit(records, {"kind": "transfer", "source": source, "destination": destination, "bytes": nbytes,
                         "latency_s": small, "bandwidth_bytes_per_s": bandwidth,
                         "same_host": hosts[source] == hosts[destination]}, stream)
+    if len(workers) > 1:
+        _communicator(client, workers, hosts, nbytes, quick, stream, records)
     for workload in workloads:
         _scaling(client, workload, workers, quick, stream, records)
     for record in judge(records, thresholds, workers):
@@ -273,14 +350,19 @@ def judge(records, thresholds, workers):
                 ratio = value / median
                 verdict(w, f"{metric} vs peers", ratio >= thresholds.peer_fraction,
                         f"{ratio:.0%} of the median of its peers (threshold {thresholds.peer_fraction:.0%})")
-    transfers = {(r["source"], r["destination"]): r["bandwidth_bytes_per_s"] for r in records
-                 if r["kind"] == "transfer"}
-    for pair, value in transfers.items():
-        others = [v for p, v in transfers.items() if p != pair and math.isfinite(v)]
-        if others and math.isfinite(value):
-            ratio = value / statistics.median(others)
-            verdict(f"{pair[0]} -> {pair[1]}", "transfer bandwidth vs peers", ratio >= thresholds.transfer_fraction,
-                    f"{ratio:.0%} of the median pair (threshold {thresholds.transfer_fraction:.0%})")
+    # transfer_fraction judges each path on its own: pairs through tasks, pairs through the communicator
+    for kind, check in (("transfer", "transfer bandwidth vs peers"), ("comm", "communicator bandwidth vs peers")):
+        transfers = {(r["source"], r["destination"]): r["bandwidth_bytes_per_s"] for r in records
+                     if r["kind"] == kind and "error" not in r}
+        for pair, value in transfers.items():
+            others = [v for p, v in transfers.items() if p != pair and math.isfinite(v)]
+            if others and math.isfinite(value):
+                ratio = value / statistics.median(others)
+                verdict(f"{pair[0]} -> {pair[1]}", check, ratio >= thresholds.transfer_fraction,
+                        f"{ratio:.0%} of the median pair (threshold {thresholds.transfer_fraction:.0%})")
+    for r in records:
+        if r["kind"] == "comm" and "error" in r:
+            verdict("cluster", "communicator ran", False, r["error"])
     for r in records:
         if r["kind"] == "scaling" and r["workers"] > 1:
             limit = thresholds.strong_efficiency if r["mode"] == "strong" else thresholds.weak_efficiency

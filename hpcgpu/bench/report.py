@@ -7,14 +7,17 @@ Thresholds, with their defaults (a file may set any of them, under a
     peer_fraction = 0.7        # a worker's copy bandwidth, GEMM or kernel rate below 70 % of
                                # the median of its peers fails
     transfer_fraction = 0.5    # a worker pair's bandwidth below 50 % of the median pair fails
+                               # (through tasks and through the communicator, each path on its own)
     strong_efficiency = 0.5    # strong-scaling parallel efficiency below this fails
     weak_efficiency = 0.7      # weak-scaling parallel efficiency below this fails
     correctness = true         # a kernel that disagrees with numpy fails
 
 The report embeds its charts as PNG data (matplotlib), so the one HTML file
 can be mailed or attached to a ticket: a pass/fail summary, the inventory, a
-roofline chart per worker, scaling curves, the transfer-bandwidth heatmap,
-energy and the balance of a mixed cluster.
+roofline chart per worker, scaling curves, the transfer-bandwidth heatmaps
+(through dask tasks and through the partitioned engine's communicator) with
+the communicator's round trips and collective latencies, energy and the
+balance of a mixed cluster.
 
 Examples
 --------
@@ -140,29 +143,69 @@ def _scaling_chart(records):
     return _png(fig)
 
 
+# The two paths data takes between workers, as the transfers section names them.
+_PATHS = (("transfer", "through tasks (scheduler)"), ("comm", "through the communicator (rank to rank)"))
+
+
 def _heatmap(records):
+    """One bandwidth heatmap per path (tasks, communicator), side by side, one colour scale."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    transfers = [r for r in records if r["kind"] == "transfer"]
-    workers = sorted({r["source"] for r in transfers} | {r["destination"] for r in transfers})
+    pairs = {kind: [r for r in records if r["kind"] == kind and "source" in r] for kind, _ in _PATHS}
+    workers = sorted({r[end] for rows in pairs.values() for r in rows for end in ("source", "destination")})
     if not workers:
         return "<p>One worker: no pairs to measure.</p>"
+    panels = [(title, pairs[kind]) for kind, title in _PATHS if pairs[kind]]
     index = {w: i for i, w in enumerate(workers)}
-    grid = np.full((len(workers), len(workers)), np.nan)
-    for r in transfers:
-        value = r["bandwidth_bytes_per_s"]
-        grid[index[r["source"]], index[r["destination"]]] = value / 1e9 if math.isfinite(value) else np.nan
-    fig, ax = plt.subplots(figsize=(4 + 0.3 * len(workers), 3.5 + 0.3 * len(workers)))
-    image = ax.imshow(grid, cmap="viridis", vmin=0)  # from zero: a 5 % spread must not look like 100 %
-    fig.colorbar(image, ax=ax, label="GB/s")
+    grids = []
+    for _, rows in panels:
+        grid = np.full((len(workers), len(workers)), np.nan)
+        for r in rows:
+            value = r["bandwidth_bytes_per_s"]
+            grid[index[r["source"]], index[r["destination"]]] = value / 1e9 if math.isfinite(value) else np.nan
+        grids.append(grid)
+    top = max((float(np.nanmax(g)) for g in grids if np.isfinite(g).any()), default=1.0)
+    side = 3.5 + 0.3 * len(workers)
+    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 1, side), squeeze=False)
     labels = [_short(w) for w in workers]
-    ax.set_xticks(range(len(workers)), labels, rotation=45, ha="right", fontsize=7)
-    ax.set_yticks(range(len(workers)), labels, fontsize=7)
-    ax.set_xlabel("destination")
-    ax.set_ylabel("source")
-    ax.set_title("Worker-to-worker bandwidth")
+    for k, (ax, (title, _), grid) in enumerate(zip(axes[0], panels, grids)):
+        # from zero: a 5 % spread must not look like 100 %; one scale: the paths compare at a glance
+        image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=top)
+        ax.set_xticks(range(len(workers)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(len(workers)), labels if k == 0 else [], fontsize=7)
+        ax.set_xlabel("destination")
+        if k == 0:
+            ax.set_ylabel("source")
+        ax.set_title(f"Bandwidth {title}", fontsize=9)
+    fig.colorbar(image, ax=list(axes[0]), label="GB/s")
     return _png(fig)
+
+
+def _transfers(records):
+    """The transfers section: the heatmaps, then a table per path and the communicator's collectives."""
+    comm = [r for r in records if r["kind"] == "comm"]
+    small = next((r["small_bytes"] for r in comm if "small_bytes" in r), 4096)
+    parts = [
+        '<h2 id="transfers">Transfers</h2>',
+        "<p>Two paths between every ordered pair of workers. <b>Tasks</b>: a task on the destination that needs "
+        "an array made on the source, through dask's scheduler (latency: an 8-byte array, the scheduler's round "
+        "trip included; bandwidth from a large one). <b>Communicator</b>: what the partitioned engine's ranks "
+        f"use, rank to rank without the scheduler: the median ping-pong round trip of a {small}-byte NumPy array "
+        "and the one-way bandwidth of a large one (twice its size over its round trip). The bandwidth "
+        "threshold judges each path's pairs against the other pairs of the same path.</p>",
+        _heatmap(records),
+        "<h3>Through tasks</h3>",
+        _table([r for r in records if r["kind"] == "transfer"],
+               ["source", "destination", "latency_s", "bandwidth_bytes_per_s", "same_host"]),
+        "<h3>Through the communicator</h3>",
+        _table(comm, ["source", "destination", "protocol", "round_trip_s", "round_trip_p90_s",
+                      "bandwidth_bytes_per_s", "bytes", "same_host", "error"]) if comm
+        else "<p>Not measured (one worker, or records from before the communicator).</p>",
+        _table([r for r in records if r["kind"] == "collective"],
+               ["op", "workers", "protocol", "latency_s", "p90_s", "repeats"]),
+    ]
+    return "".join(parts)
 
 
 def _table(rows, columns):
@@ -206,9 +249,7 @@ def write_html(records, path, title="hpcgpu cluster acceptance"):
         '<h2 id="scaling">Scaling</h2>', _scaling_chart(records),
         _table([r for r in records if r["kind"] == "scaling"],
                ["workload", "mode", "workers", "size", "seconds_per_step", "efficiency"]),
-        '<h2 id="transfers">Transfers</h2>', _heatmap(records),
-        _table([r for r in records if r["kind"] == "transfer"],
-               ["source", "destination", "latency_s", "bandwidth_bytes_per_s", "same_host"]),
+        _transfers(records),
         '<h2 id="energy">Energy</h2>',
         _table([r for r in records if r["kind"] == "energy"],
                ["worker", "available", "source", "joules_per_step", "watts", "why"]),

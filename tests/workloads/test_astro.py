@@ -1,6 +1,7 @@
-"""The N-body model: Kepler orbits, Plummer equilibrium, conservation, partitions, bad input."""
+"""The N-body model: Kepler orbits, Plummer equilibrium, conservation, integrators, partitions, bad input."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -8,15 +9,15 @@ from _support import small
 
 from hpcgpu import Simulation
 from hpcgpu.errors import ConfigError, UnstableSimulation
-from hpcgpu.workloads import _astro_cases
-from hpcgpu.workloads.astro import NBody
+from hpcgpu.kernels import nbody
+from hpcgpu.workloads.astro import INTEGRATORS, NBody, kepler_orbit, kepler_period
 
 
 def _kepler_run(dt, orbits=10, **kwargs):
     """Energies and apocentre passage times of the two-body orbit."""
     model = NBody("kepler", backend="numba", dtype="float64", **kwargs)
     state = model.initial_state()
-    period = _astro_cases.kepler_period(model.case_parameters)
+    period = kepler_period(model)
     steps = round(orbits * period / dt)
     stepper = model.stepper(dt)
     e0 = model.diagnostics(state)["energy"]
@@ -76,18 +77,23 @@ def test_plummer_sphere_stays_in_virial_equilibrium_and_conserves_momentum():
     assert 0.65 < start["lagrangian_radius_50"] < 0.9
 
 
-def test_backends_agree_on_a_few_steps(fast_backend, dtype):
+@pytest.mark.parametrize("integrator", INTEGRATORS)
+def test_backends_agree_on_a_few_steps(fast_backend, dtype, integrator):
     n = small(fast_backend, 256, 24)
-    reference = NBody("plummer", n=n, backend="numpy", dtype=dtype, seed=1)
+    reference = NBody("plummer", n=n, backend="numpy", dtype=dtype, seed=1, integrator=integrator)
     other = reference.with_backend(fast_backend)
+    assert other.integrator == integrator
     state = reference.initial_state()
     expected = reference.step(state, 0.01, 3)
     got = other.step(other.state_from_arrays(state.positions, state.velocities, state.masses), 0.01, 3)
     tolerance = 1e-10 if dtype == np.float64 else 2e-4
-    for name in ("positions", "velocities"):
+    for name in ("positions", "velocities", "accelerations", "potentials"):
         ref = getattr(expected, name).astype(np.float64)
         result = fast_backend.to_host(getattr(got, name)).astype(np.float64)
         assert np.abs(result - ref).max() <= tolerance * np.abs(ref).max(), name
+    # the energy at the synchronised positions goes through the backend's own kernel too
+    energies = [model.diagnostics(s)["energy"] for model, s in ((reference, expected), (other, got))]
+    assert abs(energies[1] - energies[0]) <= tolerance * abs(energies[0])
 
 
 def test_tree_method_follows_direct_summation():
@@ -125,6 +131,9 @@ def test_galaxy_collision_case_is_bound_by_a_parabolic_orbit():
     (dict(case="plummer", theta=0.0), "theta must be > 0"),
     (dict(case="nebula"), "case must be one of"),
     (dict(case="kepler", eccentric=0.3), "unknown parameter"),
+    (dict(case="kepler", eccentricity=1.0), r"eccentricity must be >= 0 and < 1 .*got 1.0"),
+    (dict(case="kepler", semi_major_axis=-1.0), "semi_major_axis must be > 0"),
+    (dict(case="plummer", integrator="rk4"), "integrator must be one of 'kdk', 'dkd'; got 'rk4'"),
 ])
 def test_bad_model_input_names_the_parameter(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -182,3 +191,200 @@ def test_nan_in_a_run_names_the_field():
     with pytest.raises(UnstableSimulation, match="positions") as info:
         sim.run()
     assert info.value.step == 5
+
+
+# -- integrators and the analytic Kepler orbit -----------------------------------------------------
+
+def test_kepler_orbit_starts_at_the_case_and_is_an_exact_ellipse():
+    model = NBody("kepler", backend="numpy")
+    state = model.initial_state()
+    period = kepler_period(model)
+    assert period == pytest.approx(2 * math.pi, rel=1e-15)
+    positions, velocities = kepler_orbit(model, 0.0)
+    np.testing.assert_allclose(positions, state.positions, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(velocities, state.velocities, rtol=0, atol=1e-15)
+    # an unequal pair on a very eccentric orbit with G != 1, from the case's parameters
+    case = dict(semi_major_axis=2.0, eccentricity=0.95, total_mass=3.0, mass_ratio=0.25)
+    G, (a, e, total) = 0.5, (2.0, 0.95, 3.0)
+    period = kepler_period(case, G=G)
+    assert period == pytest.approx(2 * math.pi * math.sqrt(a**3 / (G * total)), rel=1e-15)
+    t = np.linspace(-1.5 * period, 2.5 * period, 4001)
+    x, v = kepler_orbit(case, t, G=G)
+    assert x.shape == v.shape == (3, 2, t.size)
+    m2 = total * 0.25 / 1.25
+    np.testing.assert_allclose((total - m2) * x[:, 0] + m2 * x[:, 1], 0.0, atol=1e-14)  # centre of mass at rest
+    np.testing.assert_allclose((total - m2) * v[:, 0] + m2 * v[:, 1], 0.0, atol=1e-14)
+    r, u = x[:, 1] - x[:, 0], v[:, 1] - v[:, 0]
+    distance = np.sqrt((r * r).sum(axis=0))
+    np.testing.assert_allclose(0.5 * (u * u).sum(axis=0) - G * total / distance, -G * total / (2 * a), rtol=1e-12)
+    np.testing.assert_allclose(r[0] * u[1] - r[1] * u[0], math.sqrt(G * total * a * (1 - e * e)), rtol=1e-12)
+    assert distance.min() == pytest.approx(a * (1 - e), rel=1e-6) and distance.max() == pytest.approx(a * (1 + e))
+    # periodic, and at pericentre (on -x) half a period after each apocentre
+    later = kepler_orbit(case, t + period, G=G)
+    np.testing.assert_allclose(later[0], x, atol=1e-12)
+    np.testing.assert_allclose(later[1], v, atol=1e-10)
+    pericentre = kepler_orbit(case, 0.5 * period, G=G)[0]
+    np.testing.assert_allclose(pericentre[:, 1] - pericentre[:, 0], [-a * (1 - e), 0, 0], atol=1e-13)
+    # the relative velocity is the time derivative of the relative position
+    h = 1e-6
+    ahead, behind = kepler_orbit(case, t + h, G=G)[0], kepler_orbit(case, t - h, G=G)[0]
+    np.testing.assert_allclose((ahead - behind) / (2 * h), v, rtol=0, atol=1e-6 * np.abs(v).max())
+
+
+def test_the_kepler_reference_refuses_what_it_cannot_describe():
+    with pytest.raises(ConfigError, match="model must be an NBody of the 'kepler' case; got case 'plummer'"):
+        kepler_period(NBody("plummer", n=8, backend="numpy"))
+    with pytest.raises(ConfigError, match="softening must be 0 for the analytic Kepler orbit"):
+        kepler_orbit(NBody("kepler", softening=0.1, backend="numpy"), 1.0)
+    with pytest.raises(ConfigError, match="G comes from the model"):
+        kepler_period(NBody("kepler", backend="numpy"), G=2.0)
+    with pytest.raises(ConfigError, match="eccentricity must be >= 0 and < 1"):
+        kepler_orbit({"eccentricity": 1.2}, 0.0)
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        kepler_period({"period": 1.0})
+    with pytest.raises(ConfigError, match="G must be > 0"):
+        kepler_period({}, G=0.0)
+    with pytest.raises(ConfigError, match="t must be finite"):
+        kepler_orbit({}, [0.0, np.nan])
+
+
+@pytest.mark.parametrize("integrator", INTEGRATORS)
+def test_kepler_orbits_converge_to_the_analytic_orbit_as_dt_squared(integrator):
+    model = NBody("kepler", backend="numpy", integrator=integrator)
+    start = model.initial_state()
+    period = kepler_period(model)
+    back, along = [], []
+    for per_orbit in (250, 500, 1000):
+        dt = period / per_orbit
+        once = model.step(start, dt, per_orbit)
+        back.append(np.abs(once.positions - kepler_orbit(model, period)[0]).max())  # the start again
+        steps = per_orbit * 21 // 10  # 2.1 orbits: not at an apsis
+        later = model.step(once, dt, steps - per_orbit)
+        x, v = kepler_orbit(model, steps * dt)
+        along.append(max(np.abs(later.positions - x).max(), np.abs(later.velocities - v).max()))
+        # the leapfrog's phase error grows linearly with time: the bound is per orbit
+        assert back[-1] < 4 * dt**2 and along[-1] < 4 * 2.1 * dt**2, (per_orbit, back[-1], along[-1])
+    print(f"{integrator}: error after one period {back}, after 2.1 periods {along}")
+    for errors in (back, along):
+        for coarse, fine in zip(errors, errors[1:]):
+            assert 3.8 < coarse / fine < 4.2  # second order: half the step, a quarter of the error
+
+
+def test_dkd_and_kdk_agree_to_second_order():
+    period = kepler_period({})
+    models = [NBody("kepler", backend="numpy", integrator=name) for name in ("kdk", "dkd")]
+    gaps = []
+    for per_orbit in (250, 500, 1000):
+        ends = [m.step(m.initial_state(), period / per_orbit, per_orbit) for m in models]
+        gaps.append(max(np.abs(ends[0].positions - ends[1].positions).max(),
+                        np.abs(ends[0].velocities - ends[1].velocities).max()))
+    print("kdk - dkd after one period:", gaps)
+    assert gaps[0] > 1e-6  # two different integrators, not one twice
+    assert 3.8 < gaps[0] / gaps[1] < 4.2 and 3.8 < gaps[1] / gaps[2] < 4.2
+
+
+def _energy_errors(integrator, per_orbit, orbits):
+    """Relative energy error after every step, one row per orbit."""
+    model = NBody("kepler", backend="numpy", integrator=integrator)
+    state = model.initial_state()
+    stepper = model.stepper(kepler_period(model) / per_orbit)
+    e0 = model.diagnostics(state)["energy"]
+    errors = []
+    for _ in range(per_orbit * orbits):
+        state = stepper.advance(state, 1)
+        errors.append((model.diagnostics(state)["energy"] - e0) / abs(e0))
+    return np.array(errors).reshape(orbits, per_orbit)
+
+
+@pytest.mark.parametrize("integrator", INTEGRATORS)
+def test_energy_error_oscillates_with_the_orbit_without_secular_drift(integrator):
+    errors = _energy_errors(integrator, per_orbit=100, orbits=30)
+    amplitude = np.abs(errors).max(axis=1)  # per orbit
+    closest = np.abs(errors).min(axis=1)
+    print(f"{integrator}: largest |dE/E| per orbit, first {amplitude[0]:.4e} last {amplitude[-1]:.4e}; "
+          f"smallest in the last orbit {closest[-1]:.2e}; mean per orbit {errors.mean(axis=1)[[0, -1]]}")
+    assert amplitude.max() < 0.02
+    # bounded: the same swing in every orbit (a symplectic integrator keeps a nearby energy exactly);
+    # the steps sample the sharp peak at pericentre a little differently each orbit
+    assert amplitude.max() < 1.03 * amplitude.min()
+    # no secular drift: the orbit-averaged error stays put (measured: to 3e-8 of itself over 30 orbits)
+    np.testing.assert_allclose(errors.mean(axis=1), errors[0].mean(), rtol=1e-6)
+    # and it comes back: to the start's energy once an orbit (at apocentre)
+    assert closest.max() < 1e-4 * amplitude.min()
+    finer = _energy_errors(integrator, per_orbit=200, orbits=1)
+    assert 3.8 < amplitude[0] / np.abs(finer).max() < 4.2
+
+
+def test_a_dkd_step_is_a_half_drift_a_kick_and_a_half_drift():
+    model = NBody("plummer", n=32, backend="numpy", integrator="dkd", seed=7)
+    state = model.initial_state()
+    dt = 0.01
+    x, v, m = state.positions, state.velocities, state.masses
+    half = x + v * (0.5 * dt)
+    a = nbody.accelerations(half, m, softening=model.softening, backend="numpy")
+    expected_v = v + a * dt
+    expected_x = half + expected_v * (0.5 * dt)  # in sync with the velocities: not left at mid-step
+    after = model.step(state, dt)
+    np.testing.assert_allclose(after.velocities, expected_v, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(after.positions, expected_x, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(after.accelerations, a, rtol=1e-14, atol=1e-14)  # the forces at mid-step
+    # DKD uses no forces carried in from before the step; KDK does
+    stale = type(state)(x, v, m, np.zeros_like(x), np.zeros_like(m))
+    np.testing.assert_array_equal(model.step(stale, dt).positions, after.positions)
+    kdk = NBody("plummer", n=32, backend="numpy", seed=7)
+    assert not np.array_equal(kdk.step(stale, dt).positions, kdk.step(state, dt).positions)
+    # many steps are one step at a time: the half drifts are never merged across steps
+    several = model.step(state, dt, 5)
+    one_by_one = state
+    for _ in range(5):
+        one_by_one = model.step(one_by_one, dt)
+    np.testing.assert_array_equal(several.positions, one_by_one.positions)
+
+
+@pytest.mark.parametrize("method", ["direct", "tree"])
+def test_dkd_energy_is_evaluated_at_the_synchronised_positions(method):
+    model = NBody("plummer", n=200, backend="numpy", integrator="dkd", method=method, seed=6)
+    later = model.step(model.initial_state(), 0.02, 5)
+    got = model.diagnostics(later)
+    fresh = model.diagnostics(model.state_from_arrays(later.positions, later.velocities, later.masses))
+    assert got["energy"] == fresh["energy"] and got["virial_ratio"] == fresh["virial_ratio"]
+    carried = got["kinetic_energy"] + 0.5 * float((later.masses * later.potentials).sum())
+    assert abs(carried - got["energy"]) > 1e-5  # the carried (mid-step) potentials would be wrong
+    # a partition's sums need every block's positions, and add up to the whole
+    everything = [model.block_positions(later)]
+    parts = [model.block_sums(model.take_block(later, a, b), a, everything) for a, b in ((0, 70), (70, 200))]
+    assert model.combine_sums(parts)["energy"] == pytest.approx(got["energy"], rel=1e-13)
+    with pytest.raises(ValueError, match="needs extra"):
+        model.block_sums(later, 0)
+    kdk = NBody("plummer", n=200, backend="numpy", method=method, seed=6)
+    assert not kdk.sums_need_positions and model.sums_need_positions
+    # KDK sums the potentials the state carries (at its positions), whatever extra says
+    assert kdk.block_sums(later, 0, everything)["potential2"] == kdk.block_sums(later, 0)["potential2"] == \
+        float((later.masses * later.potentials).sum())
+
+
+def test_dkd_with_the_tree_follows_direct_summation():
+    direct = NBody("plummer", n=400, backend="numba", seed=2, integrator="dkd")
+    tree = NBody("plummer", n=400, backend="numba", seed=2, method="tree", theta=0.5, integrator="dkd")
+    state = direct.initial_state()
+    a = direct.step(state, 0.005, 10)
+    b = tree.step(tree.state_from_arrays(state.positions, state.velocities, state.masses), 0.005, 10)
+    assert np.abs(a.positions - b.positions).max() < 1e-4
+    energies = [model.diagnostics(s)["energy"] for model, s in ((direct, a), (tree, b))]
+    assert abs(energies[0] - energies[1]) / abs(energies[0]) < 1e-3
+
+
+def test_the_integrator_travels_with_the_model():
+    model = NBody("plummer", n=16, backend="numpy", integrator="dkd")
+    for copy in (model.with_backend("numba"), pickle.loads(pickle.dumps(model))):
+        assert copy.integrator == "dkd" and copy.sums_need_positions
+    assert "integrator='dkd'" in repr(model)
+    assert model.attributes()["integrator"] == "dkd"
+    assert model.attributes()["integrator_scheme"] == "drift-kick-drift leapfrog"
+    assert "drift-kick-drift leapfrog (dkd)" in model._repr_html_()
+    assert model.to_dataset(model.initial_state()).attrs["integrator"] == "dkd"
+    assert NBody("plummer", n=16, backend="numpy").attributes()["integrator"] == "kdk"
+    # a model pickled before the option existed (a checkpoint of an older run) is a KDK model
+    old = NBody("plummer", n=16, backend="numpy")
+    del old.__dict__["integrator"]
+    assert pickle.loads(pickle.dumps(old)).integrator == "kdk"
