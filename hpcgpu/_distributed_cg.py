@@ -1,38 +1,73 @@
-"""Preconditioned conjugate gradient with the rows of a sparse matrix spread over dask workers.
+"""Preconditioned conjugate gradient with the rows of a sparse matrix spread over dask workers, SPMD.
 
-Partition ``p`` holds rows ``[a_p, b_p)`` of the matrix and the same
-entries of every vector (x, r, z, p, q), resident on its worker. Its rows
+Partition ``p`` is rank ``p`` of a communicator session
+(:mod:`hpcgpu.partition.dask_comm`). It holds rows ``[a_p, b_p)`` of the
+matrix and the same entries of every vector (x, r, z, p, q). Its rows
 reference columns of other partitions; those entries of the search
 direction are its *ghosts*, and the partitions that own them send exactly
-those entries each iteration (the matrix's sparsity fixes the lists once,
-as PETSc's scatter contexts do). One iteration is::
+those entries (the matrix's sparsity fixes the send lists once, as PETSc's
+scatter contexts do).
 
-    ghosts q->p   entries of direction_q that p's rows reference
-    matvec p      q_p = A_p [direction_p, ghosts]   and the local  p.q
-    alpha         rz / sum(p.q)                        (one scalar task)
-    update p      x += alpha p, r -= alpha q, z = D^-1 r, and the local r.z, r.r
-    sums          sum of (r.z, r.r)                    (one scalar task)
-    direction p   p = z + (rz_new / rz_old) p
+One task per worker, pinned there and never retried, runs the whole solve
+for the ranks of that worker (one thread each beyond the first): the
+scheduler sees one task per worker per solve, not a graph of tasks per
+iteration. One iteration of rank ``p`` sends two messages to each peer,
+directly (worker to worker), and nothing else::
 
-Only scalars reach the client, in batches of ``check_every`` iterations
-(the next batch is already running while the client reads one). When the
-recursive residual meets the tolerance the solution is gathered and the true
-residual ``b - A x`` is checked on the client; if rounding made them part,
-CG restarts from there.
+    matvec      q_p = A_p [p_p, ghosts of p]                      local
+    message 1   its part of p.q to every rank                     (allgather of one float)
+    update      x += alpha p, r -= alpha q, z = D^-1 r            local
+    message 2   its parts of r.z and r.r to every rank, with the  (one message per peer)
+                entries of z that the peer's rows reference
+    direction   p = z + beta p, and the ghosts of p the same way  local
+
+The ghosts of the new direction are not sent after ``beta`` is known: a
+partition's ghosts of ``p = z + beta p`` follow from its ghosts of ``z``
+(which travel with the sums that give ``beta``) and of the old ``p``, so
+every rank updates them itself, with the same elementwise kernel on the
+same values as their owner (they stay equal to the owner's entries). That
+saves a third message, and its wait, per iteration.
+
+Every rank adds the same partial sums in the same (rank) order with
+``math.fsum``, so every rank has the same ``alpha``, ``beta`` and residual,
+bitwise, and takes the same decisions (converged, not SPD, not finite,
+stalled, ``max_iter``) at the same iteration, with no message about them.
+Nothing reaches the client during the solve: at the end rank 0 returns the
+residual history and every rank its block of x. The client then checks the
+true residual ``b - A x`` (it replaces the last recursive one in the
+history, as in :func:`hpcgpu.kernels.matrix.conjugate_gradient`); if
+rounding made the two part, CG restarts from there in the same session.
+
+Faults: a rank that raises aborts the session, so every other rank's wait
+ends at once, and the client re-raises that rank's own error once every
+rank has returned; a worker lost during the solve is a
+:class:`~hpcgpu.errors.ClusterError` naming it (the client watches the
+session's workers while it waits); a client that stops waiting (an
+interrupt) aborts the ranks too, so they do not hold their workers until
+they converge. Every wait has a timeout: nothing hangs.
 """
 
 import math
-from dataclasses import dataclass, replace
+import threading
+import uuid
+from dataclasses import dataclass
 
 import numpy as np
 
 from hpcgpu.cluster import worker_info
-from hpcgpu.distributed import split_rows
-from hpcgpu.errors import ClusterError, ConfigError, ConvergenceError
+from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, ConvergenceError
+from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
+from hpcgpu.partition.layout import split_rows
 from hpcgpu.validation import check_float, check_int
 
 STALL_WINDOW = 100
 """Iterations without a 1 % drop of the best residual that count as a stall."""
+TIMEOUT_S = DEFAULT_TIMEOUT_S
+"""Longest wait of a rank for one message, in seconds (a hung or lost peer; not the solve's length)."""
+_POLL_S = 1.0
+"""How often the client, waiting for the ranks, checks that the session's workers are alive."""
+_SETTLE_S = 5.0
+"""How long the client waits, after a rank failed, for the others to return (an abort releases them at once)."""
 
 
 @dataclass(frozen=True)
@@ -40,21 +75,36 @@ class _Part:
     """The static piece of one partition: its rows (local column numbering) and its send lists."""
 
     matrix: object        # CSRMatrix (rows, own + ghosts): own columns first, then ghosts in owner order
-    inverse_diagonal: object
+    inverse_diagonal: object  # None without a preconditioner
     sends: tuple          # ((partition, indices of own entries it needs), ...)
     receives: tuple       # partitions whose entries are this part's ghosts, in ghost order
+    ghost_counts: tuple   # how many ghosts each of ``receives`` owns
 
 
 @dataclass(frozen=True)
-class _Vectors:
-    x: object
-    r: object
-    z: object
-    p: object
-    q: object = None
+class _Job:
+    """What every rank of one round (a CG run from one start) needs besides its part."""
+
+    session: object
+    backend: str
+    tol: float
+    b_norm: float
+    max_iter: int
+    start: int            # iterations before this round
+    best: float           # best relative residual so far, and the iteration it was reached
+    best_at: int
+    round: int
 
 
-def _split(matrix, bounds):
+@dataclass(frozen=True)
+class _RankResult:
+    x: object             # this rank's block of x (host), None after a failure
+    history: list         # relative residual after each iteration of the round (rank 0 only)
+    iterations: int       # iterations counted from the first round
+    failure: str          # why CG stopped without converging, or None
+
+
+def _split(matrix, bounds, jacobi=True):
     """The :class:`_Part` of each row block ``bounds`` of a host CSR matrix."""
     from hpcgpu.kernels.matrix import CSRMatrix
 
@@ -70,89 +120,179 @@ def _split(matrix, bounds):
         external = np.unique(columns[~own])
         owners = np.searchsorted(starts, external, side="right") - 1
         local = np.where(own, columns - a, (b - a) + np.searchsorted(external, columns))
-        receives = tuple(int(q) for q in np.unique(owners))
+        receives, counts = (tuple(int(v) for v in values) for values in np.unique(owners, return_counts=True))
         for q in receives:
             needs.setdefault(q, []).append((p, external[owners == q] - starts[q]))
         local_matrix = CSRMatrix(data[lo:hi], local, indptr[a:b + 1] - lo, shape=(b - a, (b - a) + len(external)))
-        pieces.append((local_matrix, 1.0 / diagonal[a:b], receives))
-    return [_Part(m, d, tuple((p, idx.astype(np.int64)) for p, idx in needs.get(q, [])), r)
-            for q, (m, d, r) in enumerate(pieces)]
+        pieces.append((local_matrix, 1.0 / diagonal[a:b] if jacobi else None, receives, counts))
+    return [_Part(m, d, tuple((p, idx.astype(np.int64)) for p, idx in needs.get(q, [])), r, c)
+            for q, (m, d, r, c) in enumerate(pieces)]
 
 
-# -- tasks ------------------------------------------------------------------------------------
-def _backend(name):
+# -- the ranks ------------------------------------------------------------------------------------
+def _sum_over_ranks(comm, value):
+    """``value`` summed over all ranks, the same bitwise on every rank."""
+    return math.fsum(comm.allgather(value))
+
+
+class _Neighbours:
+    """One rank's combined message of each iteration: its partial sums to every rank, ghosts to those that need them.
+
+    The ghosts of the new direction ``p = z + beta p`` are the ghosts of
+    ``z`` and of the old ``p`` combined with ``beta``, and ``z`` is known
+    before the sums that give ``beta``: so the entries of ``z`` a neighbour
+    references travel in the same message as the sums, and every rank
+    updates its ghosts of ``p`` itself. One message per peer and iteration
+    instead of two (a reduction, then a ghost exchange that waits for it).
+    """
+
+    def __init__(self, comm, part, backend, tag):
+        self.comm, self.tag, self.backend = comm, tag, backend
+        self.peers = [q for q in range(comm.size) if q != comm.rank]
+        self.sends = {dest: backend.asarray(index) for dest, index in part.sends}
+        rows = part.matrix.shape[0]
+        self.slices = {}
+        for source, count in zip(part.receives, part.ghost_counts):
+            self.slices[source] = slice(rows, rows + count)
+            rows += count
+
+    def share(self, sums, z):
+        """``(totals of sums over all ranks, {source: its entries of z that this rank's rows reference})``."""
+        if not self.peers:
+            return sums, {}
+        outgoing = {q: (sums, z[self.sends[q]] if q in self.sends else None) for q in self.peers}
+        received = self.comm.exchange(outgoing, self.peers, self.tag)
+        received[self.comm.rank] = (sums, None)
+        # every rank adds the same values in the same (rank) order: the same totals bitwise
+        totals = tuple(math.fsum(received[q][0][i] for q in range(self.comm.size)) for i in range(len(sums)))
+        return totals, {source: self.backend.asarray(received[source][1]) for source in self.slices}
+
+
+def _cg_rank(comm, part, x, r, job):
+    """CG on one rank from its blocks ``x``, ``r`` (host) until every rank stops; its :class:`_RankResult`."""
     from hpcgpu.backends import get_backend
+    from hpcgpu.kernels.matrix import axpy, dot, spmv
 
-    return get_backend(name)
+    backend = get_backend(job.backend)
+    xp = backend.xp
+    A = part.matrix.to_backend(backend)
+    inverse = None if part.inverse_diagonal is None else backend.asarray(part.inverse_diagonal)
+    neighbours = _Neighbours(comm, part, backend, ("cg", job.round))
+    rows, columns = A.shape
+    # copies: the blocks arrive in read-only buffers, and x and r are updated in place
+    x, r = xp.array(backend.asarray(x)), xp.array(backend.asarray(r))
+    # the direction is the head of the product's input, its ghosts behind it: no concatenate per product
+    full = xp.zeros(columns, dtype=r.dtype)
+    p = full[:rows]
+    q = xp.empty_like(r)
+    z = r if inverse is None else inverse * r
+
+    def share_residual():
+        """``(r.z, r.r)`` over all ranks and the neighbours' entries of ``z``."""
+        if z is r:
+            (rr,), ghosts = neighbours.share((dot(r, r, backend=backend),), z)
+            return rr, rr, ghosts
+        (rz, rr), ghosts = neighbours.share((dot(r, z, backend=backend), dot(r, r, backend=backend)), z)
+        return rz, rr, ghosts
+
+    rz, _, ghosts = share_residual()
+    p[...] = z
+    for source, where in neighbours.slices.items():
+        full[where] = ghosts[source]
+    k, best, best_at, history, failure = job.start, job.best, job.best_at, [], None
+    while True:
+        spmv(A, full, out=q, backend=backend)
+        pq = _sum_over_ranks(comm, dot(p, q, backend=backend))
+        if not pq > 0:
+            failure = f"p.A p = {pq:.3e} <= 0: the matrix is not symmetric positive definite"
+            break
+        alpha = rz / pq
+        if not math.isfinite(alpha):
+            failure = f"the step length rz / p.A p = {rz:.3e} / {pq:.3e} is not finite"
+            break
+        axpy(alpha, p, x, out=x, backend=backend)
+        axpy(-alpha, q, r, out=r, backend=backend)
+        if z is not r:
+            xp.multiply(inverse, r, out=z)
+        rz_new, rr, ghosts = share_residual()
+        k += 1
+        history.append(math.sqrt(max(rr, 0.0)) / job.b_norm)
+        if not (math.isfinite(history[-1]) and math.isfinite(rz_new)):
+            failure = "the residual is not finite"
+            break
+        if history[-1] <= job.tol:
+            break
+        if history[-1] < 0.99 * best:
+            best, best_at = history[-1], k
+        elif k - best_at >= STALL_WINDOW:
+            failure = f"stalled: no 1 % progress in the last {STALL_WINDOW} iterations"
+            break
+        if k >= job.max_iter:
+            failure = f"max_iter={job.max_iter} reached without convergence"
+            break
+        beta = rz_new / rz if rz > 0 else 0.0
+        if not math.isfinite(beta):
+            failure = f"the direction update r.z_new / r.z = {rz_new:.3e} / {rz:.3e} is not finite"
+            break
+        # the owners update the same entries with the same kernel: ghosts stay equal to their p
+        axpy(beta, p, z, out=p, backend=backend)
+        for source, where in neighbours.slices.items():
+            axpy(beta, full[where], ghosts[source], out=full[where], backend=backend)
+        rz = rz_new
+    backend.synchronize()
+    return _RankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure)
 
 
-def _prepare(part, backend):
-    b = _backend(backend)
-    return replace(part, matrix=part.matrix.to_backend(b), inverse_diagonal=b.asarray(part.inverse_diagonal),
-                   sends=tuple((p, b.asarray(i)) for p, i in part.sends))
+def _run_rank(job, rank, part, x, r, worker):
+    """One rank's solve; a rank that raises aborts the session first, so that no other rank waits for it."""
+    from hpcgpu.partition.dask_comm import abort_session, communicator
+
+    comm = None
+    try:
+        comm = communicator(job.session, rank, worker)
+        return _cg_rank(comm, part, x, r, job)
+    except BaseException as error:
+        if not isinstance(error, CommError):
+            reason = f"{type(error).__name__}: {error}"
+            if comm is not None:
+                comm.abort(reason)
+            else:
+                abort_session(job.session, rank, reason, worker)
+        raise
 
 
-def _start(part, x, r, backend):
-    b = _backend(backend)
-    x, r = b.asarray(x), b.asarray(r)
-    z = part.inverse_diagonal * r
-    return _Vectors(x, r, z, z.copy())
+def _solve_task(job, ranks, parts, blocks):
+    """The solve of the ranks on this worker (one thread each beyond the first); their results in order."""
+    from distributed import get_worker
+
+    worker = get_worker()  # the rank threads below are not task threads: they get it from here
+    if len(ranks) == 1:
+        return [_run_rank(job, ranks[0], parts[0], *blocks[0], worker)]
+    results, errors = [None] * len(ranks), [None] * len(ranks)
+
+    def one(k):
+        try:
+            results[k] = _run_rank(job, ranks[k], parts[k], *blocks[k], worker)
+        except BaseException as error:  # noqa: BLE001 - re-raised below, the root cause first
+            errors[k] = error
+
+    threads = [threading.Thread(target=one, args=(k,), name=f"hpcgpu-cg-rank-{rank}")
+               for k, rank in enumerate(ranks)]
+    for thread in threads[1:]:
+        thread.start()
+    one(0)
+    for thread in threads[1:]:
+        thread.join()
+    failed = [e for e in errors if e is not None]
+    for error in failed:
+        if not isinstance(error, CommAborted):
+            raise error
+    if failed:
+        raise failed[0]
+    return results
 
 
-def _local_sums(vectors, backend):
-    from hpcgpu.kernels import matrix
-
-    return (matrix.dot(vectors.r, vectors.z, backend=backend), matrix.dot(vectors.r, vectors.r, backend=backend))
-
-
-def _ghosts(part, vectors, destination):
-    for p, index in part.sends:
-        if p == destination:
-            return vectors.p[index]
-    raise AssertionError(f"no send list for partition {destination}")
-
-
-def _matvec(part, vectors, backend, *ghosts):
-    from hpcgpu.kernels import matrix
-
-    xp = _backend(backend).xp
-    full = xp.concatenate([vectors.p, *ghosts]) if ghosts else vectors.p
-    q = matrix.spmv(part.matrix, full, backend=backend)
-    return replace(vectors, q=q)
-
-
-def _pq(vectors, backend):
-    from hpcgpu.kernels import matrix
-
-    return matrix.dot(vectors.p, vectors.q, backend=backend)
-
-
-def _alpha(sums, *pq_parts):
-    pq = math.fsum(pq_parts)
-    return (sums[0] / pq if pq > 0 else 0.0), pq
-
-
-def _update(part, vectors, alpha):
-    a = vectors.x.dtype.type(alpha[0])
-    r = vectors.r - a * vectors.q
-    return _Vectors(vectors.x + a * vectors.p, r, part.inverse_diagonal * r, vectors.p)
-
-
-def _add_pairs(*pairs):
-    return math.fsum(p[0] for p in pairs), math.fsum(p[1] for p in pairs)
-
-
-def _direction(vectors, new, old):
-    beta = vectors.z.dtype.type(new[0] / old[0] if old[0] > 0 else 0.0)
-    return replace(vectors, p=vectors.z + beta * vectors.p, q=None)
-
-
-def _x(vectors):
-    x = vectors.x
-    return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
-# -- the solver ---------------------------------------------------------------------------------
+# -- the client -------------------------------------------------------------------------------------
 def _host_csr(matrix):
     from hpcgpu.kernels.matrix import CSRMatrix
 
@@ -164,8 +304,10 @@ def _host_csr(matrix):
 
 
 def solve(matrix, b, *, client, partitions, x0, tol, max_iter, preconditioner, backend, check_every):
+    """:func:`hpcgpu.linalg.conjugate_gradient` on the workers of ``client`` (the parameters are documented there)."""
     from hpcgpu.kernels import matrix as kernels
     from hpcgpu.kernels.matrix._solvers import CGResult
+    from hpcgpu.partition.dask_comm import close_session, open_session
 
     A = _host_csr(matrix)
     n = A.shape[0]
@@ -178,7 +320,7 @@ def solve(matrix, b, *, client, partitions, x0, tol, max_iter, preconditioner, b
         raise ConfigError(f"b must have the matrix's dtype {A.dtype}; got {b.dtype}")
     tol = check_float("tol", tol, minimum=0.0, strict_min=True)
     max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
-    check_every = check_int("check_every", check_every, minimum=1)
+    check_int("check_every", check_every, minimum=1)
     if preconditioner not in ("jacobi", None):
         raise ConfigError(f"preconditioner must be 'jacobi' or None; got {preconditioner!r}")
     workers = sorted(worker_info(client))
@@ -190,96 +332,159 @@ def solve(matrix, b, *, client, partitions, x0, tol, max_iter, preconditioner, b
     if preconditioner == "jacobi" and not np.all(diagonal > 0):
         raise ConfigError("preconditioner='jacobi' needs a positive diagonal (an SPD matrix has one); "
                           f"the smallest diagonal entry is {diagonal.min():.3g}")
-    bounds = split_rows(n, [1.0] * partitions)
-    parts = _split(A, bounds)
-    if preconditioner is None:
-        parts = [replace(part, inverse_diagonal=np.ones(stop - start, dtype=A.dtype))
-                 for part, (start, stop) in zip(parts, bounds)]
-    receives = [part.receives for part in parts]
-    name = backend if isinstance(backend, str) else backend.name
-    owner = [workers[p % len(workers)] for p in range(partitions)]
     b_norm = math.sqrt(kernels.dot(b, b, backend="numpy"))
     if b_norm == 0:
         return CGResult(np.zeros_like(b), 0, (0.0,), True)
+    if not math.isfinite(b_norm):
+        raise ConfigError("b holds NaN or inf")
     x = np.zeros_like(b) if x0 is None else np.asarray(x0, dtype=b.dtype).copy()
     if x.shape != (n,):
         raise ConfigError(f"x0 must have shape ({n},); got {x.shape}")
-    token = f"{np.random.default_rng().integers(1 << 48):012x}"
-    static = [client.submit(_prepare, client.scatter(part, workers=[w], hash=False), name,
-                            key=f"cg-prepare-{token}-{p}", workers=[w], pure=False)
-              for p, (part, w) in enumerate(zip(parts, owner))]
-    history, iterations = [], 0
-    while True:
-        r = b - kernels.spmv(A, x, backend="numpy")
-        history.append(math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm)
-        if history[-1] <= tol:
-            return CGResult(x, iterations, tuple(history), True)
-        x, iterations = _iterate(client, static, receives, owner, bounds, x, r, name, b_norm, tol, max_iter,
-                                 check_every, history, iterations, token)
-
-
-def _iterate(client, static, receives, owner, bounds, x, r, backend, b_norm, tol, max_iter, check_every,
-             history, iterations, token):
-    """CG from ``x`` (residual ``r``) until the recursive residual meets ``tol``; returns (x, iterations)."""
-    count = len(bounds)
-    restart = len(history)
-
-    def submit(function, *args, key, p=0):
-        return client.submit(function, *args, key=f"cg-{key}-{token}-{restart}", workers=[owner[p]],
-                             allow_other_workers=True, pure=False)
-
-    vectors = [submit(_start, static[p], x[a:b], r[a:b], backend, key=f"start-{p}", p=p)
-               for p, (a, b) in enumerate(bounds)]
-    sums = submit(_add_pairs, *[submit(_local_sums, v, backend, key=f"start-sums-{p}", p=p)
-                                for p, v in enumerate(vectors)], key="start-sum")
-    best, best_at = history[-1], iterations
-
-    def batch(start, vectors, sums):
-        records = []
-        for k in range(start, start + check_every):
-            matvec = []
-            for p in range(count):
-                pieces = [submit(_ghosts, static[q], vectors[q], p, key=f"ghosts-{k}-{q}-{p}", p=q)
-                          for q in receives[p]]
-                matvec.append(submit(_matvec, static[p], vectors[p], backend, *pieces, key=f"matvec-{k}-{p}", p=p))
-            alpha = submit(_alpha, sums, *[submit(_pq, v, backend, key=f"pq-{k}-{p}", p=p)
-                                           for p, v in enumerate(matvec)], key=f"alpha-{k}")
-            updated = [submit(_update, static[p], v, alpha, key=f"update-{k}-{p}", p=p) for p, v in enumerate(matvec)]
-            new = submit(_add_pairs, *[submit(_local_sums, v, backend, key=f"sums-{k}-{p}", p=p)
-                                       for p, v in enumerate(updated)], key=f"sum-{k}")
-            vectors = [submit(_direction, v, new, sums, key=f"direction-{k}-{p}", p=p) for p, v in enumerate(updated)]
-            records.append((alpha, new, updated))
-            sums = new
-        return records, vectors, sums
-
-    k = iterations
-    pending, vectors, sums = batch(k, vectors, sums)
-    while True:
-        ahead = None
-        if k + check_every < max_iter:  # the next batch runs while the client reads this one
-            ahead, vectors, sums = batch(k + check_every, vectors, sums)
-        scalars = client.gather([(alpha, new) for alpha, new, _ in pending])
-        for (alpha, new), (_, _, updated) in zip(scalars, pending):
-            pq = alpha[1]
-            if not pq > 0:
-                _fail(f"p.A p = {pq:.3e} <= 0: the matrix is not symmetric positive definite", history, k, tol)
-            k += 1
-            history.append(math.sqrt(max(new[1], 0.0)) / b_norm)
-            if not math.isfinite(history[-1]):
-                _fail("the residual is not finite", history, k, tol)
+    r = b - kernels.spmv(A, x, backend="numpy")
+    history = [math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm]
+    if history[-1] <= tol:
+        return CGResult(x, 0, tuple(history), True)
+    if not math.isfinite(history[-1]):
+        _fail("the residual b - A x is not finite (check x0)", history, 0, tol)
+    bounds = split_rows(n, [1.0] * partitions)
+    parts = _split(A, bounds, jacobi=preconditioner == "jacobi")
+    owner = [workers[p % len(workers)] for p in range(partitions)]
+    name = backend if isinstance(backend, str) else backend.name
+    session = open_session(client, owner, TIMEOUT_S)
+    solver = None
+    try:
+        solver = _Solver(client, session, owner, bounds, parts, name)
+        iterations = 0
+        while True:
+            job = _Job(session, name, tol, b_norm, max_iter, iterations, history[-1], iterations, solver.rounds)
+            found, iterations, failure, x = solver.run(job, x, r)
+            history.extend(found)
+            if failure is not None:
+                _fail(failure, history, iterations, tol)
+            # the recursive residual drifts from b - A x in finite precision: check the true one, which
+            # replaces it in the history (as in the single-process solver)
+            r = b - kernels.spmv(A, x, backend="numpy")
+            history[-1] = math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm
             if history[-1] <= tol:
-                x = np.concatenate(client.gather([submit(_x, v, key=f"x-{k}-{p}", p=p)
-                                                  for p, v in enumerate(updated)]))
-                return x, k
-            if history[-1] < 0.99 * best:
-                best, best_at = history[-1], k
-            elif k - best_at >= STALL_WINDOW:
-                _fail(f"stalled: no 1 % progress in the last {STALL_WINDOW} iterations", history, k, tol)
-            if k >= max_iter:
-                _fail(f"max_iter={max_iter} reached without convergence", history, k, tol)
-        if ahead is None:
-            _fail(f"max_iter={max_iter} reached without convergence", history, k, tol)
-        pending = ahead
+                return CGResult(x, iterations, tuple(history), True)
+    finally:
+        if solver is not None:
+            solver.release()
+        close_session(client, session)
+
+
+class _Solver:
+    """The client's side of one solve: the parts resident on their workers, rounds submitted and watched."""
+
+    def __init__(self, client, session, owner, bounds, parts, backend):
+        self.client, self.session, self.owner, self.bounds = client, session, owner, bounds
+        self.token = uuid.uuid4().hex[:12]
+        self.rounds = 0
+        self.ranks = {}
+        for rank, worker in enumerate(owner):
+            self.ranks.setdefault(worker, []).append(rank)
+        # the matrix blocks travel once per solve, not once per round
+        self.parts = {worker: client.scatter([parts[r] for r in ranks], workers=[worker], hash=False)
+                      for worker, ranks in self.ranks.items()}
+
+    def release(self):
+        """Drop the parts from the workers' memory."""
+        self.client.cancel([future for futures in self.parts.values() for future in futures])
+        self.parts = {}
+
+    def run(self, job, x, r):
+        """One round from ``x`` (residual ``r``); ``(history, iterations, failure, x)``."""
+        self.rounds += 1
+        futures = []
+        for k, (worker, ranks) in enumerate(self.ranks.items()):
+            blocks = self.client.scatter([(x[a:b], r[a:b]) for a, b in (self.bounds[rank] for rank in ranks)],
+                                         workers=[worker], hash=False)
+            futures.append(self.client.submit(
+                _solve_task, job, ranks, self.parts[worker], blocks, key=(f"cg-solve-{self.token}", job.round, k),
+                workers=[worker], allow_other_workers=False, pure=False, retries=0))
+        try:
+            self._wait(futures)
+        except BaseException as error:
+            # a whole solve is one task: ranks left running (the client was interrupted, or gave up on a
+            # lost worker) would hold their workers until they converge; the abort stops them at their next wait
+            self._abort(f"the client stopped waiting: {type(error).__name__}: {error}")
+            raise
+        results = [None] * len(self.owner)
+        for ranks, found in zip(self.ranks.values(), self.client.gather(futures)):
+            for rank, result in zip(ranks, found):
+                results[rank] = result
+        first = results[0]
+        if first.failure is not None:
+            return first.history, first.iterations, first.failure, x
+        return first.history, first.iterations, None, np.concatenate([result.x for result in results])
+
+    def _abort(self, reason):
+        alive = sorted(set(self.owner) & set(worker_info(self.client)))
+        try:
+            self.client.run(_abort_on_worker, self.session.id, reason, workers=alive)
+        except Exception:  # noqa: BLE001 - best effort: the ranks also stop at their timeout
+            pass
+
+    def _missing(self):
+        return sorted(set(self.owner) - set(worker_info(self.client)))
+
+    def _wait(self, futures):
+        """Wait for every rank, watching the session's workers; raise the root cause of a failure."""
+        from distributed import wait
+
+        while True:
+            try:
+                wait(futures, timeout=_POLL_S, return_when="FIRST_EXCEPTION")
+            except Exception:  # noqa: BLE001 - dask's TimeoutError: not done yet
+                pass
+            if any(f.status in ("error", "cancelled", "lost") for f in futures):
+                self._raise_failure(futures)
+            if all(f.status == "finished" for f in futures):
+                return
+            missing = self._missing()
+            if missing:
+                self.client.cancel(futures)
+                raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                                   "during the solve; its rows are gone (solve again on the workers left)")
+
+    def _raise_failure(self, futures):
+        """Raise the error of the rank that failed (not the aborts it caused) once every rank has returned."""
+        from distributed import wait
+        from distributed.scheduler import KilledWorker
+
+        try:
+            wait(futures, timeout=_SETTLE_S)  # the abort released the other ranks: they return at once
+        except Exception:  # noqa: BLE001 - dask's TimeoutError: report what there is
+            pass
+        errors = []
+        for future in futures:
+            if future.status == "error":
+                try:
+                    errors.append(future.exception(timeout=10))
+                except Exception as error:  # noqa: BLE001 - the future went away with its worker
+                    errors.append(error)
+        missing = self._missing()
+        self.client.cancel(futures)
+        own = [e for e in errors if not isinstance(e, (CommError, KilledWorker))]
+        if own:
+            raise own[0]
+        if missing:
+            raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                               "during the solve; its rows are gone (solve again on the workers left)")
+        if not errors:
+            raise ClusterError("distributed conjugate gradient: the solve's tasks were "
+                               f"{', '.join(sorted({f.status for f in futures}))} before they finished")
+        raise ClusterError("distributed conjugate gradient: a rank failed or a worker was lost during the solve "
+                           f"({type(errors[0]).__name__}: {errors[0]})") from errors[0]
+
+
+def _abort_on_worker(session_id, reason, dask_worker=None):
+    """Abort the session's ranks on this worker (run on its event loop: its task thread is busy with them)."""
+    from hpcgpu.partition.dask_comm import EXTENSION
+
+    extension = dask_worker.extensions.get(EXTENSION)
+    if extension is not None:
+        extension.abort_from_scheduler(session=session_id, reason=reason)
 
 
 def _fail(reason, history, k, tol):

@@ -11,10 +11,15 @@ tiles fit in a quarter of a worker thread's share of memory, and small
 enough that there are at least two output tiles per worker.
 
 :func:`conjugate_gradient` solves a sparse symmetric positive-definite
-system whose rows are split over the workers (:mod:`hpcgpu._distributed_cg`):
-vectors stay on the workers, each product with the matrix only moves the
-entries of the search direction that other partitions' rows reference, and
-dot products are reduced on the workers: only scalars reach the client.
+system whose rows are split over the workers (:mod:`hpcgpu._distributed_cg`).
+It runs SPMD: one pinned task per worker runs the whole iteration loop for
+its rows, and the partitions message each other directly through a
+communicator (:mod:`hpcgpu.partition.dask_comm`), not through the
+scheduler. Each iteration sends two small messages to each peer: a partial
+dot product, then partial dot products together with the entries of the
+preconditioned residual that the peer's rows reference. Every rank reduces
+the same values in the same order, so all take the same decisions; the
+client only sees the residual history and the solution, at the end.
 
 Examples
 --------
@@ -183,8 +188,10 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     backend : str
         Backend of the local kernels on each worker.
     check_every : int
-        Iterations submitted between convergence checks (each check reads
-        scalars only; later iterations in flight are discarded).
+        Kept for compatibility, no longer used (>= 1): the ranks test for
+        convergence every iteration on the workers, at no extra cost (the
+        residual norm travels with the dot products the iteration reduces
+        anyway).
 
     Returns
     -------
@@ -194,10 +201,23 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     Raises
     ------
     ConvergenceError
-        A non-positive curvature ``p.Ap`` (not SPD), a stall or ``max_iter``
-        reached; it carries the residual history.
+        A non-positive curvature ``p.Ap`` (not SPD), a non-finite residual,
+        a stall or ``max_iter`` reached; it carries the residual history
+        and the iterations.
     ConfigError
         Bad shapes, dtypes or parameters.
+    ClusterError
+        No workers, or a worker lost during the solve (named). An error
+        raised on one partition ends every partition at once and is
+        re-raised here.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp  # doctest: +SKIP
+    >>> A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")  # doctest: +SKIP
+    >>> result = conjugate_gradient(A, np.ones(1000), client=client, tol=1e-10)  # doctest: +SKIP
+    >>> result.converged, bool(np.abs(A @ result.x - 1).max() < 1e-7)  # doctest: +SKIP
+    (True, True)
     """
     from hpcgpu import _distributed_cg
 

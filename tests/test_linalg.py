@@ -134,3 +134,130 @@ def test_choose_tile_balances_the_workers_and_respects_memory():
 def test_distributed_matmul_bad_input(client, a, b, match):
     with pytest.raises(ConfigError, match=match):
         linalg.matmul(a, b, client=client)
+
+
+# -- distributed CG: SPMD ranks on the communicator ----------------------------------------------------
+@pytest.mark.parametrize("partitions", [1, 2, 3])  # 3: two ranks share a worker (threads of one task)
+def test_distributed_cg_agrees_with_the_single_process_solver_on_poisson(client, partitions):
+    from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+
+    A = poisson(24)
+    b = np.random.default_rng(11).standard_normal(576)
+    local = conjugate_gradient(CSRMatrix.from_scipy(A), b, tol=1e-10, backend="numpy")
+    distributed = linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10, backend="numba")
+    assert distributed.converged and abs(distributed.iterations - local.iterations) <= 1
+    # the same iteration, summed in another order: the recursive residuals agree to rounding all the way
+    # down; the last entry is the true residual b - A x, at 1e-10 of b mostly cancellation of x's rounding
+    steps = min(len(local.residuals), len(distributed.residuals)) - 1
+    np.testing.assert_allclose(distributed.residuals[:steps], local.residuals[:steps], rtol=1e-10)
+    assert len(distributed.residuals) == distributed.iterations + 1  # the true residual replaces the last
+    assert distributed.residuals[-1] <= 1e-10 and distributed.residuals[-1] == pytest.approx(local.residuals[-1],
+                                                                                             rel=1e-3)
+    np.testing.assert_allclose(distributed.x, local.x, rtol=0, atol=1e-12 * np.abs(local.x).max())
+
+
+def test_distributed_cg_is_bitwise_repeatable_because_every_rank_reduces_in_rank_order(client):
+    A = poisson(24)
+    b = np.random.default_rng(12).standard_normal(576)
+    first, second = (linalg.conjugate_gradient(A, b, client=client, partitions=3, tol=1e-10, backend="numba")
+                     for _ in range(2))
+    assert first.residuals == second.residuals and first.iterations == second.iterations
+    np.testing.assert_array_equal(first.x, second.x)
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 3])
+def test_distributed_cg_stops_every_rank_at_the_first_negative_curvature(client, partitions):
+    import time
+
+    from hpcgpu import _distributed_cg
+    from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+
+    A = (poisson(12) - 0.2 * sp.eye(144)).tocsr()  # two eigenvalues below zero, diagonal still positive
+    b = np.random.default_rng(5).standard_normal(144)
+    with pytest.raises(ConvergenceError) as local:
+        conjugate_gradient(CSRMatrix.from_scipy(A), b, tol=1e-10, backend="numpy")
+    assert local.value.iterations > 3  # the curvature turns negative mid-solve, not at the start
+    started = time.monotonic()
+    with pytest.raises(ConvergenceError, match="not symmetric positive definite") as info:
+        linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10, backend="numba")
+    assert time.monotonic() - started < 0.1 * _distributed_cg.TIMEOUT_S  # no rank waited for a peer that stopped
+    assert info.value.iterations == local.value.iterations
+    np.testing.assert_allclose(info.value.residuals, local.value.residuals, rtol=1e-10)
+
+
+def _executing(dask_worker):
+    return dask_worker.state.executing_count
+
+
+@pytest.mark.parametrize("partitions, failing", [(2, 1), (3, 2)])  # (3, 2): shares its worker with rank 0
+def test_a_rank_that_raises_releases_every_rank_at_once_and_its_error_reaches_the_client(
+        client, monkeypatch, partitions, failing):
+    import time
+
+    from _cg_faults import faulty_split
+
+    from hpcgpu import _distributed_cg
+
+    monkeypatch.setattr(_distributed_cg, "_split", faulty_split(_distributed_cg._split, failing, fail_after=5))
+    A = poisson(20)
+    b = np.random.default_rng(1).standard_normal(400)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="injected failure in a CG partition"):
+        linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10, backend="numba")
+    # the other ranks were waiting for the failed one: the abort, not their 300 s timeout, ended their waits
+    assert time.monotonic() - started < 0.1 * _distributed_cg.TIMEOUT_S
+    assert set(client.run(_executing).values()) == {0}  # every rank has returned: no task still runs
+    monkeypatch.undo()
+    assert linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10).converged
+
+
+
+def test_a_client_that_stops_waiting_stops_the_ranks(client, monkeypatch):
+    import time
+
+    from _cg_faults import faulty_split
+
+    from hpcgpu import _distributed_cg
+
+    def interrupted(self):
+        raise KeyboardInterrupt("the user pressed Ctrl-C")
+
+    # rank 1 crawls (0.2 s per product): left alone, the solve would run for many seconds more
+    monkeypatch.setattr(_distributed_cg, "_split", faulty_split(_distributed_cg._split, 1, pause=0.2))
+    monkeypatch.setattr(_distributed_cg._Solver, "_missing", interrupted)  # the client's first look at the workers
+    A = poisson(20)
+    b = np.random.default_rng(3).standard_normal(400)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba")
+    assert time.monotonic() - started < 10  # the session closed after its ranks returned, not after its timeout
+    assert set(client.run(_executing).values()) == {0}
+
+def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client, monkeypatch):
+    import os
+    import signal
+    import threading
+    import time
+
+    from _cg_faults import faulty_split
+
+    from hpcgpu import _distributed_cg
+    from hpcgpu.cluster import worker_info
+    from hpcgpu.errors import ClusterError
+
+    # rank 1 crawls (0.2 s per product), so the solve is still running when its worker dies
+    monkeypatch.setattr(_distributed_cg, "_split", faulty_split(_distributed_cg._split, 1, pause=0.2))
+    victim = sorted(worker_info(client))[1]  # rank 1's worker
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    killer = threading.Timer(2.0, os.kill, (pid, signal.SIGKILL))
+    A = poisson(20)
+    b = np.random.default_rng(2).standard_normal(400)
+    started = time.monotonic()
+    killer.start()
+    try:
+        with pytest.raises(ClusterError, match=f"worker {victim} left the cluster"):
+            linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba")
+        assert time.monotonic() - started < 0.1 * _distributed_cg.TIMEOUT_S
+    finally:
+        killer.join()
+        client.wait_for_workers(2, timeout=60)

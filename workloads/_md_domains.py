@@ -1,4 +1,4 @@
-"""What the slab engine (:mod:`hpcgpu.domains`) asks of the Lennard-Jones model.
+"""What the slab decomposition (:mod:`hpcgpu.partition.slabs`) asks of the Lennard-Jones model.
 
 :class:`DomainMethods` is a mixin of :class:`hpcgpu.workloads.md.LennardJones`:
 the ghost radius and migration margin of a slab, picking and joining atoms,

@@ -131,7 +131,7 @@ class NBody:
     """
 
     name = "astro"
-    decomposition = "bodies"  # how hpcgpu.distributed partitions it
+    decomposition = "bodies"  # all pairs: hpcgpu.partition.all_pairs
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
 
@@ -263,7 +263,7 @@ class NBody:
         tiny.step(tiny.initial_state(), 1e-3, 1)
         self.backend.synchronize()
 
-    # -- partitions of bodies (used by hpcgpu.distributed) -----------------------------
+    # -- partitions of bodies (hpcgpu.partition.all_pairs) -----------------------------
     def decomposition_size(self):
         return self.n
 

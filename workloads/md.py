@@ -174,7 +174,7 @@ class LennardJones(DomainMethods, DiagnosticMethods):
     """
 
     name = "md"
-    decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.domains
+    decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.partition.slabs
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
 

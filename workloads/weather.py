@@ -135,7 +135,7 @@ class ShallowWater:
     """
 
     name = "weather"
-    decomposition = "rows"  # how hpcgpu.distributed partitions it
+    decomposition = "rows"  # how hpcgpu.partition splits it (hpcgpu.partition.rows)
     field_names = ("u", "v", "h")
     cfl_limit = RK3_CFL_LIMIT
     stencil_radius = 2  # rows a tendency evaluation reads on each side
@@ -370,7 +370,7 @@ class ShallowWater:
                 - (U[1:ny + 1, 1:nx + 1] - U[0:ny, 1:nx + 1]) / self.grid.dy)
         return self.backend.to_host(xp.asarray(zeta))
 
-    # -- decomposition into row blocks (used by hpcgpu.distributed) -----------
+    # -- decomposition into row blocks (hpcgpu.partition.rows) ----------------
     def decomposition_size(self):
         """Number of rows the state is split along (the grid's ny)."""
         return self.grid.ny

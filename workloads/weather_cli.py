@@ -47,7 +47,7 @@ def run(args):
     from hpcgpu.output import ZarrWriter
     from hpcgpu.plotting import save_panels
     from hpcgpu.simulation import Simulation
-    from hpcgpu.rows import auto_steps_per_task
+    from hpcgpu.partition.rows import auto_steps_per_task
     from hpcgpu.workloads.weather import CASES, ShallowWater
 
     model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)

@@ -101,18 +101,18 @@ def measure_partitioned(backend, workers, model, state, dt, steps, *, name, budg
     """Durations of ``steps`` steps of ``model`` from ``state`` in ``workers`` partitions on a new local cluster.
 
     One core (or one GPU) per worker; each timed call scatters the state,
-    steps and waits for the last step (:func:`hpcgpu.distributed.DistributedExecutor`);
+    steps and waits for the last step (:class:`hpcgpu.partition.engine.PartitionedExecutor`);
     the cluster is closed afterwards.
     """
     from hpcgpu.cluster import cluster
-    from hpcgpu.distributed import DistributedExecutor
+    from hpcgpu.partition.engine import PartitionedExecutor
 
     gpus = backend.on_gpu and not backend.simulated
     client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
                      dashboard_address="127.0.0.1:0", quiet=True)
 
     def call():
-        executor = DistributedExecutor(client, model, state, dt, partitions=workers, name=name)
+        executor = PartitionedExecutor(client, model, state, dt, partitions=workers, name=name)
         executor.advance(steps)
         executor.synchronize()
         executor.close()

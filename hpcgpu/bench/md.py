@@ -23,7 +23,7 @@ checks) for one call, and ``seconds_per_build``.
 
 Case ``lj_liquid_slabs`` (with ``--workers N``, N >= 2): the same run on a
 local dask cluster of N workers (one core or one GPU each), the box cut into
-N slabs (:class:`hpcgpu.domains.DomainExecutor`): atoms stay on their
+N slabs (:mod:`hpcgpu.partition.slabs`): atoms stay on their
 workers, ghosts and migrants move between neighbours. Each timed call
 starts the same run on the cluster and waits for it; ``value`` is
 atom-steps per second as above, with ``ratio_to_one_process``, the rate

@@ -18,7 +18,7 @@ the JSON line says so (``targets_timed``, ``note``).
 Case ``direct_blocks`` (with ``--workers N``, N >= 2): whole leapfrog steps
 of a Plummer sphere of ``N`` bodies on a local dask cluster of N workers
 (one core or one GPU each), the bodies in N blocks
-(:class:`hpcgpu.bodies.BodyExecutor`: each step every block takes all
+(:mod:`hpcgpu.partition.all_pairs`: each step every block takes all
 positions). Each timed call starts the run on the cluster and waits for
 ``steps`` steps; ``value`` is ``N**2`` interactions per step over the time,
 with ``ratio_to_one_process`` over the ``direct`` line of the same backend,

@@ -4,10 +4,11 @@ For 1..N workers (N: the cores here, or the GPUs), each worker gets one
 core (or one GPU). Lines (metric):
 
 ``seconds_per_step``
-    wall time per time step, with the superstep split from dask's task
-    stream: ``compute_s`` (the slowest block's advance task),
-    ``halo_s`` (halo cuts and transfers on the critical path) and
-    ``scheduler_share`` (the rest of the superstep: scheduling, latency).
+    wall time per time step, split by what the ranks report of their
+    epochs: ``compute_s`` (the busiest rank's time outside message waits),
+    ``halo_s`` (that rank's time waiting for halos and reductions) and
+    ``scheduler_share`` (the share of the wall time outside the epochs:
+    submitting them, scheduling, gathering the scalars).
 ``parallel_efficiency``
     weak scaling (``per_worker`` x ``per_worker`` points per worker):
     t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
@@ -15,9 +16,9 @@ core (or one GPU). Lines (metric):
 ``imbalance`` (case ``balance``)
     a mixed cluster of a worker and one ``BALANCE_SLOWDOWN`` times slower
     (emulated: it sleeps that much longer than it computes, see
-    :data:`hpcgpu.distributed.SLOWDOWN_ENV`): the slowest block's task time
-    per superstep over the fastest's, with equal blocks and with blocks
-    sized by calibration (1 is perfect balance).
+    :data:`hpcgpu.partition.rows.SLOWDOWN_ENV`): the slowest rank's compute
+    time over the fastest's, with equal blocks and with blocks sized by
+    calibration (1 is perfect balance).
 ``speedup_vs_map_overlap``
     the same model stepped by ``dask.array.map_overlap`` once per time step
     (one graph per step, submitted and waited on), on the same workers and
@@ -35,7 +36,8 @@ import time
 
 import numpy as np
 
-from hpcgpu.distributed import DistributedExecutor, _on_worker
+from hpcgpu.partition.engine import PartitionedExecutor
+from hpcgpu.partition.engine import on_worker as _on_worker
 
 __all__ = ["run"]
 
@@ -70,32 +72,18 @@ def _model(nx, ny, dtype, backend):
                         Ly=2.0e4 * ny, peak_wavenumber=max(6.0, ny / 64))
 
 
-def _split(stream, wall, supersteps):
-    """Critical-path compute and halo time per superstep from task-stream records."""
-    compute, halo = {}, {}
-    for record in stream:
-        key = record["key"]
-        if not isinstance(key, tuple) or len(key) < 3:
-            continue
-        prefix, index = str(key[0]), key[1]
-        for event in record.get("startstops", ()):
-            duration = event["stop"] - event["start"]
-            if "-advance-" in prefix:
-                if event["action"] == "compute":
-                    compute.setdefault(index, {}).setdefault(key[2], 0.0)
-                    compute[index][key[2]] += duration
-                elif event["action"] == "transfer":
-                    halo.setdefault(index, {}).setdefault(key[2], 0.0)
-                    halo[index][key[2]] += duration
-            elif "-halo-" in prefix and event["action"] == "compute":
-                halo.setdefault(index, {}).setdefault(key[2], 0.0)
-                halo[index][key[2]] += duration
-    steps = sorted(compute)
-    critical_compute = np.mean([max(compute[s].values()) for s in steps]) if steps else float("nan")
-    critical_halo = np.mean([max(halo.get(s, {0: 0.0}).values()) for s in steps]) if steps else 0.0
-    per_superstep = wall / supersteps
-    share = max(0.0, per_superstep - critical_compute - critical_halo) / per_superstep
-    return critical_compute, critical_halo, share
+def _split(stats, wall, supersteps):
+    """Per superstep: the busiest rank's compute and message-wait time, and the share of ``wall`` outside epochs.
+
+    ``stats`` are the executor's ``epoch_stats`` of the timed steps: every
+    rank's (seconds, seconds waiting for messages) of each epoch.
+    """
+    compute = _rank_compute_times(stats)
+    busiest = int(np.argmax(compute))
+    waited = sum(epoch["ranks"][busiest][1] for epoch in stats)
+    inside = max(sum(epoch["ranks"][r][0] for epoch in stats) for r in range(len(compute)))
+    share = max(0.0, wall - inside) / wall
+    return compute[busiest] / supersteps, waited / supersteps, share
 
 
 def _mixed_cluster(slowdown):
@@ -108,7 +96,7 @@ def _mixed_cluster(slowdown):
     """
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
-    from hpcgpu.distributed import SLOWDOWN_ENV
+    from hpcgpu.partition.rows import SLOWDOWN_ENV
 
     def worker(factor):
         env = {"NUMBA_NUM_THREADS": "1", SLOWDOWN_ENV: str(factor)}
@@ -119,22 +107,14 @@ def _mixed_cluster(slowdown):
     return Client(spec)
 
 
-def _block_compute_times(stream):
-    """Mean compute time per superstep of each block (by partition index)."""
-    times = {}
-    for record in stream:
-        key = record["key"]
-        if isinstance(key, tuple) and len(key) >= 3 and "-advance-" in str(key[0]):
-            for event in record.get("startstops", ()):
-                if event["action"] == "compute":
-                    times.setdefault(key[2], []).append(event["stop"] - event["start"])
-    return {p: float(np.mean(v)) for p, v in sorted(times.items())}
+def _rank_compute_times(stats):
+    """Compute time (outside message waits) of each rank, summed over the epochs ``stats``."""
+    ranks = len(stats[0]["ranks"])
+    return [sum(epoch["ranks"][r][0] - epoch["ranks"][r][1] for epoch in stats) for r in range(ranks)]
 
 
 def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
     """Equal vs calibrated blocks on a fast + slow worker pair."""
-    from distributed import get_task_stream
-
     client = _mixed_cluster(BALANCE_SLOWDOWN)
     try:
         client.wait_for_workers(2)
@@ -142,18 +122,18 @@ def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
         state = model.initial_state()
         dt = model.suggested_dt(state, 0.4)
         for weights in (None, "calibrate"):
-            executor = DistributedExecutor(client, model, state, dt, partitions=2, steps_per_task=steps_per_task,
+            executor = PartitionedExecutor(client, model, state, dt, partitions=2, steps_per_task=steps_per_task,
                                            weights=weights, name="bench-balance")
             executor.advance(steps_per_task)
             executor.synchronize()
-            with get_task_stream(client) as stream:
-                executor.advance(steps_per_task * supersteps)
-                executor.synchronize()
-            times = _block_compute_times(stream.data)
+            done = len(executor.epoch_stats)
+            executor.advance(steps_per_task * supersteps)
+            executor.synchronize()
+            times = _rank_compute_times(executor.epoch_stats[done:])
             rows = [b - a for a, b in executor.bounds]
             recorder.add(case="balance", backend="numba", dtype=dtype, size=per_worker, metric="imbalance",
-                         value=max(times.values()) / min(times.values()), unit="1",
-                         durations=list(times.values()), weights=weights or "equal",
+                         value=max(times) / min(times), unit="1",
+                         durations=times, weights=weights or "equal",
                          rows_per_partition=rows, slowdown=BALANCE_SLOWDOWN,
                          rates=getattr(executor, "rates", None) and list(executor.rates.values()))
             executor.close()
@@ -167,24 +147,22 @@ def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
     """``repeats`` timed runs of ``supersteps`` supersteps.
 
     Returns one tuple per run: seconds per step, the critical compute and
-    halo time per superstep, and the scheduler's share.
+    halo time per superstep, and the share outside the epochs.
     """
-    from distributed import get_task_stream
-
     state = model.initial_state()
     dt = model.suggested_dt(state, 0.4)
-    executor = DistributedExecutor(client, model, state, dt, partitions=workers, steps_per_task=steps_per_task,
+    executor = PartitionedExecutor(client, model, state, dt, partitions=workers, steps_per_task=steps_per_task,
                                    name="bench-scaling")
     executor.advance(steps_per_task)  # compiles the kernels on every worker
     executor.synchronize()
     runs = []
     for _ in range(repeats):
-        with get_task_stream(client) as stream:
-            start = time.perf_counter()
-            executor.advance(steps_per_task * supersteps)
-            executor.synchronize()
-            wall = time.perf_counter() - start
-        runs.append((wall / (steps_per_task * supersteps), *_split(stream.data, wall, supersteps)))
+        done = len(executor.epoch_stats)
+        start = time.perf_counter()
+        executor.advance(steps_per_task * supersteps)
+        executor.synchronize()
+        wall = time.perf_counter() - start
+        runs.append((wall / (steps_per_task * supersteps), *_split(executor.epoch_stats[done:], wall, supersteps)))
     executor.close()
     return runs
 

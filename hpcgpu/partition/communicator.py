@@ -119,6 +119,24 @@ class _Finished(Request):
         return self.value
 
 
+class _Timed(Request):
+    """A transport's request whose waits count towards its communicator's ``wait_seconds``."""
+
+    def __init__(self, request, comm):
+        super().__init__(request.describe)
+        self.request, self.comm = request, comm
+
+    def done(self):
+        return self.request.done()
+
+    def wait(self, timeout):
+        started = time.perf_counter()
+        try:
+            return self.request.wait(timeout)
+        finally:
+            self.comm.wait_seconds += time.perf_counter() - started
+
+
 class Communicator(abc.ABC):
     """Rank ``rank`` of a group of ``size`` ranks; see the module doc for the semantics.
 
@@ -139,6 +157,7 @@ class Communicator(abc.ABC):
         self.size = size
         self.timeout = float(timeout)
         self._collectives = 0
+        self.wait_seconds = 0.0  # time this rank spent waiting for messages (the engine's exchange time)
 
     # -- what a transport provides --------------------------------------------------------
     @abc.abstractmethod
@@ -166,11 +185,17 @@ class Communicator(abc.ABC):
 
     def isend(self, obj, dest, tag):
         """Send ``obj`` to rank ``dest`` with ``tag``; returns a :class:`Request` (do not change ``obj`` before it is done)."""
-        return self._post_send(obj, self._peer("dest", dest), tag_key(tag))
+        return self._send(obj, self._peer("dest", dest), tag_key(tag))
 
     def irecv(self, source, tag):
         """Receive the next object rank ``source`` sent with ``tag``; returns a :class:`Request`."""
-        return self._post_receive(self._peer("source", source), tag_key(tag))
+        return self._receive(self._peer("source", source), tag_key(tag))
+
+    def _send(self, obj, dest, key):
+        return _Timed(self._post_send(obj, dest, key), self)
+
+    def _receive(self, source, key):
+        return _Timed(self._post_receive(source, key), self)
 
     def send(self, obj, dest, tag, timeout=None):
         """Send and wait until the send is complete."""
@@ -211,8 +236,8 @@ class Communicator(abc.ABC):
             return [value]
         key = self._collective_key("allgather")
         others = [r for r in range(self.size) if r != self.rank]
-        receives = [self._post_receive(r, key) for r in others]
-        posted = [self._post_send(value, r, key) for r in others]
+        receives = [self._receive(r, key) for r in others]
+        posted = [self._send(value, r, key) for r in others]
         gathered = dict(zip(others, self.waitall(receives, timeout)))
         gathered[self.rank] = value
         self.waitall(posted, timeout)
@@ -234,10 +259,10 @@ class Communicator(abc.ABC):
         """Every rank's ``value`` in rank order on ``root`` (None on the others)."""
         key = self._collective_key("gather")
         if self.rank != root:
-            self._post_send(value, self._peer("root", root), key).wait(self._timeout(timeout))
+            self._send(value, self._peer("root", root), key).wait(self._timeout(timeout))
             return None
         others = [r for r in range(self.size) if r != root]
-        gathered = dict(zip(others, self.waitall([self._post_receive(r, key) for r in others], timeout)))
+        gathered = dict(zip(others, self.waitall([self._receive(r, key) for r in others], timeout)))
         gathered[root] = value
         return [gathered[r] for r in range(self.size)]
 
@@ -245,9 +270,9 @@ class Communicator(abc.ABC):
         """``root``'s ``value`` on every rank."""
         key = self._collective_key("bcast")
         if self.rank == root:
-            self.waitall([self._post_send(value, r, key) for r in range(self.size) if r != root], timeout)
+            self.waitall([self._send(value, r, key) for r in range(self.size) if r != root], timeout)
             return value
-        return self._post_receive(self._peer("root", root), key).wait(self._timeout(timeout))
+        return self._receive(self._peer("root", root), key).wait(self._timeout(timeout))
 
     def barrier(self, timeout=None):
         """Return once every rank has called it."""

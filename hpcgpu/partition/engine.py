@@ -105,6 +105,7 @@ class RankResult:
     records: list = field(default_factory=list)
     seconds: float = 0.0
     steps: int = 0
+    ranks: list = None  # on rank 0: (seconds, seconds waiting for messages) of every rank
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,9 @@ def _run_program(context, carried, program):
         else:  # pragma: no cover - the client builds programs
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()
-    return RankResult(carried, records, time.perf_counter() - started, steps)
+    seconds = time.perf_counter() - started
+    ranks = comm.gather((seconds, comm.wait_seconds))
+    return RankResult(carried, records, seconds, steps, ranks)
 
 
 def _run_rank(spec, session, rank, carried, program, worker=None):
@@ -226,7 +229,7 @@ def _raise_root_cause(errors):
 def _records(results):
     """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
     first = results[0]
-    return first.records, first.seconds, first.steps
+    return first.records, first.seconds, first.steps, first.ranks
 
 
 def _host_blocks(spec, results):
@@ -263,6 +266,10 @@ class Decomposition:
     def sizes(self):  # pragma: no cover - interface
         """Items per rank at the start (``bounds``-like pairs for describe and the dashboard)."""
         raise NotImplementedError
+
+    def describe(self):
+        """Facts of the layout for the run's summary (beside partitions and sizes)."""
+        return {}
 
     # rank side
     def resume(self, context, carried):
@@ -402,6 +409,8 @@ class PartitionedExecutor:
         self._seconds_per_step = None
         self._closed = False
         self._failure = None
+        # per finished epoch: its steps and every rank's (seconds, seconds waiting for messages)
+        self.epoch_stats = []
 
     # -- what the driver calls -------------------------------------------------------------------------
     @property
@@ -497,7 +506,8 @@ class PartitionedExecutor:
         return {"executor": "distributed", "engine": "spmd", "transport": "dask",
                 "backend": self.model.backend_request, "partitions": self.partitions,
                 "steps_per_task": self.steps_per_task, "workers": len(self.workers),
-                f"{self.unit}_per_partition": [b - a for a, b in self.bounds], "epochs": self.epoch}
+                f"{self.unit}_per_partition": [b - a for a, b in self.bounds], "epochs": self.epoch,
+                **self.decomposition.describe()}
 
     def close(self):
         """Release the partitions and end the communicator session."""
@@ -551,8 +561,9 @@ class PartitionedExecutor:
         """Wait for one epoch, file its records and learn its speed (raises on a failed epoch)."""
         _, steps, records, results = entry
         self._wait([records, *results.values()])
-        found, seconds, done = self._gather([records])[0]
+        found, seconds, done, ranks = self._gather([records])[0]
         self._ready.extend(found)
+        self.epoch_stats.append({"steps": done, "seconds": seconds, "ranks": ranks})
         if done:
             rate = seconds / done
             self._seconds_per_step = rate if self._seconds_per_step is None else 0.5 * (self._seconds_per_step + rate)

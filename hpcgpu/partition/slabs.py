@@ -223,6 +223,9 @@ class SlabDecomposition(Decomposition):
         """Atoms per slab at the start (known once the state is split)."""
         return [(0, n) for n in self.counts] or [(0, 0)] * self.slabs.count
 
+    def describe(self):
+        return {"slab_edges": list(self.slabs.bounds)}
+
     def join(self, model, host_blocks):
         """The atoms of every slab in id order (the order of the single-partition state)."""
         state = model.concat_blocks(host_blocks)

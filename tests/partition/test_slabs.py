@@ -1,0 +1,86 @@
+"""Slabs on the engine: ghosts, migration and one rebuild decision; the single run to rounding."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from hpcgpu import Simulation
+from hpcgpu.errors import ConfigError, UnstableSimulation
+from hpcgpu.partition.slabs import Slabs, _send_lists
+from hpcgpu.workloads.md import LennardJones
+
+
+@pytest.fixture(scope="module")
+def liquid():
+    """A melted Lennard-Jones liquid (from the fcc lattice, 400 local steps)."""
+
+    def make(n_cells, thermostat):
+        model = LennardJones(n_cells, temperature=1.44, thermostat=thermostat, backend="numba", seed=3)
+        return model, model.step(model.initial_state(), 0.005, 400)
+
+    return make
+
+
+@pytest.mark.parametrize("partitions, thermostat", [(2, "none"), (3, "none"), (4, "none"), (2, "langevin")])
+def test_md_slabs_reproduce_the_single_run_with_atoms_migrating(client, liquid, partitions, thermostat):
+    model, state = liquid({3: 6, 4: 8}.get(partitions, 5), thermostat)
+    reference = Simulation(model, state, dt=0.005, stop_steps=100, progress=False).run()
+    sim = Simulation(model, state, dt=0.005, stop_steps=100, progress=False, client=client,
+                     partitions=partitions).run()
+    # Chaotic dynamics amplify the rounding of another summation order: ~1e-14 after 100 steps.
+    for name in ("positions", "velocities", "forces"):
+        np.testing.assert_allclose(getattr(sim.state, name), getattr(reference.state, name), rtol=0, atol=1e-9,
+                                   err_msg=name)
+    np.testing.assert_array_equal(sim.state.images, reference.state.images)
+    np.testing.assert_array_equal(sim.state.ids, reference.state.ids)
+    expected = reference.diagnostics.sel(time=sim.diagnostics.time)
+    for key in ("energy", "temperature", "pressure", "msd"):
+        np.testing.assert_allclose(sim.diagnostics[key], expected[key], rtol=1e-10, err_msg=key)
+    summary = sim.summary()
+    assert sum(summary["atoms_per_partition"]) == model.n and len(summary["slab_edges"]) == partitions + 1
+    # Atoms crossed slab borders (they migrated between partitions) during the run.
+    slab = np.searchsorted(summary["slab_edges"][1:-1], state.positions[2], side="right")
+    slab_after = np.searchsorted(summary["slab_edges"][1:-1], sim.state.positions[2], side="right")
+    assert (slab != slab_after).sum() > 0
+    sim.close()
+
+
+def test_md_slabs_refuse_slabs_thinner_than_the_ghost_radius(client):
+    model = LennardJones(5, temperature=1.0, backend="numba")  # box side 8.4: two slabs at most
+    with pytest.raises(ConfigError, match=r"partitions=3 .* at least cutoff \+ 2 skin = 3.1.* at most 2 partitions"):
+        Simulation(model, dt=0.005, client=client, partitions=3)
+    with pytest.raises(ConfigError, match="steps_per_task must be 1 for md"):
+        Simulation(model, dt=0.005, client=client, partitions=2, steps_per_task=2)
+    with pytest.raises(ConfigError, match="weights='calibrate' is only available for grid models"):
+        Simulation(model, dt=0.005, client=client, partitions=2, weights="calibrate")
+
+
+def test_slabs_find_ghosts_across_the_periodic_edge():
+    slabs = Slabs((0.0, 4.0, 8.0, 12.0), axis=2, length=12.0)
+    z = np.array([0.5, 3.9, 4.0, 7.0, 8.5, 11.9])
+    assert slabs.of(np, z).tolist() == [0, 0, 1, 1, 2, 2]
+    # slab 0 sees the top of slab 2 through the periodic edge and the bottom of slab 1
+    assert slabs.near(np, z, 0, 1.0).tolist() == [True, True, True, False, False, True]
+    assert slabs.neighbours(0) == (1, 2) and Slabs((0.0, 6.0, 12.0), 2, 12.0).neighbours(1) == (0,)
+
+
+def test_a_rebuild_keeps_ghost_lists_in_the_order_the_neighbours_assembled():
+    model = LennardJones(4, temperature=1.0, backend="numpy")  # ghost radius 2.5 + 0.3
+    slabs = Slabs((0.0, 10.0, 20.0, 30.0), axis=2, length=30.0)
+
+    def settled(z):
+        block = model.select_atoms(model.initial_state(), np.arange(len(z)))
+        positions = block.positions.copy()
+        positions[2] = z
+        return replace(block, positions=positions)
+
+    # partition 1 after settling: four staying atoms, then one from slab 0 and one from slab 2
+    state = settled([10.5, 19.5, 15.0, 12.0, 10.1, 19.9])
+    arrivals = [model.select_atoms(state, np.array([4])), model.select_atoms(state, np.array([5]))]
+    sends = _send_lists(model, slabs, 1, state, 4, arrivals)
+    assert [s.tolist() for s in sends] == [[0, 3, 4], [1, 5]]
+    # an atom from slab 2 that ended up near slab 0: slab 0 could not have assembled it
+    state = settled([10.5, 19.5, 15.0, 12.0, 10.1, 11.0])
+    with pytest.raises(UnstableSimulation, match="partition 1: the ghosts of partition 0"):
+        _send_lists(model, slabs, 1, state, 4, arrivals)
