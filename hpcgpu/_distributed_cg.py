@@ -433,9 +433,10 @@ class _Solver:
         from distributed import wait
 
         while True:
-            try:
-                wait(futures, timeout=_POLL_S, return_when="FIRST_EXCEPTION")
-            except Exception:  # noqa: BLE001 - dask's TimeoutError: not done yet
+            pending = [f for f in futures if f.status == "pending"]
+            try:  # wakes on the first to finish or fail (dask has no FIRST_EXCEPTION)
+                wait(pending, timeout=_POLL_S, return_when="FIRST_COMPLETED")
+            except Exception:  # noqa: BLE001 - a timeout (not done yet) or cancelled futures (seen below)
                 pass
             if any(f.status in ("error", "cancelled", "lost") for f in futures):
                 self._raise_failure(futures)

@@ -98,11 +98,13 @@ def _jsonable(value):
 
 def measure_partitioned(backend, workers, model, state, dt, steps, *, name, budget_s, min_repeats=2,
                         max_repeats=5):
-    """Durations of ``steps`` steps of ``model`` from ``state`` in ``workers`` partitions on a new local cluster.
+    """Durations of ``steps`` steps of ``model`` in ``workers`` partitions on a new local cluster.
 
-    One core (or one GPU) per worker; each timed call scatters the state,
-    steps and waits for the last step (:class:`hpcgpu.partition.engine.PartitionedExecutor`);
-    the cluster is closed afterwards.
+    One core (or one GPU) per worker. The partitions are set up once from
+    ``state`` (:class:`hpcgpu.partition.engine.PartitionedExecutor`) and
+    warmed up by one untimed call (compiling the kernels on every worker);
+    each timed call then advances ``steps`` more steps and waits for them,
+    as a long run does. The cluster is closed afterwards.
     """
     from hpcgpu.cluster import cluster
     from hpcgpu.partition.engine import PartitionedExecutor
@@ -110,18 +112,20 @@ def measure_partitioned(backend, workers, model, state, dt, steps, *, name, budg
     gpus = backend.on_gpu and not backend.simulated
     client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
                      dashboard_address="127.0.0.1:0", quiet=True)
-
-    def call():
-        executor = PartitionedExecutor(client, model, state, dt, partitions=workers, name=name)
-        executor.advance(steps)
-        executor.synchronize()
-        executor.close()
-
+    executor = None
     try:
         client.wait_for_workers(workers)
+        executor = PartitionedExecutor(client, model, state, dt, partitions=workers, name=name)
+
+        def call():
+            executor.advance(steps)
+            executor.synchronize()
+
         return measure(call, synchronize=lambda: None, budget_s=budget_s, min_repeats=min_repeats,
                        max_repeats=max_repeats)
     finally:
+        if executor is not None:
+            executor.close()
         local = client.cluster
         client.close()
         local.close()

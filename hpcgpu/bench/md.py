@@ -24,8 +24,9 @@ checks) for one call, and ``seconds_per_build``.
 Case ``lj_liquid_slabs`` (with ``--workers N``, N >= 2): the same run on a
 local dask cluster of N workers (one core or one GPU each), the box cut into
 N slabs (:mod:`hpcgpu.partition.slabs`): atoms stay on their
-workers, ghosts and migrants move between neighbours. Each timed call
-starts the same run on the cluster and waits for it; ``value`` is
+workers, ghosts and migrants move between neighbours. The partitions are
+set up once and warmed up by one untimed call; each timed call advances
+``steps`` more steps of that run and waits for them; ``value`` is
 atom-steps per second as above, with ``ratio_to_one_process``, the rate
 over the ``lj_liquid`` line of the same backend and dtype in this run.
 
@@ -191,7 +192,7 @@ def _lj_liquid_slabs(recorder, backend, dtype, requested, steps, budget_s, worke
                  metric="atom_steps_per_s", value=rate, unit="1/s", durations=durations, steps_per_call=steps,
                  seconds_per_step=median / steps, workers=workers, partitions=workers,
                  ratio_to_one_process=None if one_process is None else rate / one_process,
-                 note="each call scatters the initial state to the workers and waits for the last step")
+                 note="the partitions are set up once; each call advances them and waits for the last step")
 
 
 def run(recorder, backends, *, sizes=(32000,), dtypes=("float32",), steps=100, budget_s=20.0, workers=None):

@@ -73,6 +73,7 @@ class Session:
     id: str
     addresses: tuple
     timeout: float = DEFAULT_TIMEOUT_S
+    direct: tuple = ()  # each rank's worker's direct listener ("host:port"), or None: the dask path
 
     @property
     def size(self):
@@ -181,6 +182,8 @@ class CommExtension:
         self._lock = threading.Lock()
         self._mailboxes = {}
         self._outbound = {}
+        self._links = {}
+        self._listener = None
         worker.handlers[STREAM_OP] = self.serve_stream
         worker.stream_handlers[ABORT_OP] = self.abort_from_scheduler
 
@@ -200,6 +203,43 @@ class CommExtension:
     def sessions(self):
         with self._lock:
             return list(self._mailboxes)
+
+    # -- the direct path (hpcgpu.partition.direct_comm) ----------------------------------------
+    def listener(self):
+        """This worker's direct listener (started on first use), or None where the fast path is off."""
+        from hpcgpu.partition.direct_comm import Listener, direct_enabled
+
+        with self._lock:
+            if self._listener is None and direct_enabled(self.worker.address):
+                def finished(session, source):
+                    box = self.mailbox(session)
+                    with box.condition:
+                        box.finished.add(source)
+
+                self._listener = Listener(self.worker, lambda session, dest, source, key, obj:
+                                          self.mailbox(session).put(dest, source, key, obj),
+                                          lambda session, reason: self.mailbox(session).abort(reason), finished)
+            return self._listener
+
+    def link(self, session, source, address):
+        """The connection of rank ``source`` of ``session`` to the listener at ``address`` (made on first use)."""
+        from hpcgpu.partition.direct_comm import Link
+
+        key = (session, source, address)
+        with self._lock:
+            link = self._links.get(key)
+        if link is None:
+            listener = self.listener()
+            link = Link(address, session, source, None if listener is None else listener.client_ssl)
+            with self._lock:
+                link = self._links.setdefault(key, link)
+        return link
+
+    def close_links(self, session):
+        with self._lock:
+            links = [self._links.pop(k) for k in [k for k in self._links if k[0] == session]]
+        for link in links:
+            link.close()
 
     def abort_from_scheduler(self, session=None, reason=None, **_):
         """Stream handler: the scheduler says a worker of ``session`` left the cluster."""
@@ -305,6 +345,17 @@ class DaskCommunicator(Communicator):
             # a rank on this same worker: straight into the mailbox (nothing to serialise)
             self._mailbox.put(dest, self.rank, key, obj)
             return _Finished(f"a send to rank {dest} tagged {key!r}")
+        direct = self.session.direct[dest] if self.session.direct else None
+        if direct is not None:
+            # from this thread, on its own socket: no event loop in between (direct_comm)
+            try:
+                self._extension.link(self.session.id, self.rank, direct).send(dest, key, obj)
+            except OSError as error:
+                reason = f"rank {self.rank} could not send to rank {dest} ({type(error).__name__}: {error})"
+                self._mailbox.abort(reason)
+                raise CommAborted(reason, rank=self.rank) from error
+            self.check()
+            return _Finished(f"a send to rank {dest} tagged {key!r}")
         future = self._extension.post(self._extension.send(self.session.id, self.rank, dest, address, key, obj))
         return _Send(future, self._mailbox, dest, key, self.rank)
 
@@ -338,6 +389,7 @@ class DaskCommunicator(Communicator):
 
     def close(self):
         """Say goodbye on this worker's streams of the session and close them (the end of the session)."""
+        self._extension.close_links(self.session.id)
         try:
             self._extension.post(self._extension.close_streams(self.session.id)).result(2 * _NOTIFY_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - closing is best effort
@@ -444,15 +496,27 @@ class CommSchedulerPlugin(SchedulerPlugin):
             del self.sessions[session]
 
 
-def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S):
+def _direct_listener(dask_worker):
+    listener = _extension(dask_worker).listener()
+    return None if listener is None else listener.address
+
+
+def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
     """A new :class:`Session` of the workers at ``addresses`` (rank order), plugins installed.
+
+    ``direct=False`` keeps every message on dask's comm layer (the direct
+    socket path of :mod:`hpcgpu.partition.direct_comm` is used otherwise
+    wherever the workers speak tcp or tls).
 
     The scheduler plugin needs hpcgpu importable on the scheduler; without
     it lost workers are still noticed (closed streams, timeouts) and a
     warning says what is missing.
     """
-    session = Session(uuid.uuid4().hex, tuple(addresses), float(timeout))
     client.register_plugin(CommWorkerPlugin())
+    listeners = client.run(_direct_listener, workers=sorted(set(addresses))) if direct else {}
+    direct = tuple(listeners.get(a) for a in addresses)
+    session = Session(uuid.uuid4().hex, tuple(addresses), float(timeout),
+                      direct if any(d is not None for d in direct) else ())
     try:
         client.register_plugin(CommSchedulerPlugin())
         client.sync(client.scheduler.hpcgpu_comm_register, session=session.id, workers=list(session.addresses))

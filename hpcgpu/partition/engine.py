@@ -574,10 +574,12 @@ class PartitionedExecutor:
 
         alive_checked = time.monotonic()
         while True:
-            try:
-                wait(futures, timeout=_POLL_S, return_when="FIRST_EXCEPTION")
-            except Exception:  # noqa: BLE001 - dask's TimeoutError: not done yet
-                pass
+            pending = [f for f in futures if f.status == "pending"]
+            if pending:
+                try:  # wakes on the first to finish or fail (dask has no FIRST_EXCEPTION)
+                    wait(pending, timeout=_POLL_S, return_when="FIRST_COMPLETED")
+                except Exception:  # noqa: BLE001 - a timeout (not done yet) or cancelled futures (seen below)
+                    pass
             failed = [f for f in futures if f.status in ("error", "cancelled", "lost")]
             if failed:
                 self._fail(failed, futures)

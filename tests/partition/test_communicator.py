@@ -34,9 +34,11 @@ def _rank_task(session, rank, function, *args):
     return function(communicator(session, rank), *args)
 
 
-@pytest.fixture
-def session(client):
-    session = open_session(client, sorted(worker_info(client)), timeout=30)
+@pytest.fixture(params=["direct", "dask"])
+def session(client, request):
+    """A session on each path: the direct sockets (tcp/tls clusters) and dask's comm layer (all others)."""
+    session = open_session(client, sorted(worker_info(client)), timeout=30, direct=request.param == "direct")
+    assert bool(session.direct) == (request.param == "direct")
     yield session
     close_session(client, session)
 
@@ -308,3 +310,63 @@ def test_tags_travel_as_strings():
     assert tag_key(("halo", 2)) == "halo|2" and tag_key("x") == "x"
     with pytest.raises(ConfigError):
         tag_key(None)
+
+
+def test_a_tls_cluster_talks_over_its_own_certificates():
+    """On tls:// the direct path wraps its sockets with the cluster's TLS contexts; the dask path is TLS anyway."""
+    from hpcgpu.cluster import close_client, cluster
+
+    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
+                     quiet=True)
+    try:
+        for direct in (True, False):
+            session = open_session(client, sorted(worker_info(client)), timeout=30, direct=direct)
+            try:
+                assert all(session.addresses) and bool(session.direct) == direct
+                results, _ = _on_ranks(client, session, _ping_pong, 3)
+                assert results[0][2] == [[10 * k] * 3 for k in range(3)]
+            finally:
+                close_session(client, session)
+    finally:
+        close_client(client)
+
+
+def _messages_of(session_id, dask_worker=None):
+    from hpcgpu.partition.dask_comm import EXTENSION
+
+    box = dask_worker.extensions[EXTENSION].mailbox(session_id)
+    return sum(len(q) for q in box.queues.values()), box.aborted
+
+
+def test_the_direct_path_refuses_a_plain_connection_on_tls():
+    """A frame sent in the clear to a tls:// worker's direct listener is never delivered."""
+    import pickle
+    import socket
+    import struct
+
+    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.partition.dask_comm import _direct_listener
+    from hpcgpu.partition.direct_comm import encode
+
+    secure = cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
+                     quiet=True)
+    try:
+        (address,) = secure.run(_direct_listener).values()
+        host, port = address.rsplit(":", 1)
+        hello = pickle.dumps(("intruder-session", 1))
+        data, _ = encode("forged")
+        header = pickle.dumps((0, "tag", []))
+        frame = (struct.pack("!I", len(hello)) + hello + b"D" + struct.pack("!II", len(header), len(data))
+                 + header + data)
+        with socket.create_connection((host, int(port)), timeout=5) as plain:
+            try:
+                plain.sendall(frame)
+                plain.settimeout(5)
+                plain.recv(100)
+            except OSError:
+                pass  # reset by the TLS handshake's failure
+        time.sleep(0.5)
+        (count, _), = secure.run(_messages_of, "intruder-session").values()
+        assert count == 0
+    finally:
+        close_client(secure)
