@@ -60,6 +60,7 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic
 
 from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels._threads import adaptive_threads
 from hpcgpu.kernels.md import _cells, _physics
 
 FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
@@ -456,6 +457,7 @@ measured at 32,000 atoms (radius 2.8, 2 threads), a build took 10.8 ms with
 than 1)."""
 
 
+@adaptive_threads(key=lambda positions, *rest: positions.shape[1])
 def build_neighbors(positions, box, radius, neighbors_out, counts_out):
     """Full neighbour list from cell lists; see ``_numpy.build_neighbors``."""
     dtype = positions.dtype
@@ -603,6 +605,7 @@ def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, interi
         restore_fp_mode(fp_mode)
 
 
+@adaptive_threads(key=lambda positions, *rest: positions.shape[1])
 def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
            forces_out, energy_out, virial_out):
     """Lennard-Jones forces from a full neighbour list; see ``_numpy.forces``."""

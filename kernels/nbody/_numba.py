@@ -50,6 +50,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
 from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels._threads import adaptive_threads
 from hpcgpu.kernels.nbody import _physics
 
 FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
@@ -220,6 +221,7 @@ def _chunks(n_targets):
     return max(1, min(n_targets, 8 * numba.get_num_threads()))
 
 
+@adaptive_threads(key=lambda targets, sources, *rest: (targets.shape[1], sources.shape[1]))
 def direct(target_positions, source_positions, source_masses, eps2, G, self_offset, acc_out, pot_out):
     """Softened accelerations (and potentials) on the targets; see ``_numpy.direct``."""
     dtype = source_positions.dtype

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels._threads import adaptive_threads
 from hpcgpu.kernels.stencil import _physics
 from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
 
@@ -279,6 +280,7 @@ def _chunks(rows):
     return max(1, min(rows // 8, 4 * numba.get_num_threads()))
 
 
+@adaptive_threads(key=lambda *args: args[5].shape)
 def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
                         f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
     """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``."""
@@ -358,6 +360,7 @@ def _diffuse_kernel(src, dst, cx, cy, bc_x, bc_s, bc_n, value):
         restore_fp_mode(fp_mode)
 
 
+@adaptive_threads(key=lambda field, work, cx, cy, steps, *rest: (field.shape, steps))
 def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
     """``steps`` explicit diffusion steps; returns the buffer holding the result.
 
@@ -402,6 +405,7 @@ def _laplacian_kernel(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value):
         restore_fp_mode(fp_mode)
 
 
+@adaptive_threads(key=lambda field, *rest: field.shape)
 def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     """Five-point Laplacian into ``out``; see ``_numpy.laplacian``."""
     t = field.dtype.type
@@ -409,6 +413,7 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     return out
 
 
+@adaptive_threads(key=lambda *args: args[0].shape)
 def shallow_water_rk3_step(*args):
     """One whole SSP-RK3 step in one sweep; see ``_numba_rk3.shallow_water_rk3_step``.
 

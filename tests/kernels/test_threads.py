@@ -1,0 +1,86 @@
+"""Kernels pick one thread or all by timing both, and give bitwise the same results either way."""
+
+import numba
+import numpy as np
+import pytest
+
+from hpcgpu.kernels import _threads, nbody, stencil
+
+needs_two = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one Numba thread: nothing to choose")
+
+
+def _on_threads(count, function):
+    previous = numba.get_num_threads()
+    numba.set_num_threads(count)
+    try:
+        return function()
+    finally:
+        numba.set_num_threads(previous)
+
+
+@needs_two
+def test_every_adaptive_kernel_gives_the_same_bits_on_one_thread_and_all(rng):
+    """The choice follows the machine's load, so it must never change a result."""
+    most = numba.config.NUMBA_NUM_THREADS
+    field = rng.random((96, 80))
+    x, m = rng.standard_normal((3, 500)), rng.random(500)
+    from hpcgpu.workloads.md import LennardJones
+    from hpcgpu.workloads.weather import ShallowWater
+
+    weather = ShallowWater("turbulence", nx=64, ny=96, backend="numba")
+    liquid = LennardJones(4, temperature=1.5, backend="numba")
+    cases = {
+        "diffuse": lambda: stencil.diffuse(field, diffusivity=0.2, dt=1.0, steps=7, backend="numba"),
+        "laplacian": lambda: stencil.laplacian(field, backend="numba"),
+        "rk3 step": lambda: weather.step(weather.initial_state(), 30.0, 3).h.copy(),
+        "gravity": lambda: nbody.accelerations(x, m, softening=0.05, backend="numba"),
+        "lennard-jones": lambda: liquid.step(liquid.initial_state(), 0.005, 20).forces.copy(),
+    }
+    for name, case in cases.items():
+        one, every = _on_threads(1, case), _on_threads(most, case)
+        np.testing.assert_array_equal(one, every, err_msg=name)
+
+
+def test_a_call_site_times_both_settings_then_keeps_the_faster(monkeypatch):
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", max(2, numba.config.NUMBA_NUM_THREADS))
+    most = numba.config.NUMBA_NUM_THREADS
+    seen = []
+    clock = [0.0]
+    monkeypatch.setattr(_threads.time, "perf_counter", lambda: clock[0])
+    state = {"threads": most}
+
+    def set_threads(n):
+        state["threads"] = n
+
+    monkeypatch.setattr(_threads.numba, "set_num_threads", set_threads)
+    monkeypatch.setattr(_threads.numba, "get_num_threads", lambda: state["threads"])
+
+    @_threads.adaptive_threads(key=lambda size: size)
+    def kernel(size):
+        used = state["threads"]
+        seen.append(used)
+        clock[0] += 1.0 if used == 1 else 3.0  # all threads are slower here (a loaded machine)
+        return used
+
+    for _ in range(2 * _threads.TRIALS):
+        kernel(10)
+    assert sorted(seen) == [1] * _threads.TRIALS + [most] * _threads.TRIALS
+    assert {kernel(10) for _ in range(5)} == {1}  # the faster one, from now on
+    assert state["threads"] == most  # the caller's own setting is restored after every call
+    clock[0] += 1000.0  # past the recheck: measured again
+    seen.clear()
+    for _ in range(2 * _threads.TRIALS):
+        kernel(10)
+    assert most in seen
+    assert kernel(99) in (1, most) and len(_threads.choices()) >= 1
+
+
+def test_a_caller_that_set_its_own_thread_count_is_left_alone(monkeypatch):
+    calls = []
+
+    @_threads.adaptive_threads(key=lambda: 0)
+    def kernel():
+        calls.append(numba.get_num_threads())
+
+    _on_threads(1, kernel)
+    assert calls == [1]
