@@ -1,23 +1,27 @@
 """``hpcgpu plan --check``: the plan's model against a measured run on this machine.
 
-On a local CPU cluster of 1 and 2 workers (one thread each) it measures the
-device profile the model needs, on the spot:
+On a local CPU cluster of 2 workers (one thread each) it measures, on the
+spot, every figure the model takes from the machine:
 
 - copy bandwidth per worker with :func:`hpcgpu.bench.harness.copy_bandwidth`
   on a working set far beyond the caches (256 MiB), the memory bandwidth
-  that the documented kernel fraction is relative to (it was measured at
-  4096^2, 805 MB), with P workers copying at once for the P-worker
-  prediction (CPU workers share one memory system);
-- dask's cost per task and per dependent level, by timing supersteps of
-  empty tasks shaped like the engine's (P advances, 2P halo cuts);
-- dask's cost of one worker-to-worker transfer and the bandwidth beyond it
-  (a tiny and a 64 MiB array fetched by the other worker);
+  that the documented kernel fraction is relative to, with P workers
+  copying at once for the P-worker prediction (CPU workers share one
+  memory system);
+- the communicator's latency per message and bandwidth, from ping-pong
+  round trips of 4 KiB and 1 MiB between the two workers (the halo
+  messages of the default grid are ~0.9 MB), with
+  :func:`hpcgpu.bench.comm.measure`, the measurement of ``hpcgpu bench
+  comm``; and its scalar allreduce, for the record;
+- the engine's cost per epoch on 1 and on 2 workers: epochs that only
+  check the health of a tiny grid, submitted and waited for one at a time;
 
 keeps the kernel's fraction of its roofline from ``docs/benchmarks.md``
 (the named ``cpu`` profile: the fused step's share of the flop peak),
-predicts the seconds per step of the weather
-model, then runs that model on the engine (the ``hpcgpu bench scaling``
-measurement) and reports the relative error of each prediction.
+predicts the seconds per step of the weather model on 1 and 2 workers, then
+runs that model on the engine, one epoch of ``supersteps`` supersteps at a
+time as the prediction assumes, and reports the relative error of each
+prediction.
 """
 
 import os
@@ -27,26 +31,20 @@ from dataclasses import replace
 import numpy as np
 
 from hpcgpu._plan_workloads import Weather
-from hpcgpu._profiles import DEVICES, LINKS
+from hpcgpu._profiles import DEVICES, LINKS, LinkProfile
 from hpcgpu.cluster import worker_info
 from hpcgpu.plan import SchedulerModel
 
-__all__ = ["check_against_this_machine", "format_check"]
+__all__ = ["check_against_this_machine", "fit_link", "format_check"]
 
 COPY_WORKING_SET = 256 * 2 ** 20
 """Bytes each worker copies to measure its memory bandwidth: beyond the caches."""
 
+MESSAGE_SIZES = (4096, 2 ** 20)
+"""Round-trip sizes (bytes) the link is fitted to: latency from the small, bandwidth between the two."""
 
-def _noop(*inputs):
-    return 0
-
-
-def _payload(nbytes):
-    return np.ones(nbytes, dtype=np.uint8)
-
-
-def _nbytes(array):
-    return int(array.nbytes)
+_COMM_REPEATS = 50
+_EPOCH_REPEATS = 9
 
 
 def _copy_rate(nbytes, seconds):
@@ -67,67 +65,68 @@ def _copy_bandwidth(client, workers, nbytes, seconds=0.6):
     return float(np.mean(client.gather(futures)))
 
 
-def _superstep_time(client, workers, partitions, supersteps=40):
-    """Seconds per superstep of empty tasks shaped like RowExecutor's (P advances, 2P halo cuts)."""
-    owner = [workers[p % len(workers)] for p in range(partitions)]
-    blocks = [client.submit(_noop, p, workers=[owner[p]], pure=False) for p in range(partitions)]
-    client.gather(blocks)
-    start = time.perf_counter()
-    for _ in range(supersteps):
-        new = []
-        for p in range(partitions):
-            inputs = [blocks[p]]
-            if partitions > 1:
-                south, north = (p - 1) % partitions, (p + 1) % partitions
-                inputs += [client.submit(_noop, blocks[q], workers=[owner[q]], pure=False) for q in (south, north)]
-            new.append(client.submit(_noop, *inputs, workers=[owner[p]], pure=False))
-        blocks = new
-    client.gather(blocks)
-    return (time.perf_counter() - start) / supersteps
+def fit_link(round_trips, name="measured"):
+    """A LinkProfile from ping-pong round trips ``{size in bytes: seconds}`` (two sizes or more).
 
+    One way, a message of ``n`` bytes takes ``latency + n / bandwidth``: the
+    bandwidth comes from the smallest and the largest size, the latency from
+    the smallest. A noisy pair that makes the larger message no slower is
+    credited with at most 64 GB/s.
 
-def _fetch_time(client, source, worker, repeats):
-    """Median seconds to run a task on ``worker`` that takes ``source`` as input."""
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        client.submit(_nbytes, source, workers=[worker], pure=False).result()
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples))
-
-
-def _transfer_costs(client, workers, nbytes=64 * 2 ** 20, repeats=5):
-    """dask's cost of one worker-to-worker transfer (s) and the bandwidth beyond it (B/s).
-
-    A task that takes a tiny array from the other worker, against the same
-    task on the worker that holds it, gives the cost per transfer; a 64 MiB
-    array against the tiny one gives the bandwidth.
+    Examples
+    --------
+    >>> link = fit_link({4096: 0.36e-3, 2 ** 20: 0.92e-3})
+    >>> round(link.bandwidth / 1e9, 2), round(link.latency_s * 1e6)
+    (3.73, 179)
     """
-    tiny = client.submit(_payload, 1024, workers=[workers[0]], pure=False)
-    big = client.submit(_payload, nbytes, workers=[workers[0]], pure=False)
-    client.gather([tiny, big])
-    local = _fetch_time(client, tiny, workers[0], repeats)
-    remote = [_fetch_time(client, tiny, workers[1], 1) for _ in range(repeats)]
-    bulk = []
-    for _ in range(repeats):
-        # a fresh array each time: dask keeps a copy on the worker that fetched it
-        big = client.submit(_payload, nbytes, workers=[workers[0]], pure=False)
-        client.gather(big)
-        bulk.append(_fetch_time(client, big, workers[1], 1))
-        tiny = client.submit(_payload, 1024, workers=[workers[0]], pure=False)
-        client.gather(tiny)
-        remote.append(_fetch_time(client, tiny, workers[1], 1))
-    remote = float(np.median(remote))
-    # a noisy machine can make the difference tiny: never credit more than 1 ms per 64 MiB
-    bandwidth = (nbytes - 1024) / max(float(np.median(bulk)) - remote, nbytes / 64e9)
-    return max(0.0, remote - local), bandwidth
+    small, large = min(round_trips), max(round_trips)
+    extra = (large - small) * 2  # both ways
+    bandwidth = extra / max(round_trips[large] - round_trips[small], extra / 64e9)
+    latency = max(0.0, round_trips[small] / 2 - small / bandwidth)
+    return LinkProfile(name, bandwidth, latency,
+                       f"measured: round trips of {small} and {large} bytes through the communicator")
+
+
+def _measure_link(client, workers, repeats=_COMM_REPEATS):
+    """The communicator between the two workers: a fitted LinkProfile and the raw medians."""
+    from hpcgpu.bench.comm import measure
+
+    measured = measure(client, workers[:2], MESSAGE_SIZES, repeats, collectives=True)
+    round_trips = {size: float(np.median([np.median(by_size[size]) for by_size in measured["pairs"].values()]))
+                   for size in MESSAGE_SIZES}
+    link = fit_link(round_trips, "tcp-local (measured now)")
+    link = replace(link, source=f"measured: hpcgpu plan --check ({link.source.split(': ', 1)[1]})")
+    return link, {f"round_trip_{size}_s": seconds for size, seconds in round_trips.items()} | {
+        "allreduce_s": float(np.median(measured["allreduce"]))}
+
+
+def _epoch_overhead(client, partitions, dtype, repeats=_EPOCH_REPEATS):
+    """Median seconds of an epoch that does almost nothing (a health check of a tiny grid), waited for at once."""
+    from hpcgpu.bench.scaling import _model
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    model = _model(32, 64, dtype, "numba")
+    state = model.initial_state()
+    executor = PartitionedExecutor(client, model, state, model.suggested_dt(state, 0.4), partitions=partitions,
+                                   steps_per_task=1, name="plan-check-epoch")
+    try:
+        executor.health()  # the first epoch loads the model on the workers
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            executor.request_health(executor.step)
+            executor.collect(block=True)
+            samples.append(time.perf_counter() - start)
+    finally:
+        executor.close()
+    return float(np.median(samples))
 
 
 def _relative_error(predicted, measured):
     return (predicted - measured) / measured
 
 
-def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="float32", supersteps=6):
+def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="float32", supersteps=12, repeats=3):
     """Predicted vs measured seconds per step of the weather model on 1 and 2 local CPU workers.
 
     Parameters
@@ -135,17 +134,21 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
     nx, ny : int
         Grid (the whole grid: strong scaling from 1 to 2 workers).
     steps_per_task : int
-        K, steps per task.
+        K, steps per halo exchange.
     dtype : str
     supersteps : int
-        Supersteps timed per worker count.
+        Supersteps per timed epoch.
+    repeats : int
+        Timed epochs per worker count (the median is reported).
 
     Returns
     -------
     dict
-        ``profile`` (what was measured), ``rows`` (one dict per worker count
-        with the predicted and measured seconds per step, their parts and
-        ``relative_error``), and the predicted and measured efficiency.
+        ``profile`` (what was measured, and ``implied_stencil_fraction``:
+        the kernel fraction that would have predicted the 1-worker run's
+        compute), ``rows`` (one dict per worker count with the predicted and
+        measured seconds per step, their parts and ``relative_error``), and
+        the predicted and measured efficiency.
 
     Examples
     --------
@@ -153,7 +156,7 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
     >>> abs(result["rows"][0]["relative_error"]) < 1  # doctest: +SKIP
     True
     """
-    from hpcgpu.bench.scaling import _model, _time_engine
+    from hpcgpu.bench.scaling import _median_run, _model, _time_engine
     from hpcgpu.cluster import cluster
 
     model = _model(nx, ny, dtype, "numba")
@@ -163,31 +166,33 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
     try:
         client.wait_for_workers(2)
         workers = sorted(worker_info(client))
-        round_trip = _superstep_time(client, workers, 1)
-        per_task = _superstep_time(client, workers, 2) / 6
-        transfer_overhead, link_bandwidth = _transfer_costs(client, workers)
-        scheduler = SchedulerModel(per_task, round_trip, transfer_overhead)
-        link = replace(LINKS["tcp-local"], name="tcp-local (measured)", bandwidth=link_bandwidth, latency_s=0.0)
-        rows, profile = [], {"task_overhead_s": per_task, "round_trip_s": round_trip,
-                             "transfer_overhead_s": transfer_overhead, "link_bytes_per_s": link.bandwidth,
-                             "stencil_fraction": DEVICES["cpu"].fraction("stencil", dtype),
-                             "stencil_fraction_source": DEVICES["cpu"].sources["stencil"]}
+        link, comm = _measure_link(client, workers)
+        rows = []
+        profile = {"link_latency_s": link.latency_s, "link_bytes_per_s": link.bandwidth, **comm,
+                   "stencil_fraction": DEVICES["cpu"].fraction("stencil", dtype),
+                   "stencil_fraction_source": DEVICES["cpu"].sources["stencil"]}
         for partitions in (1, 2):
             bandwidth = _copy_bandwidth(client, workers[:partitions], COPY_WORKING_SET)
+            overhead = _epoch_overhead(client, partitions, dtype)
             profile[f"copy_bytes_per_s_{partitions}_workers"] = bandwidth
+            profile[f"epoch_overhead_s_{partitions}_workers"] = overhead
             device = replace(DEVICES["cpu"], name="cpu (measured here)", bandwidth=bandwidth, copy_fraction=1.0)
+            k = workload.steps_per_exchange(partitions)
+            epoch = k * supersteps
+            scheduler = SchedulerModel(overhead, 0.0, steps_per_epoch=epoch,
+                                       source="measured: hpcgpu plan --check (an epoch waited for at once)")
             predicted = workload.cost(partitions, device, link, scheduler)
-            named = workload.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"], SchedulerModel(3e-3, 6e-3, 4e-3))
-            [(seconds, compute, halo, share)] = _time_engine(client, model, partitions,
-                                                             predicted.steps_per_task, supersteps, repeats=1)
-            k = predicted.steps_per_task
+            named = workload.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"],
+                                  SchedulerModel(steps_per_epoch=epoch))
+            seconds, compute, wait, share = _median_run(
+                _time_engine(client, model, partitions, k, supersteps, repeats=repeats))
             rows.append({
-                "workers": partitions, "steps_per_task": k,
+                "workers": partitions, "steps_per_task": k, "steps_per_epoch": epoch,
                 "predicted_s_per_step": predicted.seconds_per_step, "measured_s_per_step": seconds,
                 "relative_error": _relative_error(predicted.seconds_per_step, seconds),
                 "predicted_compute_s": predicted.compute_s, "measured_compute_s": float(compute) / k,
-                "predicted_transfer_s": predicted.transfer_s, "measured_halo_s": float(halo) / k,
-                "predicted_scheduler_s": predicted.scheduler_s, "measured_other_s": float(share) * seconds,
+                "predicted_exchange_s": predicted.exchange_s, "measured_wait_s": float(wait) / k,
+                "predicted_scheduler_s": predicted.scheduler_s, "measured_outside_s": float(share) * seconds,
                 "named_profile_s_per_step": named.seconds_per_step,
                 "named_profile_relative_error": _relative_error(named.seconds_per_step, seconds)})
     finally:
@@ -195,6 +200,9 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
         client.close()
         local.close()
     one, two = rows
+    # what the 1-worker run says of the kernel: the fraction that would have predicted its compute
+    profile["implied_stencil_fraction"] = (profile["stencil_fraction"] * one["predicted_compute_s"]
+                                           / one["measured_compute_s"])
     return {"workload": "weather", "case": "turbulence", "grid": [nx, ny], "dtype": dtype,
             "profile": profile, "rows": rows,
             "predicted_efficiency": one["predicted_s_per_step"] / (2 * two["predicted_s_per_step"]),
@@ -206,22 +214,29 @@ def format_check(result):
     """The check as a human-readable table."""
     p = result["profile"]
     nx, ny = result["grid"]
+    small, large = MESSAGE_SIZES
     lines = [f"hpcgpu plan --check: weather ({result['case']}) {nx} x {ny} {result['dtype']}, strong scaling "
              f"on 1 and 2 local CPU workers ({result['cores']} cores, load average "
              f"{result['load_average'][0]:.2f} before, {result['load_average'][1]:.2f} after)",
              f"measured here: copy {p['copy_bytes_per_s_1_workers'] / 1e9:.3g} GB/s (1 worker), "
-             f"{p['copy_bytes_per_s_2_workers'] / 1e9:.3g} GB/s each (2 at once); dask "
-             f"{p['task_overhead_s'] * 1e3:.3g} ms per task, {p['round_trip_s'] * 1e3:.3g} ms per dependent level, "
-             f"{p['transfer_overhead_s'] * 1e3:.3g} ms + {p['link_bytes_per_s'] / 1e9:.3g} GB/s per transfer; "
-             f"kernel at {p['stencil_fraction']:.2f} of its roofline (docs/benchmarks.md)",
-             f"{'workers':>7} {'K':>3} {'predicted s/step':>17} {'measured s/step':>16} {'error':>7}   "
-             "predicted compute/transfer/dask | measured compute/halo/other (ms/step)"]
+             f"{p['copy_bytes_per_s_2_workers'] / 1e9:.3g} GB/s each (2 at once); communicator round trip "
+             f"{p[f'round_trip_{small}_s'] * 1e3:.3g} ms at {small // 1024} KiB, "
+             f"{p[f'round_trip_{large}_s'] * 1e3:.3g} ms at {large // 2 ** 20} MiB: "
+             f"{p['link_latency_s'] * 1e3:.3g} ms per message + {p['link_bytes_per_s'] / 1e9:.3g} GB/s "
+             f"(allreduce {p['allreduce_s'] * 1e3:.3g} ms); an epoch waited for at once "
+             f"{p['epoch_overhead_s_1_workers'] * 1e3:.3g} ms (1 worker), "
+             f"{p['epoch_overhead_s_2_workers'] * 1e3:.3g} ms (2); "
+             f"kernel at {p['stencil_fraction']:.2f} of its roofline (docs/benchmarks.md; the 1-worker run's "
+             f"compute implies {p['implied_stencil_fraction']:.2f})",
+             f"{'workers':>7} {'K':>3} {'epoch':>5} {'predicted s/step':>17} {'measured s/step':>16} {'error':>7}   "
+             "predicted compute/exchange/scheduler | measured compute/wait/outside epochs (ms/step)"]
     for r in result["rows"]:
-        lines.append(f"{r['workers']:>7} {r['steps_per_task']:>3} {r['predicted_s_per_step']:>17.4g} "
-                     f"{r['measured_s_per_step']:>16.4g} {r['relative_error']:>+7.0%}   "
-                     f"{r['predicted_compute_s'] * 1e3:.3g}/{r['predicted_transfer_s'] * 1e3:.3g}/"
+        lines.append(f"{r['workers']:>7} {r['steps_per_task']:>3} {r['steps_per_epoch']:>5} "
+                     f"{r['predicted_s_per_step']:>17.4g} {r['measured_s_per_step']:>16.4g} "
+                     f"{r['relative_error']:>+7.0%}   "
+                     f"{r['predicted_compute_s'] * 1e3:.3g}/{r['predicted_exchange_s'] * 1e3:.3g}/"
                      f"{r['predicted_scheduler_s'] * 1e3:.3g} | {r['measured_compute_s'] * 1e3:.3g}/"
-                     f"{r['measured_halo_s'] * 1e3:.3g}/{r['measured_other_s'] * 1e3:.3g}")
+                     f"{r['measured_wait_s'] * 1e3:.3g}/{r['measured_outside_s'] * 1e3:.3g}")
     lines.append(f"parallel efficiency 1 -> 2 workers: predicted {result['predicted_efficiency']:.2f}, "
                  f"measured {result['measured_efficiency']:.2f}; with the documented profile instead of the one "
                  "measured here the error would be "

@@ -1,10 +1,28 @@
-"""Cost models of the workloads for ``hpcgpu plan``: bytes, flops, messages, tasks and memory per step.
+"""Cost models of the workloads for ``hpcgpu plan``: bytes, flops, messages and memory per step.
 
 Each model describes one time step of the slowest partition when the problem
-is split over P devices the way hpcgpu's engine splits it (row blocks with
-halos, slabs with ghost atoms, blocks of bodies with all-gathered
-positions), and returns a :class:`StepCost`. The counts are read off the
-kernels and executors; where a number is an estimate, the comment says so.
+is split over P devices the way hpcgpu's SPMD engine splits it
+(:mod:`hpcgpu.partition`: row blocks with halos, slabs with ghost atoms,
+blocks of bodies with all-gathered positions), and returns a
+:class:`StepCost` of three terms:
+
+``compute``
+    the kernels' rooflines, the halo copies, the redundant halo work and the
+    kernel launches;
+``exchange``
+    the messages a rank sends per step through the communicator, counted
+    from the decomposition (halo rows every K steps; every block's positions;
+    ghost atoms, the rebuild flag's allreduce and, on rebuild steps, the
+    migrants): ``messages x latency + bytes / bandwidth``. A rank's messages
+    are counted one after another (the communicator sends from the rank's
+    thread; a ring collective's steps follow each other too);
+``scheduler``
+    the engine pays dask's scheduler once per epoch (one pinned task per
+    worker and one records task), spread over the steps of the epoch
+    (:class:`hpcgpu.plan.SchedulerModel`).
+
+The counts are read off the kernels and the decompositions; where a number
+is an estimate, the comment says so.
 """
 
 import math
@@ -13,33 +31,39 @@ from dataclasses import dataclass
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_choice, check_dtype, check_float, check_int
 
-__all__ = ["StepCost", "Weather", "MolecularDynamics", "NBody", "WORKLOADS", "make_workload", "kernel_time"]
-
-# How many worker-to-worker transfers one level of a step waits for, one
-# after the other, is what costs latency; bytes add up on the receiver.
+__all__ = ["StepCost", "Weather", "MolecularDynamics", "NBody", "WORKLOADS", "make_workload", "kernel_time",
+           "exchange_time"]
 
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds per time step by component, and bytes of memory, for the slowest partition."""
+    """Seconds per time step by term, bytes of memory, and the exchange's counts, for the slowest partition.
+
+    ``messages`` and ``exchange_bytes`` are what the rank sends per step
+    (averaged over K steps and over rebuild periods); ``steps_per_epoch``
+    is the number of steps the scheduler term is spread over.
+    """
 
     compute_s: float
-    transfer_s: float
+    exchange_s: float
     scheduler_s: float
     memory_bytes: float
     bound: str
     steps_per_task: int = 1
     feasible: bool = True
     note: str = ""
+    messages: float = 0.0
+    exchange_bytes: float = 0.0
+    steps_per_epoch: int = 0
 
     @property
     def seconds_per_step(self):
-        return self.compute_s + self.transfer_s + self.scheduler_s if self.feasible else float("nan")
+        return self.compute_s + self.exchange_s + self.scheduler_s if self.feasible else float("nan")
 
 
 def _infeasible(note):
     nan = float("nan")
-    return StepCost(nan, nan, nan, nan, "-", 0, False, note)
+    return StepCost(nan, nan, nan, nan, "-", 0, False, note, nan, nan, 0)
 
 
 def kernel_time(nbytes, flops, device, family, dtype):
@@ -60,14 +84,28 @@ def kernel_time(nbytes, flops, device, family, dtype):
     return max(memory_s, compute_s) / device.fraction(family, dtype), bound
 
 
-def _transfer_time(link, scheduler, levels, nbytes):
-    """``levels`` transfers one after another on the critical path, then ``nbytes`` through the link.
+def exchange_time(link, messages, nbytes):
+    """Seconds for a rank to send ``messages`` messages of ``nbytes`` bytes in all over ``link``.
 
-    Each costs the link's latency plus dask's own cost of a worker-to-worker
-    transfer (asking the peer, serialising, a TCP or UCX round trip); the
-    transfers of one level run concurrently and share the bandwidth.
+    Each message pays the link's latency, one after another, and the bytes
+    share its bandwidth: ``messages * latency + nbytes / bandwidth``.
+
+    Examples
+    --------
+    >>> from hpcgpu._profiles import LinkProfile
+    >>> link = LinkProfile("example", bandwidth=1e9, latency_s=1e-4)
+    >>> round(exchange_time(link, 2, 1e6) * 1e3, 3)
+    1.2
     """
-    return levels * (link.latency_s + scheduler.transfer_overhead_s) + nbytes / link.bandwidth
+    return messages * link.latency_s + nbytes / link.bandwidth
+
+
+def _step_cost(scheduler, partitions, compute_s, messages, nbytes, link, memory, bound, steps_per_task=1):
+    """The StepCost of a feasible step: the exchange at the link's figures, the epoch's cost spread over its steps."""
+    exchange_s = exchange_time(link, messages, nbytes)
+    steps = scheduler.steps_in_epoch(compute_s + exchange_s, steps_per_task)
+    return StepCost(compute_s, exchange_s, scheduler.epoch_s(partitions) / steps, memory, bound, steps_per_task,
+                    messages=messages, exchange_bytes=nbytes, steps_per_epoch=steps)
 
 
 @dataclass(frozen=True)
@@ -81,18 +119,22 @@ class Weather:
     per point (counted in ``kernels/stencil/_physics.py`` and
     ``_numba._output_row``: potential vorticity, fluxes and Bernoulli ~27,
     the Arakawa-Lamb coefficients recomputed where used, tendencies,
-    viscosity and the Runge-Kutta update ~104). A task advances its block
-    and the halo rows ``ShallowWater.halo_rows(K)`` for K steps; the rows it
-    steps shrink stage by stage towards an open edge, so the redundant work
-    is half the halo on average. The halos are written into spare rows the
-    resident block keeps (the task path copies halos only).
+    viscosity and the Runge-Kutta update ~104). Every K steps a rank sends
+    its neighbours their halo rows (``ShallowWater.halo_rows(K)``: 3 fields
+    each, one message per neighbour; :mod:`hpcgpu.partition.rows`), writes
+    the halos it receives into the spare rows around its block, and
+    advances its block and halos K steps; the rows it steps shrink stage by
+    stage towards an open edge, so the redundant work is half the halo on
+    average. K is the engine's default
+    (:func:`hpcgpu.partition.rows.auto_steps_per_task`) unless
+    ``steps_per_task`` is given.
     """
 
     nx: int
     ny: int
     steps: int
     dtype: str = "float32"
-    steps_per_task: int = 16
+    steps_per_task: int = None
     periodic: bool = False
 
     name = "weather"
@@ -105,14 +147,16 @@ class Weather:
         check_int("nx", self.nx, minimum=4)
         check_int("ny", self.ny, minimum=4)
         check_int("steps", self.steps, minimum=1)
-        check_int("steps_per_task", self.steps_per_task, minimum=1)
+        if self.steps_per_task is not None:
+            check_int("steps_per_task", self.steps_per_task, minimum=1)
         object.__setattr__(self, "dtype", check_dtype("dtype", self.dtype).name)
 
     def size(self):
         return {"nx": self.nx, "ny": self.ny}
 
     def describe(self):
-        return f"weather {self.nx} x {self.ny} ({self.dtype}), {self.steps} steps, K <= {self.steps_per_task}"
+        k = "K auto" if self.steps_per_task is None else f"K <= {self.steps_per_task}"
+        return f"weather {self.nx} x {self.ny} ({self.dtype}), {self.steps} steps, {k}"
 
     @staticmethod
     def halo_rows(steps):
@@ -121,17 +165,32 @@ class Weather:
 
         return ShallowWater.halo_rows(None, steps)
 
+    def steps_per_exchange(self, partitions):
+        """K on ``partitions`` blocks: the engine's default, or the given K lowered until a block holds its halo.
+
+        Returns 0 when even one step's halo is wider than a block.
+        """
+        rows = self.ny // partitions
+        if partitions == 1:
+            return self.steps_per_task or 16
+        if self.steps_per_task is None:
+            from hpcgpu.partition.rows import auto_steps_per_task
+
+            k = auto_steps_per_task(_RowShape(self.ny, self.halo_rows), partitions)
+        else:
+            k = self.steps_per_task
+        # hpcgpu.partition.layout.split_rows: a block must hold the widest halo it gives away
+        while k > 0 and max(self.halo_rows(k)) > rows:
+            k -= 1
+        return k
+
     def cost(self, partitions, device, link, scheduler):
         item = 4 if self.dtype == "float32" else 8
         rows = math.ceil(self.ny / partitions)
-        k = self.steps_per_task
-        if partitions > 1:
-            # hpcgpu.distributed.split_rows: a block must hold the widest halo it gives away.
-            while k > 0 and max(self.halo_rows(k)) > self.ny // partitions:
-                k -= 1
-            if k == 0:
-                return _infeasible(f"blocks of {self.ny // partitions} rows are thinner than the "
-                                   f"{max(self.halo_rows(1))}-row halo of one step")
+        k = self.steps_per_exchange(partitions)
+        if k == 0:
+            return _infeasible(f"blocks of {self.ny // partitions} rows are thinner than the "
+                               f"{max(self.halo_rows(1))}-row halo of one step")
         south, north = self.halo_rows(k)
         if partitions == 1:
             sides, halo = 0, 0
@@ -145,17 +204,30 @@ class Weather:
         kernel_s, bound = kernel_time(passes * item * computed, self.flops_per_point_step * computed, device,
                                       "stencil", self.dtype)
         kernel_s += self.launches_per_step * device.launch_s
-        # cutting the halos and writing them into the block's spare rows
+        # cutting the halos to send and writing the received ones into the block's spare rows
         copy_bytes = 2 * 2 * self.state_fields * item * halo * self.nx
         copy_s, _ = kernel_time(copy_bytes, 0, device, "copy", self.dtype)
+        # the rows a rank sends its neighbours every K steps, one message each
         halo_bytes = self.state_fields * item * halo * self.nx
-        tasks = 1 if partitions == 1 else partitions + (2 * partitions if self.periodic else 2 * (partitions - 1))
-        levels = 1 if partitions == 1 else 2
         # two generations of the block with spare rows, and the stepper's nine work fields
         memory = item * (2 * self.state_fields * extended + 3 * self.state_fields * extended)
-        transfer = 0.0 if sides == 0 else _transfer_time(link, scheduler, 1, halo_bytes) / k
-        return StepCost(kernel_s + copy_s / k, transfer,
-                        scheduler.superstep_s(tasks, levels) / k, memory, bound, k)
+        return _step_cost(scheduler, partitions, kernel_s + copy_s / k, sides / k, halo_bytes / k, link, memory,
+                          bound, k)
+
+
+@dataclass(frozen=True)
+class _RowShape:
+    """What :func:`hpcgpu.partition.rows.auto_steps_per_task` reads of a row model."""
+
+    rows: int
+    halo: object
+    decomposition = "rows"
+
+    def decomposition_size(self):
+        return self.rows
+
+    def halo_rows(self, steps):
+        return self.halo(steps)
 
 
 @dataclass(frozen=True)
@@ -168,9 +240,15 @@ class MolecularDynamics:
     virial: ``kernels/md/_physics.py``) and moves its int32 index and the
     neighbour's position (counted in full, though caches catch some). Lists
     are rebuilt every ``rebuild_every`` steps from 27 cells of side
-    ``cutoff + skin``. Each step a slab receives the positions of the atoms
-    within ``cutoff + skin`` of its two faces; the step is ``4P`` tasks
-    (``2P`` with two slabs, ``3P`` with three) in 2 dependent levels (:mod:`hpcgpu.domains`).
+    ``cutoff + skin``. The exchange (:mod:`hpcgpu.partition.slabs`): each
+    step a slab sends each neighbouring slab the positions of its atoms
+    within ``cutoff + skin`` of that slab (a layer of the face area), and
+    every rank takes part in an allreduce of the rebuild flag (``P - 1``
+    messages a rank: the communicator's allreduce is an allgather); on a
+    rebuild step a second exchange sends each neighbour those positions
+    again with the atoms that moved into its slab (whole atoms, an estimate
+    of ``density x face area x skin / 4`` per face: about the atoms within
+    ``skin / 2`` of the face, half of them moving towards it).
     """
 
     atoms: int
@@ -187,6 +265,7 @@ class MolecularDynamics:
     stream_values_per_atom = 24  # drift, half kicks, forces, energies, virials: read + write
     state_values_per_atom = 14   # positions, velocities, forces, origins (3 each), energy, virial
     launches_per_step = 6  # drift, rebuild test, forces, kick, and their reductions (an estimate)
+    flag_bytes = 8  # the rebuild flag, one message to every other rank
 
     def __post_init__(self):
         check_int("atoms", self.atoms, minimum=2)
@@ -222,8 +301,9 @@ class MolecularDynamics:
             return _infeasible(f"slabs of {side / partitions:.3g} sigma are thinner than cutoff + 2 skin = "
                                f"{thinnest:g} (box side {side:.4g})")
         owned = math.ceil(self.atoms / partitions)
-        neighbours = min(2, partitions - 1)
-        ghosts = 0 if partitions == 1 else min(self.atoms - owned, 2 * side * side * radius * self.density)
+        neighbours = min(2, partitions - 1)  # with two slabs both faces border the same one
+        face = side * side
+        ghosts = 0 if partitions == 1 else min(self.atoms - owned, 2 * face * radius * self.density)
         pairs = self.pairs_per_atom
         force_bytes = owned * (pairs * (4 + 3 * item) + self.stream_values_per_atom * item + 48)
         force_s, bound = kernel_time(force_bytes, owned * pairs * self.flops_per_pair, device, "md", self.dtype)
@@ -232,18 +312,22 @@ class MolecularDynamics:
         build_bytes = owned * (candidates * 3 * item + capacity * 4) + (owned + ghosts) * 8 * item
         build_s, _ = kernel_time(build_bytes, owned * candidates * self.flops_per_candidate, device,
                                  "neighbor_build", self.dtype)
-        ghost_bytes = ghosts * 3 * item
-        # critical path: exchange (both answers, twice the ghosts) -> kick (ghosts and flags fetched)
-        transfer = 0.0 if partitions == 1 else _transfer_time(link, scheduler, 1, 2 * ghost_bytes)
-        # an exchange per neighbour and the kick; rebuild-flag tasks only beyond three slabs
-        tasks = partitions + partitions * neighbours + (partitions if partitions > 3 else 0)
-        levels = 2
         per_atom = self.state_values_per_atom * item + 32  # + int64 images and ids
+        if partitions == 1:
+            messages = nbytes = 0.0
+        else:
+            # every step: the ghosts' positions to each neighbour, the flag to every other rank
+            messages = neighbours + (partitions - 1)
+            nbytes = ghosts * 3 * item + (partitions - 1) * self.flag_bytes
+            # rebuild steps: the ghosts' positions again and the migrants, one message per neighbour
+            migrants = min(owned, 2 * face * self.density * self.skin / 4)
+            messages += neighbours / self.rebuild_every
+            nbytes += (ghosts * 3 * item + migrants * per_atom) / self.rebuild_every
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item
                   + 2 * ghosts * 3 * item + (owned + ghosts) * 16)
         force_s += self.launches_per_step * device.launch_s
-        return StepCost(force_s + build_s / self.rebuild_every, transfer, scheduler.superstep_s(tasks, levels),
-                        memory, bound, 1)
+        return _step_cost(scheduler, partitions, force_s + build_s / self.rebuild_every, messages, nbytes, link,
+                          memory, bound)
 
 
 @dataclass(frozen=True)
@@ -251,9 +335,9 @@ class NBody:
     """Direct all-pairs gravity on ``bodies`` bodies, split into blocks; positions all-gathered each step.
 
     About 20 flops per interaction (the convention of ``hpcgpu bench nbody``);
-    each step every block publishes its ``(4, M)`` positions and masses and
-    takes everyone's (:class:`hpcgpu.bodies.BodyExecutor`): ``2P`` tasks
-    in 2 dependent levels.
+    each step every rank sends its ``(4, M)`` positions and masses to each
+    of the ``P - 1`` others (one allgather, :mod:`hpcgpu.partition.all_pairs`;
+    NCCL's ring allgather takes the same ``P - 1`` steps of one block each).
     """
 
     bodies: int
@@ -285,13 +369,11 @@ class NBody:
         # drift's block copy, the positions cut, and concatenating everyone's positions
         copy_bytes = 2 * item * (2 * self.state_values_per_body * owned + 4 * owned + 4 * n)
         copy_s, _ = kernel_time(copy_bytes, 0, device, "copy", self.dtype)
-        gathered = 4 * item * (n - owned)
-        # a dask worker fetches from at most 10 peers at once (distributed.worker.connections.outgoing)
-        rounds = math.ceil((partitions - 1) / 10)
-        transfer = 0.0 if partitions == 1 else _transfer_time(link, scheduler, rounds, gathered)
+        messages = partitions - 1
+        nbytes = messages * 4 * item * owned
         memory = item * (3 * self.state_values_per_body * owned + 8 * n + 4 * owned)
         force_s += self.launches_per_step * device.launch_s
-        return StepCost(force_s + copy_s, transfer, scheduler.superstep_s(2 * partitions, 2), memory, bound, 1)
+        return _step_cost(scheduler, partitions, force_s + copy_s, messages, nbytes, link, memory, bound)
 
 
 WORKLOADS = {"weather": Weather, "md": MolecularDynamics, "nbody": NBody}

@@ -2,10 +2,12 @@
 
 A :class:`DeviceProfile` holds the ceilings of one device (one dask worker:
 a GPU, or a CPU core) and the fraction of its roofline that each kernel
-family reaches; a :class:`LinkProfile` holds a worker-to-worker link. Named
-profiles come from vendor data sheets (cited beside each); the fractions come
-from measurements in ``docs/benchmarks.md`` where the project has them and
-are marked as assumptions where it does not. :func:`measured_device` builds a
+family reaches; a :class:`LinkProfile` holds what the communicator achieves
+between two workers (latency per message, bandwidth). Named device profiles
+come from vendor data sheets (cited beside each); the fractions come from
+measurements in ``docs/benchmarks.md`` where the project has them and are
+marked as assumptions where it does not; the links say the same of
+themselves (``LinkProfile.basis``). :func:`measured_device` builds a
 profile from the JSON lines of ``hpcgpu bench``.
 """
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from hpcgpu.errors import ConfigError
 
-__all__ = ["DeviceProfile", "LinkProfile", "DEVICES", "LINKS", "device_profile", "link_profile",
+__all__ = ["DeviceProfile", "LinkProfile", "DEVICES", "LINKS", "basis_of", "device_profile", "link_profile",
            "measured_device"]
 
 
@@ -75,14 +77,62 @@ class DeviceProfile:
         return self.peak_flops[str(dtype)]
 
 
+def basis_of(source):
+    """``"measured"`` or ``"given"`` when ``source`` starts with that word, else ``"assumed"``.
+
+    Examples
+    --------
+    >>> basis_of("measured: hpcgpu bench comm"), basis_of("NVLink 4 data sheet")
+    ('measured', 'assumed')
+    """
+    for word in ("measured", "given"):
+        if source.startswith(word):
+            return word
+    return "assumed"
+
+
 @dataclass(frozen=True)
 class LinkProfile:
-    """A worker-to-worker link: bandwidth per direction (B/s) and latency per message (s)."""
+    """What hpcgpu's communicator achieves between two workers over one link.
+
+    A message of ``n`` bytes takes ``latency_s + n / bandwidth``: the latency
+    is that of a small message one way, software included (pickling, the
+    rank's thread, NCCL's kernel launch), the bandwidth that of a large one
+    in one direction.
+
+    Attributes
+    ----------
+    name : str
+    bandwidth : float
+        Bytes per second, one direction.
+    latency_s : float
+        Seconds per message, one way.
+    source : str
+        Where the figures come from; it starts with ``"measured"`` (by
+        ``hpcgpu bench comm`` or ``hpcgpu plan --check``), ``"assumed"``
+        (public figures of the hardware or library, not yet measured with
+        hpcgpu) or ``"given"`` (set by the user).
+
+    Examples
+    --------
+    >>> link = LinkProfile("example", bandwidth=1e9, latency_s=1e-4, source="assumed: an example")
+    >>> round(link.message_s(1e6) * 1e3, 3), link.basis
+    (1.1, 'assumed')
+    """
 
     name: str
     bandwidth: float
     latency_s: float
     source: str = ""
+
+    @property
+    def basis(self):
+        """``"measured"``, ``"assumed"`` or ``"given"``: the first word of :attr:`source`."""
+        return basis_of(self.source)
+
+    def message_s(self, nbytes):
+        """Seconds for one message of ``nbytes`` bytes."""
+        return self.latency_s + nbytes / self.bandwidth
 
 
 # Fractions of the roofline per kernel family (families: "stencil" = the
@@ -135,6 +185,10 @@ DEVICES = {
     # 2 cores), one dask worker per core. Copy: docs/benchmarks.md measured
     # 20-22 GB/s with 2 Numba threads; 11 GB/s per core. Peak: 2 FMA units x
     # 16 float32 lanes x 2 flops x 2.6 GHz = 166 GFLOP/s (83 in float64).
+    # (On 2026-12-01 the machine was a 2-vCPU AMD EPYC without AVX-512, where
+    # the fused step ran at 32-39 GFLOP/s on one core, and `hpcgpu plan
+    # --check` predicted its compute 18-22% short: these figures await a new
+    # `hpcgpu bench stencil` there.)
     "cpu": DeviceProfile(
         "cpu", "cpu", 11.5e9, 11e9, 1.0, {"float32": 166e9, "float64": 83e9},
         # the fused shallow-water step is bound by arithmetic on a CPU: 45.6 and
@@ -154,20 +208,55 @@ DEVICES = {
         "this development machine, one worker per core (docs/benchmarks.md)", _CPU_LAUNCH_S),
 }
 
+# Interconnects: what a rank's messages cost through hpcgpu's communicator.
+# Only tcp-local has been measured with hpcgpu; the GPU figures are public
+# numbers of NCCL and UCX, assumptions until `hpcgpu bench comm` runs on such
+# a cluster (the JSON summary of `hpcgpu plan` says which is which).
 LINKS = {
-    # NVLink 4 (H100/H200 SXM data sheets): 900 GB/s per GPU both ways together,
-    # 450 GB/s per direction; a few microseconds through NVSwitch. Reached by
-    # dask-cuda with protocol="ucx"; NVLink joins at most 8 GPUs (one HGX node).
-    "nvlink": LinkProfile("nvlink", 450e9, 3e-6, "NVLink 4, H100 SXM data sheet; UCX"),
-    # InfiniBand NDR, 400 Gb/s per port (NVIDIA Quantum-2 / ConnectX-7): 50 GB/s,
-    # about 2 us for a small message end to end.
-    "ndr": LinkProfile("ndr", 50e9, 2e-6, "InfiniBand NDR 400 Gb/s; UCX"),
-    # 100 Gb/s Ethernet: 12.5 GB/s line rate, ~12 GB/s achievable; ~20 us over TCP.
-    "100gbe": LinkProfile("100gbe", 12e9, 20e-6, "100 Gb/s Ethernet, TCP"),
-    # Loopback TCP between two LocalCluster workers here, measured through dask
-    # (64 MiB in ~35 ms beyond a trivial task: ~2 GB/s); dask's own per-task
-    # latency is counted by the scheduler model, not here.
-    "tcp-local": LinkProfile("tcp-local", 2e9, 50e-6, "loopback TCP through dask on this machine (measured)"),
+    # NCCL over NVLink 4 inside one HGX H100/H200 node (the communicator's GPU
+    # path; NVLink joins at most 8 GPUs). Bandwidth: nccl-tests all_reduce_perf
+    # on 8 x H100 SXM reaches a bus bandwidth of 460-480 GB/s with NVLink SHARP
+    # and ~370 GB/s with rings, against 450 GB/s per direction on the data sheet
+    # (nccl-tests doc/PERFORMANCE.md says what busbw measures). Latency: NCCL's
+    # protocols cost ~1 us (LL) to ~6 us (Simple) per hop (Hu et al.,
+    # "Demystifying NCCL", arXiv 2507.04786), plus a kernel launch: ~10 us.
+    "nvlink": LinkProfile("nvlink", 370e9, 10e-6,
+                          "assumed: NCCL over NVLink 4 (nccl-tests busbw on 8 x H100 SXM; NCCL protocol latencies, "
+                          "arXiv 2507.04786); not yet measured with hpcgpu"),
+    # NCCL over InfiniBand NDR, one 400 Gb/s ConnectX-7 per GPU: 50 GB/s line
+    # rate, of which nccl-tests reaches ~90% per NIC; a small message crosses
+    # the network (~2 us) and NCCL's proxy thread on both sides: ~20 us.
+    "ndr": LinkProfile("ndr", 45e9, 20e-6,
+                       "assumed: NCCL over InfiniBand NDR 400 Gb/s, one NIC per GPU (nccl-tests busbw ~90% of "
+                       "line rate); not yet measured with hpcgpu"),
+    # The communicator's dask path over ucx:// (what GPU workers use today):
+    # UCX moves a small message in 1-2 us and a large one near line rate
+    # (ucx_perftest tag_lat / tag_bw), but dask's comm layer costs ~0.35 ms of
+    # CPU per message on a worker's event loop (measured on this machine,
+    # hpcgpu/partition/direct_comm.py), which dominates the latency.
+    "ucx-ndr": LinkProfile("ucx-ndr", 40e9, 0.35e-3,
+                           "assumed: hpcgpu's dask comm path over UCX on InfiniBand NDR (ucx_perftest figures plus "
+                           "~0.35 ms per message of dask's comm layer); not yet measured with hpcgpu"),
+    "ucx-nvlink": LinkProfile("ucx-nvlink", 300e9, 0.35e-3,
+                              "assumed: hpcgpu's dask comm path over UCX cuda_ipc on NVLink 4 (~0.35 ms per message "
+                              "of dask's comm layer); not yet measured with hpcgpu"),
+    # 100 Gb/s Ethernet through the communicator's direct socket path: one TCP
+    # stream per peer (~40 Gb/s untuned), and per message the software cost
+    # measured here on loopback (~0.18 ms) plus ~20 us of network.
+    "100gbe": LinkProfile("100gbe", 5e9, 0.2e-3,
+                          "assumed: one TCP stream over 100 Gb/s Ethernet through the direct socket path; not yet "
+                          "measured with hpcgpu"),
+    # This machine: 2 single-threaded LocalCluster workers over loopback TCP,
+    # the direct socket path. `hpcgpu bench comm --workers 2`, six runs on
+    # 2026-12-01 (three of them beside other jobs on the 2 cores): median round
+    # trip 0.35 ms at 4 KiB and 0.87 ms at 1 MiB over both pairs, so 0.175 ms
+    # one way and 4.1 GB/s between them (the three quiet runs alone: 0.33 and
+    # 0.72 ms, 0.16 ms and 5.4 GB/s); a scalar allreduce 0.19-0.44 ms. 64 MiB
+    # messages moved at only 0.6-0.9 GB/s (fresh receive buffers on 2 shared
+    # cores): plan transfers that large here with --link-gbs 0.8.
+    "tcp-local": LinkProfile("tcp-local", 4.1e9, 0.175e-3,
+                             "measured: hpcgpu bench comm --workers 2 on this machine (2026-12-01), 4 KiB and "
+                             "1 MiB round trips"),
 }
 
 
@@ -201,10 +290,20 @@ def device_profile(name_or_path, *, memory_gb=None):
 def link_profile(name, *, bandwidth_gbs=None, latency_us=None):
     """The interconnect named ``name``, optionally with bandwidth (GB/s) or latency (us) overridden.
 
+    An overridden figure makes the profile's :attr:`LinkProfile.basis` ``"given"``.
+
+    Raises
+    ------
+    ConfigError
+        An unknown name (the message lists the valid ones), a bandwidth <= 0
+        or a negative latency.
+
     Examples
     --------
-    >>> link_profile("ndr").bandwidth
-    50000000000.0
+    >>> link_profile("ndr").bandwidth, link_profile("ndr").basis
+    (45000000000.0, 'assumed')
+    >>> link_profile("ndr", bandwidth_gbs=25).basis
+    'given'
     """
     if isinstance(name, LinkProfile):
         link = name
@@ -212,13 +311,21 @@ def link_profile(name, *, bandwidth_gbs=None, latency_us=None):
         link = LINKS[str(name).lower()]
     else:
         raise ConfigError(f"interconnect must be one of {sorted(LINKS)}; got {name!r}")
+    given = []
     if bandwidth_gbs is not None:
         link = replace(link, bandwidth=_positive("link_bandwidth_gbs", bandwidth_gbs) * 1e9)
+        given.append(f"bandwidth {link.bandwidth / 1e9:g} GB/s")
     if latency_us is not None:
-        latency = float(latency_us)
+        try:
+            latency = float(latency_us)
+        except (TypeError, ValueError):
+            latency = float("nan")
         if not (math.isfinite(latency) and latency >= 0):
             raise ConfigError(f"link_latency_us must be a finite number >= 0; got {latency_us!r}")
-        link = replace(link, latency_s=latency * 1e-6)
+        link = replace(link, latency_s=latency / 1e6)
+        given.append(f"latency {latency:g} us")
+    if given:
+        link = replace(link, source=f"given: {', '.join(given)} (the rest from {link.name}: {link.source})")
     return link
 
 

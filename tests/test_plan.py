@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from hpcgpu._plan_check import fit_link
 from hpcgpu._plan_workloads import MolecularDynamics, NBody, Weather
-from hpcgpu._profiles import DEVICES, LINKS, device_profile, measured_device
+from hpcgpu._profiles import DEVICES, LINKS, LinkProfile, device_profile, link_profile, measured_device
 from hpcgpu.errors import ConfigError
+from hpcgpu.partition.engine import EPOCH_SECONDS
 from hpcgpu.plan import USABLE_MEMORY_FRACTION, SchedulerModel, plan
 
 HPCGPU = [sys.executable, "-P", "-m", "hpcgpu.cli"]
@@ -25,6 +27,11 @@ def run_cli(*args, timeout=120):
 
 def feasible(rows):
     return [r for r in rows if r.feasible]
+
+
+H100 = DEVICES["h100"]
+BANDWIDTH_ONLY = LinkProfile("bandwidth only", bandwidth=1e9, latency_s=0.0)
+LATENCY_ONLY = LinkProfile("latency only", bandwidth=1e30, latency_s=1e-3)
 
 
 # -- known cases ------------------------------------------------------------------------
@@ -58,14 +65,14 @@ def test_a_tiny_grid_on_ethernet_is_communication_bound_and_gets_the_too_small_w
     result = plan("weather", nx=64, ny=64, steps=1000, device="h100", interconnect="100gbe", max_gpus=4)
     two = result.row(2)
     assert two.parallel_efficiency < 0.5
-    assert two.transfer_s + two.scheduler_s > two.compute_s
+    assert two.exchange_s + two.scheduler_s > two.compute_s
     assert two.seconds_per_step > result.row(1).seconds_per_step
     assert any(w.startswith("too small to gain from more than 1 GPU") for w in result.warnings)
 
 
 @pytest.mark.parametrize("workload, size, max_gpus", [
     ("weather", dict(nx=16384, ny=16384), 16),
-    ("md", dict(atoms=50_000_000), 8),  # 4P tasks per step: dask's overhead catches up at 16
+    ("md", dict(atoms=50_000_000), 16),
     ("nbody", dict(bodies=1_000_000), 16),
 ])
 def test_a_large_fixed_problem_gets_faster_with_each_gpu_count_at_falling_efficiency(workload, size, max_gpus):
@@ -113,18 +120,92 @@ def test_weather_blocks_thinner_than_the_halo_are_reported_not_planned():
     assert any("cannot split" in w for w in result.warnings)
 
 
-def test_the_scheduler_term_counts_the_engines_tasks():
-    per_task = SchedulerModel(task_overhead_s=1e-3, round_trip_s=0.0)
-    weather = Weather(4096, 4096, steps=1, steps_per_task=16, periodic=True)
-    assert weather.cost(4, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(3 * 4e-3 / 16)
-    md = MolecularDynamics(10_000_000, steps=1)
-    # per slab: the kick, one exchange per neighbour and (beyond three slabs) the rebuild test
-    assert md.cost(8, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(8 * 4 * 1e-3)
-    assert md.cost(3, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(3 * 3 * 1e-3)
-    assert md.cost(2, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(2 * 2 * 1e-3)
-    nbody = NBody(100_000, steps=1)
-    # per block: the positions cut and the kick (which also drifts into the next step)
-    assert nbody.cost(4, DEVICES["h100"], LINKS["ndr"], per_task).scheduler_s == pytest.approx(8e-3)
+# -- the exchange and the scheduler ---------------------------------------------------------
+
+def test_weather_halo_term_is_independent_of_the_rows_per_gpu_and_proportional_to_nx():
+    def exchange(nx, ny, link=BANDWIDTH_ONLY):
+        return Weather(nx, ny, steps=1, steps_per_task=4).cost(4, H100, link, SchedulerModel())
+
+    assert exchange(2048, 4096).exchange_s == pytest.approx(exchange(2048, 16384).exchange_s, rel=1e-12)
+    assert exchange(4096, 4096).exchange_s == pytest.approx(2 * exchange(2048, 4096).exchange_s, rel=1e-12)
+    # every K = 4 steps: 24 + 12 halo rows of 3 float32 fields to the two neighbours, one message each
+    cost = exchange(2048, 4096)
+    assert cost.exchange_bytes == pytest.approx(36 * 2048 * 3 * 4 / 4)
+    assert cost.messages == pytest.approx(2 / 4)
+    assert exchange(2048, 4096, LATENCY_ONLY).exchange_s == pytest.approx(2 / 4 * 1e-3)
+
+
+def test_weather_exchanges_with_one_neighbour_on_two_gpus_between_walls_and_none_on_one():
+    weather = Weather(2048, 4096, steps=1, steps_per_task=4)
+    assert weather.cost(2, H100, LATENCY_ONLY, SchedulerModel()).messages == pytest.approx(1 / 4)
+    assert weather.cost(1, H100, LATENCY_ONLY, SchedulerModel()).exchange_s == 0.0
+
+
+def test_weather_k_defaults_to_the_engines_choice():
+    from hpcgpu.partition.rows import auto_steps_per_task
+    from hpcgpu.workloads.weather import ShallowWater
+
+    for ny, gpus in [(1024, 2), (1024, 16), (1024, 64), (16384, 32)]:
+        model = ShallowWater("unstable_jet", nx=64, ny=ny, backend="numpy")
+        assert Weather(64, ny, steps=1).steps_per_exchange(gpus) == auto_steps_per_task(model, gpus)
+
+
+def test_nbody_allgather_term_grows_with_the_gpu_count_and_the_bodies():
+    link = LinkProfile("example", bandwidth=45e9, latency_s=20e-6)
+
+    def exchange(bodies, gpus):
+        return NBody(bodies, steps=1).cost(gpus, H100, link, SchedulerModel()).exchange_s
+
+    by_gpus = [exchange(1_000_000, p) for p in (1, 2, 4, 8, 16)]
+    assert by_gpus[0] == 0.0 and by_gpus == sorted(by_gpus) and len(set(by_gpus)) == 5
+    by_bodies = [exchange(n, 8) for n in (10_000, 100_000, 1_000_000)]
+    assert by_bodies == sorted(by_bodies) and len(set(by_bodies)) == 3
+    # an allgather: P - 1 messages of one block's positions and masses (4 float32 each)
+    assert exchange(1_000_000, 8) == pytest.approx(7 * (20e-6 + 4 * 4 * 125_000 / 45e9))
+
+
+def test_md_exchange_is_proportional_to_the_slab_face_area():
+    def exchange(atoms, gpus):
+        return MolecularDynamics(atoms, steps=1).cost(gpus, H100, BANDWIDTH_ONLY, SchedulerModel()).exchange_s
+
+    # 8 times the atoms at the same density: twice the box side, four times the face
+    assert exchange(8 * 4_000_000, 4) == pytest.approx(4 * exchange(4_000_000, 4), rel=1e-3)
+    # the face does not change with the number of slabs
+    assert exchange(4_000_000, 8) == pytest.approx(exchange(4_000_000, 4), rel=1e-3)
+
+
+def test_md_sends_ghosts_to_its_neighbours_and_the_rebuild_flag_to_every_rank():
+    md = MolecularDynamics(10_000_000, steps=1, rebuild_every=15)
+    for gpus, neighbours in [(2, 1), (4, 2), (8, 2)]:
+        cost = md.cost(gpus, H100, LATENCY_ONLY, SchedulerModel())
+        assert cost.messages == pytest.approx(neighbours + (gpus - 1) + neighbours / 15)
+        assert cost.exchange_s == pytest.approx(cost.messages * 1e-3)
+
+
+def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
+    scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4)
+    weather = Weather(4096, 4096, steps=1, steps_per_task=8)
+    cost = weather.cost(4, H100, LINKS["ndr"], scheduler)
+    assert cost.scheduler_s == pytest.approx((2e-3 + 5 * 1e-4) / cost.steps_per_epoch)
+    # the engine gathers whole supersteps until an epoch holds EPOCH_SECONDS of work
+    step = cost.compute_s + cost.exchange_s
+    assert cost.steps_per_epoch % 8 == 0
+    assert EPOCH_SECONDS <= cost.steps_per_epoch * step < EPOCH_SECONDS + 8 * step
+    # a step longer than an epoch: one superstep per epoch
+    assert SchedulerModel().steps_in_epoch(2.0, steps_per_task=4) == 4
+    fixed = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=0.0, steps_per_epoch=100)
+    for workload in (weather, MolecularDynamics(1_000_000, steps=1), NBody(100_000, steps=1)):
+        assert workload.cost(4, H100, LINKS["ndr"], fixed).scheduler_s == pytest.approx(2e-5)
+
+
+def test_a_link_is_fitted_from_two_round_trips():
+    latency, bandwidth = 150e-6, 2e9
+    trips = {size: 2 * (latency + size / bandwidth) for size in (4096, 2 ** 20)}
+    link = fit_link(trips)
+    assert link.latency_s == pytest.approx(latency) and link.bandwidth == pytest.approx(bandwidth)
+    assert link.basis == "measured"
+    # noise that makes the large message no slower is credited with at most 64 GB/s
+    assert fit_link({4096: 1e-3, 2 ** 20: 0.9e-3}).bandwidth == pytest.approx(64e9)
 
 
 def test_md_uses_the_full_neighbour_list_size():
@@ -132,6 +213,28 @@ def test_md_uses_the_full_neighbour_list_size():
 
 
 # -- device profiles --------------------------------------------------------------------
+
+def test_only_this_machines_link_is_measured_and_every_other_is_marked_an_assumption():
+    assert LINKS["tcp-local"].basis == "measured"
+    for name in ("nvlink", "ndr", "ucx-nvlink", "ucx-ndr", "100gbe"):
+        assert LINKS[name].basis == "assumed", name
+        assert "not yet measured" in LINKS[name].source
+    given = link_profile("ndr", latency_us=5)
+    assert given.basis == "given" and given.latency_s == 5e-6 and given.bandwidth == LINKS["ndr"].bandwidth
+    assert link_profile("tcp-local", bandwidth_gbs=0.8).basis == "given"
+
+
+def test_the_summary_lists_what_is_assumed():
+    summary = plan("md", atoms=10 ** 6, steps=10, device="h100", interconnect="ndr", max_gpus=2).records()[-1]
+    assert summary["interconnect_basis"] == "assumed" and summary["scheduler_basis"] == "assumed"
+    assert {"interconnect", "scheduler", "fraction:md", "fraction:neighbor_build"} <= set(summary["assumed"])
+    assert "fraction:stencil" not in summary["assumed"]  # measured on the H200
+    assert summary["interconnect_latency_s"] == LINKS["ndr"].latency_s
+    local = plan("weather", nx=512, ny=512, steps=10, device="cpu", interconnect="tcp-local", max_gpus=2,
+                 scheduler=SchedulerModel(3e-3, 0.0, source="measured: here")).records()[-1]
+    assert local["interconnect_basis"] == "measured" and local["scheduler_basis"] == "measured"
+    assert "interconnect" not in local["assumed"] and "scheduler" not in local["assumed"]
+
 
 def test_named_profiles_carry_their_data_sheet_numbers():
     assert DEVICES["h100"].bandwidth == 3.35e12 and DEVICES["h100"].memory_bytes == 80e9
@@ -191,7 +294,7 @@ def test_the_h200_bench_lines_in_docs_give_the_documented_fraction():
     (dict(workload="climate", nx=8, ny=8, steps=1), ["workload", "'weather'", "'md'", "'nbody'"]),
     (dict(workload="weather", nx=64, ny=64, steps=1, device="b200"), ["device", "h100", "h200", "a100", "cpu"]),
     (dict(workload="weather", nx=64, ny=64, steps=1, interconnect="ethernet"),
-     ["interconnect", "nvlink", "ndr", "100gbe", "tcp-local"]),
+     ["interconnect", "nvlink", "ndr", "ucx-ndr", "100gbe", "tcp-local"]),
     (dict(workload="weather", nx=0, ny=64, steps=1), ["nx", ">= 4"]),
     (dict(workload="weather", nx=64, ny=-8, steps=1), ["ny"]),
     (dict(workload="weather", nx=64, ny=64, steps=0), ["steps", ">= 1"]),
@@ -221,6 +324,7 @@ def test_cli_prints_the_table_and_json_lines():
     table = run_cli("plan", "weather", "--nx", "16384", "--ny", "16384", "--steps", "1e4", "--max-gpus", "4")
     assert table.returncode == 0, table.stderr
     assert "hpcgpu plan: weather 16384 x 16384" in table.stdout and "efficiency" in table.stdout
+    assert table.stdout.splitlines()[1].split()[5:8] == ["compute", "exchange", "scheduler"]
     assert len([line for line in table.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["4"])]) == 3
     lines = run_cli("plan", "md", "--atoms", "1e7", "--steps", "1e6", "--device", "h200", "--interconnect",
                     "nvlink", "--max-gpus", "4", "--json")
@@ -229,8 +333,19 @@ def test_cli_prints_the_table_and_json_lines():
     assert [r["gpus"] for r in records if r["kind"] == "plan"] == [1, 2, 4]
     assert records[-1]["kind"] == "summary" and records[-1]["device"] == "h200"
     assert records[0]["size"] == {"atoms": 10_000_000} and records[0]["steps"] == 1_000_000
+    assert records[1]["exchange_s"] > 0 and records[1]["messages_per_step"] > 0
     bad = run_cli("plan", "weather", "--nx", "64", "--ny", "64", "--interconnect", "infiniband")
     assert bad.returncode == 2 and "interconnect must be one of" in bad.stderr
+
+
+def test_cli_overrides_of_the_link_and_the_scheduler_are_labelled_given():
+    lines = run_cli("plan", "nbody", "--bodies", "1e5", "--max-gpus", "2", "--link-gbs", "2", "--link-latency-us",
+                    "150", "--epoch-overhead-ms", "5", "--json")
+    assert lines.returncode == 0, lines.stderr
+    summary = json.loads(lines.stdout.splitlines()[-1])
+    assert summary["interconnect_basis"] == "given" and summary["interconnect_bandwidth_bytes_per_s"] == 2e9
+    assert summary["interconnect_latency_s"] == pytest.approx(150e-6)
+    assert summary["scheduler_basis"] == "given" and summary["epoch_overhead_s"] == pytest.approx(5e-3)
 
 
 def test_check_against_this_machine_reports_a_finite_relative_error():
@@ -242,4 +357,11 @@ def test_check_against_this_machine_reports_a_finite_relative_error():
     for row in rows:
         assert row["kind"] == "check" and math.isfinite(row["relative_error"])
         assert row["predicted_s_per_step"] > 0 and row["measured_s_per_step"] > 0
+        assert row["steps_per_task"] == 4 and row["steps_per_epoch"] % 4 == 0
+        assert row["predicted_scheduler_s"] > 0
+    # one worker sends nothing; two exchange halos
+    assert rows[0]["predicted_exchange_s"] == 0 and rows[1]["predicted_exchange_s"] > 0
+    profile = rows[0]["profile"]
+    assert profile["link_latency_s"] >= 0 and profile["link_bytes_per_s"] > 0
+    assert profile["epoch_overhead_s_1_workers"] > 0 and profile["epoch_overhead_s_2_workers"] > 0
     assert math.isfinite(rows[0]["measured_efficiency"])
