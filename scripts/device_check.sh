@@ -18,8 +18,8 @@ PY="python3 -P"
   $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt"
 # STAGES selects what runs (default: all):
-#   variants tests bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests
-STAGES=${STAGES:-"variants tests bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests"}
+#   variants tests engine bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests
+STAGES=${STAGES:-"variants tests engine bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has variants; then
 echo "== GPU kernel variants"
@@ -29,6 +29,24 @@ if has tests; then
 echo "== GPU test tier"
 HPCGPU_REQUIRE_GPU=1 timeout ${GPU_TESTS_S:-240} $PY -m pytest tests -m gpu -q -p no:cacheprovider \
     -o addopts="--import-mode=importlib" 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+fi
+if has engine; then
+# The SPMD engine's NCCL transport (hpcgpu/partition/nccl_comm.py): its communicator contract on CuPy arrays,
+# mandatory here (a skip says why NCCL would not run two ranks on this machine), then bench comm on two local
+# workers. Two files: engine.log (tests, skip reasons, bench stderr) and comm.jsonl. At most ~4.5 minutes.
+echo "== engine: the NCCL communicator contract and bench comm"
+{ HPCGPU_REQUIRE_GPU=1 timeout -k 10 ${NCCL_TESTS_S:-180} $PY -m pytest tests/partition/test_nccl.py -q -rs \
+      -p no:cacheprovider -o addopts="--import-mode=importlib" -o timeout=120
+  echo "pytest exit status $?"; } 2>&1 | tee "$OUT/engine.log" | tail -25
+timeout -k 10 ${COMM_S:-90} $PY -m hpcgpu.cli bench comm --workers 2 --size 4096 --size 1048576 --size 16777216 \
+    --repeats 50 > "$OUT/comm.jsonl" 2>> "$OUT/engine.log"
+echo "bench comm exit status $?" | tee -a "$OUT/engine.log"
+$PY - "$OUT/comm.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(f"{r['case']:16s} {r['size']:>9d} B {r['value']:10.4g} {r['unit']:4s} {r.get('transport')} {r.get('path')}")
+PY
 fi
 echo "== benchmarks"
 : > "$OUT/bench.jsonl"

@@ -331,8 +331,6 @@ class CommExtension:
 class DaskCommunicator(Communicator):
     """Rank ``rank`` of ``session`` on this dask worker (made by :func:`communicator`)."""
 
-    transport = "dask"
-
     def __init__(self, session, rank, extension):
         super().__init__(rank, session.size, session.timeout)
         self.session = session
@@ -361,6 +359,11 @@ class DaskCommunicator(Communicator):
 
     def _post_receive(self, source, key):
         return _Receive(self._mailbox, source, key, self.rank)
+
+    @property
+    def transport(self):
+        """``"direct"`` (sockets from the rank's thread) or ``"dask"`` (dask's comm layer)."""
+        return "direct" if self.session.direct else "dask"
 
     def _peer_addresses(self):
         """The other workers of the session, each once (ranks on this worker share its mailbox)."""
@@ -444,6 +447,9 @@ def _close_worker(session):
     extension = _extension(worker)
     DaskCommunicator(session, session.addresses.index(worker.address), extension).close()
     extension.forget(session.id)
+    from hpcgpu.partition.nccl_comm import release
+
+    release(session.id)
 
 
 # -- plugins --------------------------------------------------------------------------------------

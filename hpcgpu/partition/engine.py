@@ -106,6 +106,7 @@ class RankResult:
     seconds: float = 0.0
     steps: int = 0
     ranks: list = None  # on rank 0: (seconds, seconds waiting for messages) of every rank
+    transport: str = ""
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,10 @@ class _Context:
             self.comm = LoopbackCommunicator()
             self.cache = rank_cache("local", rank)
         else:
-            from hpcgpu.partition.dask_comm import communicator
+            from hpcgpu.partition.nccl_comm import choose_communicator
 
-            self.comm = communicator(session, rank, worker)
+            # NCCL for device buffers when every rank has its own GPU, else dask's comm layer
+            self.comm = choose_communicator(session, rank, worker)
             self.cache = rank_cache(session.id, rank)
         self.rank = rank
         self.size = self.comm.size
@@ -142,7 +144,7 @@ def _run_program(context, carried, program):
     """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
     decomposition, model, comm = context.decomposition, context.model, context.comm
     records, steps = [], 0
-    started = time.perf_counter()
+    started, waited = time.perf_counter(), comm.wait_seconds
     carried = decomposition.resume(context, carried)
     for op, value in program:
         if op == "advance":
@@ -163,8 +165,8 @@ def _run_program(context, carried, program):
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()
     seconds = time.perf_counter() - started
-    ranks = comm.gather((seconds, comm.wait_seconds))
-    return RankResult(carried, records, seconds, steps, ranks)
+    ranks = comm.gather((seconds, comm.wait_seconds - waited))
+    return RankResult(carried, records, seconds, steps, ranks, comm.transport)
 
 
 def _run_rank(spec, session, rank, carried, program, worker=None):
@@ -229,7 +231,7 @@ def _raise_root_cause(errors):
 def _records(results):
     """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
     first = results[0]
-    return first.records, first.seconds, first.steps, first.ranks
+    return first.records, first.seconds, first.steps, first.ranks, first.transport
 
 
 def _host_blocks(spec, results):
@@ -409,6 +411,7 @@ class PartitionedExecutor:
         self._seconds_per_step = None
         self._closed = False
         self._failure = None
+        self.transport = "direct" if self.session.direct else "dask"  # until the ranks report theirs
         # per finished epoch: its steps and every rank's (seconds, seconds waiting for messages)
         self.epoch_stats = []
 
@@ -503,7 +506,7 @@ class PartitionedExecutor:
         return self.decomposition.join(self.model, blocks)
 
     def describe(self):
-        return {"executor": "distributed", "engine": "spmd", "transport": "dask",
+        return {"executor": "distributed", "engine": "spmd", "transport": self.transport,
                 "backend": self.model.backend_request, "partitions": self.partitions,
                 "steps_per_task": self.steps_per_task, "workers": len(self.workers),
                 f"{self.unit}_per_partition": [b - a for a, b in self.bounds], "epochs": self.epoch,
@@ -561,7 +564,7 @@ class PartitionedExecutor:
         """Wait for one epoch, file its records and learn its speed (raises on a failed epoch)."""
         _, steps, records, results = entry
         self._wait([records, *results.values()])
-        found, seconds, done, ranks = self._gather([records])[0]
+        found, seconds, done, ranks, self.transport = self._gather([records])[0]
         self._ready.extend(found)
         self.epoch_stats.append({"steps": done, "seconds": seconds, "ranks": ranks})
         if done:

@@ -14,13 +14,19 @@ float64 is ``CUBLAS_COMPUTE_64F`` always.
 
 ``spmv`` is :data:`KERNEL_SOURCE`, compiled by NVRTC through a cached
 :class:`cupy.RawModule`: a group of ``LANES`` consecutive threads per row
-(1 to 32, the largest power of two not above the mean number of values per
-row, :func:`lanes_for`) reads the row's values in strides of ``LANES``, so a
+(1 to 32, chosen from the mean number of values per row by
+:func:`lanes_for`) reads the row's values in strides of ``LANES``, so a
 group's loads are consecutive; the lanes' partial sums meet in shared
-memory and the group's first thread adds them in lane order. One thread
-per row (``LANES = 1``) is the ``cuda`` backend's choice; groups win when
-rows are long. The tests compile the same source with g++ and run it on
-the CPU (``tests/kernels/test_matrix_cupy_source.py``).
+memory and the group's first thread adds them in lane order. Short rows
+(a mean of at most :data:`VALUES_PER_LANE` values: the 5-point Poisson
+matrix, 7-point 3-D stencils) get one thread per row, as on the ``cuda``
+backend, with no shared memory and no barrier: 32 threads on 32 consecutive
+rows read consecutive short runs of ``data`` and ``indices`` that share
+cache lines, where a group of 4 would idle 3 of 8 lanes on a 5-value row and
+then wait at the barrier for a 4-way sum. Groups take over as rows grow (one
+lane per up to 6 values, Kokkos Kernels' rule). The tests compile the same
+source with g++ and run it on the CPU
+(``tests/kernels/test_matrix_cupy_source.py``).
 
 ``dot`` is a :class:`cupy.ReductionKernel` with float64 products and sums;
 ``axpy`` a :class:`cupy.ElementwiseKernel` (one fused multiply-add per
@@ -32,11 +38,18 @@ import threading
 
 import numpy as np
 
+from hpcgpu.kernels import _launch_limits
+
 THREADS = 256
 """Threads per block of the SpMV kernel."""
 
 MAX_LANES = 32
 """Most threads per row (a warp)."""
+
+VALUES_PER_LANE = 6
+"""A group gets another lane (doubles) while its lanes would each take more than
+this many values of a mean row: Kokkos Kernels' CSR SpMV rule (its
+``launch_parameters``: ``vector_length * 6 < nnz_per_row``)."""
 
 LANES = (1, 2, 4, 8, 16, 32)
 """Group sizes the SpMV kernel is compiled for."""
@@ -96,18 +109,34 @@ NAME_EXPRESSIONS = tuple(spmv_expression(d, i, lanes) for d in CTYPES for i in I
 
 
 def lanes_for(n_rows, nnz):
-    """Threads per row: the largest power of two <= the mean row length, in 1..32.
+    """Threads per row: the fewest (a power of two, 1..32) that leave each lane at most
+    :data:`VALUES_PER_LANE` values of a mean row; one thread per row up to 6 values.
 
     Examples
     --------
-    >>> lanes_for(100, 500), lanes_for(10, 1000), lanes_for(10, 3)
-    (4, 32, 1)
+    >>> lanes_for(100, 500), lanes_for(100, 900), lanes_for(10, 1000), lanes_for(10, 3)
+    (1, 2, 32, 1)
     """
     mean = nnz / max(n_rows, 1)
     lanes = 1
-    while lanes * 2 <= min(mean, MAX_LANES):
+    while lanes < MAX_LANES and lanes * VALUES_PER_LANE < mean:
         lanes *= 2
     return lanes
+
+
+def spmv_shared_bytes(dtype_name):
+    """Static shared memory the SpMV kernel declares: one partial sum per thread (with one lane a
+    row the compiler drops the unused array)."""
+    return THREADS * np.dtype(dtype_name).itemsize
+
+
+def check_spmv(dtype_name, lanes):
+    """Raise :class:`~hpcgpu.errors.ConfigError` unless a group of ``lanes`` threads per row tiles
+    a block of :data:`THREADS` and the block fits the GPU."""
+    if lanes not in LANES or THREADS % lanes:
+        from hpcgpu.errors import ConfigError
+        raise ConfigError(f"spmv lanes={lanes}: must be one of {LANES} and divide THREADS={THREADS}")
+    _launch_limits.check("matrix spmv_kernel", (dtype_name, lanes), THREADS, spmv_shared_bytes(dtype_name))
 
 
 @functools.cache
@@ -127,6 +156,7 @@ def spmv(data, indices, indptr, x, out):
     n_rows = out.shape[0]
     index_dtype = np.dtype(indices.dtype)
     lanes = lanes_for(n_rows, data.shape[0])
+    check_spmv(np.dtype(data.dtype).name, lanes)
     blocks = -(-n_rows * lanes // THREADS)
     _kernel(spmv_expression(np.dtype(data.dtype).name, index_dtype.name, lanes))(
         (blocks, 1, 1), (THREADS, 1, 1), (data, indices, indptr, x, out, index_dtype.type(n_rows)))

@@ -8,9 +8,19 @@ Conventions (every backend):
 * reduced LJ units (``epsilon = sigma = mass = 1`` unless given);
 * neighbour lists are *full* lists (each pair appears in both atoms' rows),
   so every atom sums its own force without atomics, on CPU and GPU alike:
-  ``neighbors`` is ``(N, capacity)`` int32, ``counts`` is ``(N,)`` int32,
-  built with radius ``cutoff + skin`` from cell lists of side at least
-  ``cutoff + skin``;
+  ``neighbors`` is ``(N, capacity)`` int32 (``neighbors[i, k]``: the k-th
+  neighbour of atom i), ``counts`` is ``(N,)`` int32, built with radius
+  ``cutoff + skin`` from cell lists of side at least ``cutoff + skin``;
+* the list's memory layout is the backend's: row-major (C order) on the
+  CPU backends, where one thread walks one atom's row; column-major
+  (Fortran order: the k-th neighbours of all atoms side by side, as in
+  HOOMD-blue and Kokkos LAMMPS) on the GPU backends, where the 32 threads
+  of a warp read the k-th neighbour of 32 consecutive atoms in one
+  transaction instead of 32 rows ``capacity * 4`` bytes apart. A backend
+  file says which with ``NEIGHBOR_ORDER`` ("C" when absent); the build
+  allocates that order, :func:`lj_forces` copies a list of another layout
+  into it (a list moved between backends), every kernel reads either, and
+  ``neighbors[i, k]`` means the same in both;
 * a list that would overflow its capacity is rebuilt with a larger one, never
   truncated (the build reports the largest count; the public API grows and
   retries);
@@ -89,6 +99,8 @@ class NeighborList:
         closer to atom ``i`` than ``cutoff + skin`` (minimum image) at build
         time; each pair appears in both rows. The order within a row is
         deterministic (backend-specific); entries past the count are unused.
+        C-ordered when built by a CPU backend, Fortran-ordered (column-major)
+        by a GPU backend; any layout is accepted.
     counts : int32 array (N,)
         Neighbours of each atom, all ``<= capacity``.
     reference_positions : array (3, N)
@@ -255,9 +267,10 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend=
     else:
         capacity = check_int("capacity", capacity, minimum=1)
     kernels = backend.kernels("md")
+    order = getattr(kernels, "NEIGHBOR_ORDER", "C")
     counts = backend.empty((n,), np.int32)
     while True:
-        neighbors = backend.empty((n, capacity), np.int32)
+        neighbors = backend.xp.empty((n, capacity), np.int32, order=order)
         largest = int(kernels.build_neighbors(positions, box, radius, neighbors, counts))
         if largest <= capacity:
             break
@@ -439,17 +452,33 @@ def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, 
     if cutoff > neighbor_list.cutoff:
         raise ConfigError(f"cutoff={cutoff} exceeds the cutoff the neighbour list was built for "
                           f"({neighbor_list.cutoff}); rebuild it with cutoff={cutoff}")
-    neighbors = backend.asarray(neighbor_list.neighbors)
+    kernels = backend.kernels("md")
+    neighbors = _in_layout(backend, neighbor_list.neighbors, getattr(kernels, "NEIGHBOR_ORDER", "C"))
     counts = backend.asarray(neighbor_list.counts)
     dtype = positions.dtype
     forces = backend.empty((3, n), dtype)
     energy = backend.empty((n,), dtype)
     virial = backend.empty((n,), dtype)
-    backend.kernels("md").forces(positions, box, neighbors, counts, cutoff * cutoff, epsilon, sigma,
-                                 shift_value, forces, energy, virial)
+    kernels.forces(positions, box, neighbors, counts, cutoff * cutoff, epsilon, sigma,
+                   shift_value, forces, energy, virial)
     potential_energy, total_virial = _totals(backend, positions, box, forces, energy, virial,
                                              neighbors, counts)
     return forces, potential_energy, total_virial
+
+
+def _in_layout(backend, neighbors, order):
+    """The list on the backend in its own layout ``order`` ("C" or "F").
+
+    Every kernel reads either layout, but a list built by another backend,
+    or a strided view, is copied into this backend's layout: the numba
+    kernel sums a row-major row in SIMD lanes (another order of additions
+    than over a strided row), so its results would depend on where the
+    list came from.
+    """
+    neighbors = backend.asarray(neighbors)
+    if neighbors.flags.f_contiguous if order == "F" else neighbors.flags.c_contiguous:
+        return neighbors
+    return backend.xp.asarray(neighbors, order=order)
 
 
 def lj_forces_all_pairs(positions, box, *, cutoff, epsilon=1.0, sigma=1.0, shift=True, backend="auto"):

@@ -20,10 +20,17 @@ with libdevice's ``rint`` (``rintf`` in float32). The kernels are compiled
 without ``fastmath``: its no-NaN/no-inf assumptions could hide an overlap,
 and these kernels are bound by the gathers, not by arithmetic.
 
+The list is column-major (:data:`NEIGHBOR_ORDER`): at step k of its loop a
+warp of the forces kernel reads the k-th neighbours of 32 consecutive atoms,
+128 contiguous bytes, where a row-major list of capacity C puts them 4 C
+bytes apart (32 transactions). The forces kernel walks atoms in index order
+so that this stays true; the build walks them in cell order, where its
+reads are shared, and its scattered writes happen once per rebuild.
+
 Arrays stay CuPy arrays (one memory pool with CuPy); each call wraps them
-with ``cuda.as_cuda_array(..., sync=False)`` and launches on CuPy's current
-stream, after the CuPy sort it depends on. Under the CUDA simulator the
-arrays are NumPy arrays and pass through.
+for Numba without a host sync (wrappers cached: :mod:`.._cuda_interop`) and
+launches on CuPy's current stream, after the CuPy sort it depends on. Under
+the CUDA simulator the arrays are NumPy arrays and pass through.
 """
 
 import functools
@@ -38,6 +45,7 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
+from hpcgpu.kernels import _launch_limits  # noqa: E402
 from hpcgpu.kernels._cuda_interop import array_module as _xp  # noqa: E402
 from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
@@ -46,6 +54,13 @@ from hpcgpu.kernels.md import _cells, _physics  # noqa: E402
 
 THREADS = 128
 """Threads per block of every kernel."""
+
+NEIGHBOR_ORDER = "F"
+"""Layout of the lists this backend builds: column-major (see :mod:`hpcgpu.kernels.md`).
+The kernels read lists of any layout."""
+
+_index = np.uint64
+"""Cast of an index known to be >= 0: Numba checks signed indices for wraparound."""
 
 _device_function = cuda.jit(device=True)
 lennard_jones = _device_function(_physics.lennard_jones)
@@ -126,6 +141,8 @@ def _kernels(dtype_name):
     @cuda.jit
     def build(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, lx, ly, lz, ilx, ily, ilz, radius2,
               neighbors_out, counts_out):
+        # Indices are cast to unsigned where they index (never negative): a
+        # signed index costs Numba's negative-index wraparound on every access.
         k = cuda.grid(1)
         if k >= xs.shape[0]:
             return
@@ -137,7 +154,7 @@ def _kernels(dtype_name):
         xi = xs[k]
         yi = ys[k]
         zi = zs[k]
-        i = order[k]
+        i = _index(order[k])
         count = 0
         for tz in range(_distinct(nz)):
             z_cell = _neighbor_cell(cz, tz, nz)
@@ -145,13 +162,14 @@ def _kernels(dtype_name):
                 y_cell = _neighbor_cell(cy, ty, ny)
                 for tx in range(_distinct(nx)):
                     cell = _neighbor_cell(cx, tx, nx) + nx * (y_cell + ny * z_cell)
-                    for j in range(start[cell], start[cell + 1]):
-                        dx = separation(xs[j], xi, lx, ilx)
-                        dy = separation(ys[j], yi, ly, ily)
-                        dz = separation(zs[j], zi, lz, ilz)
+                    for j in range(start[_index(cell)], start[_index(cell + 1)]):
+                        dx = separation(xs[_index(j)], xi, lx, ilx)
+                        dy = separation(ys[_index(j)], yi, ly, ily)
+                        dz = separation(zs[_index(j)], zi, lz, ilz)
                         if j != k and within(dx * dx + dy * dy + dz * dz, radius2):
                             if count < capacity:
-                                neighbors_out[i, count] = order[j]
+                                # Column-major: column count holds the count-th neighbour of every atom.
+                                neighbors_out[i, _index(count)] = order[_index(j)]
                             count += 1
         counts_out[i] = count
 
@@ -173,7 +191,8 @@ def _kernels(dtype_name):
         energy = zero
         virial = zero
         for k in range(m):
-            j = neighbors[i, k]
+            # Column-major: the threads of a warp read neighbour k of consecutive atoms, coalesced.
+            j = _index(neighbors[i, _index(k)])
             dx = separation(x[j], xi, lx, ilx)
             dy = separation(y[j], yi, ly, ily)
             dz = separation(z[j], zi, lz, ilz)
@@ -195,6 +214,8 @@ def _kernels(dtype_name):
 
 
 def _blocks(n):
+    # No shared memory in any of the three kernels.
+    _launch_limits.check("md cuda kernels", THREADS, THREADS)
     return max(1, -(-n // THREADS))
 
 

@@ -5,7 +5,10 @@ float64 cell arithmetic), a stable sort of the atoms by cell in CuPy
 (:func:`._cells.sort_by_cell`), ``build_kernel`` (one thread per atom in
 cell order, scanning the distinct cells around its own with the minimum
 image, appending to its row while there is room and counting anyway) and
-``forces_kernel`` (one thread per atom over its own row). The pair
+``forces_kernel`` (one thread per atom, in index order, over its own row).
+The list is built column-major (:data:`NEIGHBOR_ORDER`; see
+``_cuda``'s docstring for why); both kernels take the list's two strides
+and so read or write either layout. The pair
 interaction mirrors ``_physics`` as ``__device__`` functions; the minimum
 image rounds with ``rintf`` / ``rint``. The module is compiled without
 fast-math options (no approximate division, no flush-to-zero): an overlap's
@@ -24,6 +27,7 @@ import functools
 import numpy as np
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels import _launch_limits
 from hpcgpu.kernels.md import _cells
 
 OPTIONS = ("--std=c++17",)
@@ -36,6 +40,10 @@ KERNELS = ("assign_cells", "build_kernel", "forces_kernel")
 
 THREADS = 128
 """Threads per block of every kernel."""
+
+NEIGHBOR_ORDER = "F"
+"""Layout of the lists this backend builds: column-major (see :mod:`hpcgpu.kernels.md`).
+The kernels read lists of any layout."""
 
 NAME_EXPRESSIONS = tuple(f"{kernel}<{ctype}>" for ctype in CTYPES.values() for kernel in KERNELS)
 """Template instances, as passed to ``get_function``."""
@@ -105,13 +113,17 @@ __global__ void assign_cells(const T* __restrict__ positions, int n, double lx, 
     cell_out[i] = cx + nx * (cy + ny * cz);
 }
 
+// The list: entry k of atom i's row at neighbors[i * atom_stride + k * slot_stride]
+// (column-major, as built here: atom_stride 1, slot_stride n; row-major: capacity, 1).
+
 // One thread per atom in cell order (k); sorted: (3, n) positions in cell
 // order; order[k] is the atom; cell c holds sorted atoms start[c]..start[c+1].
 template<typename T>
 __global__ void build_kernel(const T* __restrict__ sorted, const int* __restrict__ order,
                              const int* __restrict__ start, const int* __restrict__ sorted_cell, int n,
                              int nx, int ny, int nz, T lx, T ly, T lz, T ilx, T ily, T ilz, T radius2,
-                             int capacity, int* __restrict__ neighbors_out, int* __restrict__ counts_out)
+                             int capacity, int atom_stride, int slot_stride,
+                             int* __restrict__ neighbors_out, int* __restrict__ counts_out)
 {
     const int k = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (k >= n) return;
@@ -124,7 +136,7 @@ __global__ void build_kernel(const T* __restrict__ sorted, const int* __restrict
     const int cz = c / (nx * ny);
     const T xi = xs[k], yi = ys[k], zi = zs[k];
     const int i = order[k];
-    int* row = neighbors_out + (long long)i * capacity;
+    int* next = neighbors_out + (long long)i * atom_stride;  // where the row's next entry goes
     int count = 0;
     for (int tz = 0; tz < md_distinct(nz); ++tz) {
         const int z_cell = md_neighbor_cell(cz, tz, nz);
@@ -137,7 +149,10 @@ __global__ void build_kernel(const T* __restrict__ sorted, const int* __restrict
                     const T dy = minimum_image(ys[j] - yi, ly, ily);
                     const T dz = minimum_image(zs[j] - zi, lz, ilz);
                     if (j != k && dx * dx + dy * dy + dz * dz < radius2) {
-                        if (count < capacity) row[count] = order[j];
+                        if (count < capacity) {
+                            *next = order[j];
+                            next += slot_stride;
+                        }
                         ++count;
                     }
                 }
@@ -147,10 +162,13 @@ __global__ void build_kernel(const T* __restrict__ sorted, const int* __restrict
     counts_out[i] = count;
 }
 
-// One thread per atom over its row of the (n, capacity) full list.
+// One thread per atom, in index order, over its row of the (n, capacity) full list:
+// with a column-major list a warp reads the k-th neighbours of 32 consecutive atoms
+// at once (128 contiguous bytes).
 template<typename T>
 __global__ void forces_kernel(const T* __restrict__ positions, int n, const int* __restrict__ neighbors,
-                              const int* __restrict__ counts, int capacity, T lx, T ly, T lz,
+                              const int* __restrict__ counts, int capacity, int atom_stride,
+                              int slot_stride, T lx, T ly, T lz,
                               T ilx, T ily, T ilz, T cutoff2, T sigma2, T four_epsilon,
                               T twenty_four_epsilon, T energy_shift, T* __restrict__ forces_out,
                               T* __restrict__ energy_out, T* __restrict__ virial_out)
@@ -162,10 +180,10 @@ __global__ void forces_kernel(const T* __restrict__ positions, int n, const int*
     const T* z = positions + 2LL * n;
     const T xi = x[i], yi = y[i], zi = z[i];
     const int m = counts[i] < capacity ? counts[i] : capacity;
-    const int* row = neighbors + (long long)i * capacity;
+    const int* row = neighbors + (long long)i * atom_stride;
     T fx = T(0), fy = T(0), fz = T(0), energy = T(0), virial = T(0);
     for (int k = 0; k < m; ++k) {
-        const int j = row[k];
+        const int j = row[(long long)k * slot_stride];
         const T dx = minimum_image(x[j] - xi, lx, ilx);
         const T dy = minimum_image(y[j] - yi, ly, ily);
         const T dz = minimum_image(z[j] - zi, lz, ilz);
@@ -222,7 +240,22 @@ def _target(out):
     return out if out.flags.c_contiguous else _xp(out).empty(out.shape, out.dtype)
 
 
+def _list_memory(neighbors):
+    """``(memory, atom_stride, slot_stride)`` of an (N, capacity) list, or None if it is
+    neither row- nor column-major: ``memory`` is C-contiguous (the list itself, or for a
+    column-major list its (capacity, N) transpose) and entry ``[i, k]`` lies at
+    ``i * atom_stride + k * slot_stride`` in it."""
+    n, capacity = neighbors.shape
+    if neighbors.flags.c_contiguous:
+        return neighbors, capacity, 1
+    if neighbors.flags.f_contiguous:
+        return neighbors.T, 1, n
+    return None
+
+
 def _blocks(n, threads):
+    # No shared memory in any of the three kernels.
+    _launch_limits.check("md cupy kernels", threads, threads)
     return (max(1, -(-n // threads)), 1, 1)
 
 
@@ -247,13 +280,15 @@ def _build(positions, box, radius, neighbors_out, counts_out, threads):
     order, start = _cells.sort_by_cell(xp, cell, nx * ny * nz)
     sorted_positions = xp.ascontiguousarray(positions[:, order])
     sorted_cell = xp.ascontiguousarray(cell[order])
-    neighbors = _target(neighbors_out)
+    layout = _list_memory(neighbors_out)
+    neighbors = neighbors_out if layout is not None else xp.empty(neighbors_out.shape, np.int32)
+    memory, atom_stride, slot_stride = layout or _list_memory(neighbors)
     counts = _target(counts_out)
     _kernel(f"build_kernel<{ctype}>")(
         _blocks(n, threads), (threads, 1, 1),
         (sorted_positions, order, start, sorted_cell, np.int32(n), np.int32(nx), np.int32(ny),
          np.int32(nz), *_box_values(box, t), t(radius * radius), np.int32(neighbors.shape[1]),
-         neighbors, counts))
+         np.int32(atom_stride), np.int32(slot_stride), memory, counts))
     if neighbors is not neighbors_out:
         neighbors_out[...] = neighbors
     if counts is not counts_out:
@@ -266,14 +301,20 @@ def _forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_s
     ctype = _ctype(positions.dtype)
     xp = _xp(positions)
     positions = xp.ascontiguousarray(positions)
-    neighbors = xp.ascontiguousarray(neighbors, dtype=np.int32)
+    neighbors = neighbors if neighbors.dtype == np.int32 else neighbors.astype(np.int32)
+    layout = _list_memory(neighbors)
+    if layout is None:
+        neighbors = xp.ascontiguousarray(neighbors)
+        layout = _list_memory(neighbors)
+    memory, atom_stride, slot_stride = layout
     counts = xp.ascontiguousarray(counts, dtype=np.int32)
     t = positions.dtype.type
     n = positions.shape[1]
     outputs = [_target(a) for a in (forces_out, energy_out, virial_out)]
     _kernel(f"forces_kernel<{ctype}>")(
         _blocks(n, threads), (threads, 1, 1),
-        (positions, np.int32(n), neighbors, counts, np.int32(neighbors.shape[1]), *_box_values(box, t),
+        (positions, np.int32(n), memory, counts, np.int32(neighbors.shape[1]), np.int32(atom_stride),
+         np.int32(slot_stride), *_box_values(box, t),
          t(cutoff2), t(sigma * sigma), t(4.0 * epsilon), t(24.0 * epsilon), t(energy_shift), *outputs))
     for result, out in zip(outputs, (forces_out, energy_out, virial_out)):
         if result is not out:

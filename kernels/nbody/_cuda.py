@@ -39,7 +39,7 @@ from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
 
 from hpcgpu.kernels.nbody import _physics  # noqa: E402
-from hpcgpu.kernels.nbody._tiling import FINALIZE_THREADS, LAUNCH, blocks, slices  # noqa: E402
+from hpcgpu.kernels.nbody._tiling import FINALIZE_THREADS, LAUNCH, blocks, check, slices  # noqa: E402
 
 _device_function = cuda.jit(device=True)
 distance_squared = _device_function(_physics.distance_squared)
@@ -173,6 +173,7 @@ def _direct(target_positions, source_positions, source_masses, eps2, G, self_off
     t = dtype.type
     xp = _xp(source_positions)
     n_targets = target_positions.shape[1]
+    check(launch, dtype)
     slice_length, n_slices = slices(source_positions.shape[1], launch)
     potential = pot_out is not None
     partial = xp.empty((n_slices, 4 if potential else 3, n_targets), dtype)

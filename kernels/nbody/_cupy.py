@@ -26,7 +26,7 @@ import functools
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.nbody._tiling import FINALIZE_THREADS, LAUNCH, VARIANTS, blocks, slices
+from hpcgpu.kernels.nbody._tiling import FINALIZE_THREADS, LAUNCH, VARIANTS, blocks, check, slices
 
 OPTIONS = ("--std=c++17",)
 """NVRTC options of the module."""
@@ -251,6 +251,7 @@ def _direct(target_positions, source_positions, source_masses, eps2, G, self_off
     sources = _contiguous(source_positions, dtype)
     masses = _contiguous(source_masses, dtype)
     n_targets, n_sources = targets.shape[1], sources.shape[1]
+    check(launch, dtype)
     slice_length, n_slices = slices(n_sources, launch)
     potential = pot_out is not None
     partial = xp.empty((n_slices, 4 if potential else 3, n_targets), dtype)

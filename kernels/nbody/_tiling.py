@@ -18,6 +18,10 @@ all of them).
 
 from typing import NamedTuple
 
+import numpy as np
+
+from hpcgpu.kernels import _launch_limits
+
 
 class Launch(NamedTuple):
     """How the direct-sum kernel is launched for one dtype."""
@@ -62,6 +66,27 @@ def slices(n_sources, launch):
     per_slice = max(launch.min_tiles, -(-tiles // launch.max_slices))
     length = per_slice * tile
     return length, -(-n_sources // length)
+
+
+def shared_bytes(launch, dtype):
+    """Static shared memory of the direct-sum kernel: a tile of ``threads`` bodies (x, y, z, m).
+
+    Examples
+    --------
+    >>> shared_bytes(Launch(256, 2, 32), "float64")
+    8192
+    """
+    return launch.threads * 4 * np.dtype(dtype).itemsize
+
+
+def check(launch, dtype):
+    """Raise :class:`~hpcgpu.errors.ConfigError` unless both kernels' blocks fit the GPU
+    (:mod:`.._launch_limits`): the direct sum's with its shared tile, and the finaliser's."""
+    _launch_limits.check("nbody direct_kernel", launch, launch.threads, shared_bytes(launch, dtype))
+    _launch_limits.check("nbody finalize_kernel", FINALIZE_THREADS, FINALIZE_THREADS)
+    if launch.min_tiles < 1 or launch.max_slices < 1:
+        from hpcgpu.errors import ConfigError
+        raise ConfigError(f"nbody launch={launch!r}: min_tiles and max_slices must be at least 1")
 
 
 def blocks(n, threads):

@@ -26,7 +26,9 @@ value.
 ``scripts/gpu_kernel_variants.py`` times the choices against the one-step
 kernel. Launch shapes that fit: ``threads - 2 T >= 32`` (one warp of output
 columns), the grid at least ``2 T`` points on each side (one wrap of a
-periodic edge covers every halo).
+periodic edge covers every halo), and the shared ring of ``(T + 1) x 3 x
+threads`` values within 48 KiB of static shared memory (T = 8 with 256
+threads is 55,296 B in float64: float32 only).
 """
 
 import functools
@@ -41,11 +43,12 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
+from hpcgpu.kernels import _launch_limits  # noqa: E402
 from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
 from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC  # noqa: E402
 
-__all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "multi_step_pass"]
+__all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "launch_problems", "shared_bytes", "multi_step_pass"]
 
 
 class PassLaunch(NamedTuple):
@@ -70,10 +73,42 @@ VARIANTS = (PassLaunch(2, 64, 128), PassLaunch(4, 64, 128), PassLaunch(4, 128, 2
 """Multi-step passes timed by ``scripts/gpu_kernel_variants.py``."""
 
 
-def fits(shape, launch):
-    """Whether ``launch`` can run on a grid of ``shape``."""
+def shared_bytes(launch, dtype):
+    """Static shared memory of the pass kernel: the ring of ``steps + 1`` levels x 3 rows x ``threads``.
+
+    Examples
+    --------
+    >>> shared_bytes(PassLaunch(8, 128, 256), "float64"), shared_bytes(PassLaunch(8, 128, 256), "float32")
+    (55296, 27648)
+    """
+    return (launch.steps + 1) * 3 * launch.threads * np.dtype(dtype).itemsize
+
+
+def launch_problems(launch, dtype):
+    """Why ``launch`` can run on no grid in ``dtype`` (a thread block too big, too few output
+    columns); empty if it can run on grids of at least ``2 T`` points a side."""
+    found = _launch_limits.problems(launch.threads, shared_bytes(launch, dtype))
+    if launch.steps < 1 or launch.rows < 1:
+        found.append(f"steps={launch.steps} and rows={launch.rows} must be at least 1")
+    if launch.threads - 2 * launch.steps < 32:
+        found.append(f"threads - 2 steps = {launch.threads - 2 * launch.steps} output columns (at least 32)")
+    return found
+
+
+def fits(shape, launch, dtype="float64"):
+    """Whether ``launch`` can run on a grid of ``shape`` in ``dtype``.
+
+    The static shared memory (:func:`shared_bytes`) must stay within 48 KiB
+    and the block within the register file; ``dtype`` defaults to float64,
+    the larger of the two, so a launch that fits it fits float32 too.
+
+    Examples
+    --------
+    >>> fits((1024, 1024), PassLaunch(8, 128, 256), "float32"), fits((1024, 1024), PassLaunch(8, 128, 256))
+    (True, False)
+    """
     ny, nx = shape
-    return launch.threads - 2 * launch.steps >= 32 and min(ny, nx) >= 2 * launch.steps and launch.steps >= 1
+    return not launch_problems(launch, dtype) and min(ny, nx) >= 2 * launch.steps
 
 
 @functools.cache

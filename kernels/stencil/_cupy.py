@@ -28,6 +28,17 @@ the ghost rules mirror ``_numba``: periodic edges wrap, wall and open edges
 clamp, the normal velocity beyond a wall is zero, and beyond a Dirichlet
 edge (scalar kernels only) the five-point kernels use the boundary value.
 
+The stage kernel's registers are capped per instance (``sw_stage_tuning``
+in the source, ``__maxnreg__``: CUDA >= 12.4) at the fewest that compile
+without spilling at the next occupancy step: 64 / 96 / 168 for float with
+vec 1 / 2 / 4, 128 for double with vec 1 (50, 31, 19 and 25 % occupancy,
+from 31, 25, 12.5 and 19 %), at the cost of loading ``u0, v0, h0`` just
+before the row's store and not unrolling the row loop by two. ptxas then
+fuses one more multiply-add per row into an FMA than the unrolled loop did
+(which alternated between even and odd rows), so these instances differ
+from the previous ones by rounding (within the float32 / float64 tolerances
+against NumPy), not bit for bit.
+
 The CUDA source is the string :data:`KERNEL_SOURCE` (templates on the float
 type, vector width and strip height; no headers, no shared memory, no
 ``__syncthreads``, no warp shuffles), compiled by NVRTC on first use through
@@ -42,6 +53,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels import _launch_limits
 from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
 
 
@@ -124,6 +136,13 @@ constexpr int BC_DIRICHLET = {DIRICHLET};
 """
 
 _KERNEL_BODY = r"""
+// Per-kernel register caps (__maxnreg__) are CUDA >= 12.4, a macro of its
+// headers (NVRTC's built-in ones too); an older NVRTC compiles without the
+// caps, and so do the tests' CPU emulation.
+#ifndef __maxnreg__
+#define __maxnreg__(n)
+#endif
+
 // ---- grid indexing -------------------------------------------------------
 // Logical indices may lie up to two points beyond the grid; these map them
 // to the stored point they read (the ghost rules of ``_boundary``).
@@ -422,7 +441,39 @@ __device__ __forceinline__ void sw_fill_row(sw_row<T, VEC>& x, const sw_own<T, V
     x.v[VEC + 2] = own.v_zero ? T(0) : v[row + e];
 }
 
+// Registers per thread and unrolling of the stage kernel, per instance: the
+// fewest registers that compile without a spill on sm_90 (CUDA 13) at the
+// next occupancy step, 128 threads a block. Capped instances do not unroll
+// the row loop by two (the swapped rows keep more values live; unrolled, the
+// copies north are register moves instead): float x 1 at 64 registers (50 %
+// occupancy, from 31.25 % at 94), float x 2 at 96 (31.25 %, from 25 % at
+// 128), float x 4 at 168 (18.75 %, from 12.5 % at 175), double x 1 at 128
+// (25 %, from 18.75 % at 160). double x 2 spills below its 200-220 (12.5 %)
+// and stays as it was. Same operations; ptxas fuses one more multiply-add a
+// row without the unrolling (see the module docstring).
+template<typename T, int VEC> struct sw_stage_tuning {
+    static constexpr int registers = 255;
+    static constexpr int unroll = 2;
+};
+template<> struct sw_stage_tuning<float, 1> {
+    static constexpr int registers = 64;
+    static constexpr int unroll = 1;
+};
+template<> struct sw_stage_tuning<float, 2> {
+    static constexpr int registers = 96;
+    static constexpr int unroll = 1;
+};
+template<> struct sw_stage_tuning<float, 4> {
+    static constexpr int registers = 168;
+    static constexpr int unroll = 1;
+};
+template<> struct sw_stage_tuning<double, 1> {
+    static constexpr int registers = 128;
+    static constexpr int unroll = 1;
+};
+
 template<typename T, int VEC>
+__maxnreg__((sw_stage_tuning<T, VEC>::registers))
 __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ v0,
                                 const T* __restrict__ h0,
                                 const T* __restrict__ u, const T* __restrict__ v,
@@ -464,21 +515,15 @@ __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ 
     T q_o[W] = {}, vf_o[W] = {}, vf_s[W] = {}, uf_s[W] = {};
     T alpha_s[W] = {}, beta_s[W] = {}, phi_s[W] = {}, bern_s[W] = {}, u_s[W] = {}, v_s[W] = {};
 
-    // Unrolled by two so that the rows carried north swap registers instead
-    // of being copied.
-#pragma unroll 2
+    // Unrolled by two where registers are not capped, so that the rows
+    // carried north swap registers instead of being copied.
+#pragma unroll (sw_stage_tuning<T, VEC>::unroll)
     for (int r = j0 - 1; r <= j1; ++r) {
         sw_fill_row<T, VEC>(cur, ahead, u, v, h, w2, w, e, u_west_zero, u_east_zero);
         sw_load_own<T, VEC>(ahead, u, v, h, r + 1, ny, nx, i0, bc_s, bc_n);
         const int jo = r - 1;
         const bool write = jo >= j0;
         const long long k_out = (long long)jo * nx + i0;
-        hg_vec<T, VEC> u_base = {}, v_base = {}, h_base = {};
-        if (write && use_base) {
-            u_base = load_vec<T, VEC>(u0 + k_out);
-            v_base = load_vec<T, VEC>(v0 + k_out);
-            h_base = load_vec<T, VEC>(h0 + k_out);
-        }
 
         // Corner row r (corners k = 1 .. VEC+2) and face row r (k = 1 .. VEC+1).
         const T f = coriolis_row(f_corner, r, ny, bc_s);
@@ -505,6 +550,14 @@ __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ 
         }
 
         if (write) {
+            // Loaded here, not with the row ahead: live through the whole row's
+            // compute they took the registers that keep the cap spill-free.
+            hg_vec<T, VEC> u_base = {}, v_base = {}, h_base = {};
+            if (use_base) {
+                u_base = load_vec<T, VEC>(u0 + k_out);
+                v_base = load_vec<T, VEC>(v0 + k_out);
+                h_base = load_vec<T, VEC>(h0 + k_out);
+            }
             hg_vec<T, VEC> u_new, v_new, h_new;
 #pragma unroll
             for (int m = 0; m < VEC; ++m) {
@@ -602,6 +655,8 @@ MAX_GRID_Y = 65535
 
 def _grid(ny, nx, launch):
     """Blocks (x, y, z) covering an (ny, nx) grid with ``launch``."""
+    # No shared memory (the source declares none): the strips live in registers.
+    _launch_limits.check("the cupy stencil kernels", launch, launch.threads)
     grid = (-(-nx // (launch.threads * launch.vec)), -(-ny // launch.rows), 1)
     if grid[1] > MAX_GRID_Y:
         raise ConfigError(f"the cupy stencil kernels take at most {MAX_GRID_Y * launch.rows} rows "

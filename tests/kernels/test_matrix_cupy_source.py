@@ -73,8 +73,56 @@ def test_spmv_kernel_for_every_group_size(emulated, monkeypatch, lanes, dtype, r
 
 
 def test_lanes_grow_with_the_mean_row_length():
-    assert [_cupy.lanes_for(100, 100 * m) for m in (0, 1, 3, 5, 16, 31, 33, 1000)] == \
-        [1, 1, 2, 4, 16, 16, 32, 32]
+    """One thread per row up to 6 values a row (5-point and 7-point stencils), then a lane per 6."""
+    assert [_cupy.lanes_for(100, 100 * m) for m in (0, 1, 3, 5, 6, 7, 12, 13, 16, 31, 48, 49, 97, 1000)] == \
+        [1, 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 32]
+
+
+@pytest.mark.parametrize("mean", [0.5, 5, 5.9, 6, 6.1, 20, 95.9, 96, 96.5, 500])
+def test_lanes_follow_kokkos_kernels(mean):
+    """Kokkos Kernels' CSR SpMV: ``while (vl < 32 && vl * 6 < nnz_per_row) vl *= 2``."""
+    n_rows = 1000
+    nnz = int(round(mean * n_rows))
+    expected = 1
+    while expected < 32 and expected * 6 < nnz / n_rows:
+        expected *= 2
+    assert _cupy.lanes_for(n_rows, nnz) == expected
+
+
+def _periodic_poisson(n, dtype):
+    """The 2-D periodic 5-point Laplacian on an n x n grid: five values in every row."""
+    ones = np.ones(n)
+    d1 = sparse.diags([ones[:-1], -2 * ones, ones[:-1]], [-1, 0, 1], format="lil")
+    d1[0, n - 1] = d1[n - 1, 0] = 1.0
+    eye = sparse.identity(n)
+    return sparse.csr_matrix((sparse.kron(eye, d1) + sparse.kron(d1, eye)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype("float32"), np.dtype("float64")], ids=["float32", "float64"])
+def test_poisson_rows_take_one_thread_each_in_csr_order(emulated, dtype, rng):
+    """The 5-value rows of the Poisson matrix run the one-lane instance (no shared memory, no
+    barrier), summing each row in CSR order: bitwise the sequential sum, which is what the
+    ``cuda`` backend's kernel computes too."""
+    n = 23  # 529 rows: three blocks, the last partly past the end
+    A = _periodic_poisson(n, dtype)
+    assert (np.diff(A.indptr) == 5).all()
+    x = rng.standard_normal(n * n).astype(dtype)
+    out = np.full(n * n, np.nan, dtype)
+    _cupy.spmv(A.data, A.indices.astype(np.int32), A.indptr.astype(np.int32), x, out)
+    (expression,) = emulated
+    assert expression.endswith(", 1>")
+    (grid, block), = emulated[expression].launches
+    assert grid == (-(-n * n // _cupy.THREADS), 1, 1) and block == (_cupy.THREADS, 1, 1)
+    # The sequential sum per row, in the dtype, in CSR order.
+    values = A.data.reshape(-1, 5)
+    gathered = x[A.indices.reshape(-1, 5)]
+    total = np.zeros(n * n, dtype)
+    for k in range(5):
+        total = total + values[:, k] * gathered[:, k]
+    np.testing.assert_array_equal(out, total)
+    reference = A.astype(np.float64) @ x.astype(np.float64)
+    tolerance = 5e-6 if dtype == np.float32 else 1e-13
+    assert np.abs(out - reference).max() <= tolerance * np.abs(reference).max()
 
 
 def test_int64_index_instances_compile(tmp_path):

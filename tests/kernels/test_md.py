@@ -161,9 +161,11 @@ def _magnitudes(x, box, cutoff):
     return 0.5 * float(np.abs(4 * (s6 * s6 - s6)).sum()), 0.5 * float(np.abs(24 * (2 * s6 * s6 - s6)).sum())
 
 
-def test_backend_kernels_match_numpy_per_atom(fast_backend, dtype, rng):
+@pytest.mark.parametrize("order", ["C", "F"], ids=["row-major", "column-major"])
+def test_backend_kernels_match_numpy_per_atom(fast_backend, dtype, order, rng):
     """Per-atom forces, half energies and half virials from one list, with a list
-    that has spare capacity and entries past the counts (they must be ignored)."""
+    that has spare capacity and entries past the counts (they must be ignored), in
+    either layout (each kernel reads both)."""
     from hpcgpu.kernels.md import _numpy
     x, box = configuration(rng, 3, dtype, 1.2, 0.3)
     n = x.shape[1]
@@ -176,9 +178,37 @@ def test_backend_kernels_match_numpy_per_atom(fast_backend, dtype, rng):
     _numpy.forces(x, *args[:1], neighbors, counts, *args[1:], *ref)
     dev = fast_backend.asarray
     out = [fast_backend.empty((3, n), dtype), fast_backend.empty((n,), dtype), fast_backend.empty((n,), dtype)]
-    fast_backend.kernels("md").forces(dev(x), box, dev(neighbors), dev(counts), *args[1:], *out)
+    listed = dev(np.asarray(neighbors, order=order))
+    assert listed.flags.f_contiguous if order == "F" else listed.flags.c_contiguous
+    fast_backend.kernels("md").forces(dev(x), box, listed, dev(counts), *args[1:], *out)
     for got, expected in zip(out, ref):
         assert relative(got, expected.astype(np.float64)) <= tolerance(fast_backend, dtype)
+
+
+def test_list_layout_is_the_backends_and_results_do_not_depend_on_it(backend, rng):
+    """GPU backends build column-major lists, CPU backends row-major; ``neighbors[i, k]``
+    means the same in both, and every backend's forces from a list of either layout (or a
+    strided view: lj_forces copies it into the backend's layout) agree to the bit."""
+    x, box = configuration(rng, 3, np.float64, 1.2, 0.3)
+    nl = md.build_neighbor_list(backend.asarray(x), box, cutoff=1.2, skin=0.3, backend=backend)
+    expected_order = getattr(backend.kernels("md"), "NEIGHBOR_ORDER", "C")
+    assert expected_order == ("F" if backend.on_gpu else "C")
+    flag = "f_contiguous" if expected_order == "F" else "c_contiguous"
+    assert getattr(nl.neighbors.flags, flag)
+    reference = md.build_neighbor_list(x, box, cutoff=1.2, skin=0.3, backend="numpy")
+    assert pair_set(nl) == pair_set(reference)
+    host = _host(nl.neighbors)
+    wide = np.full((host.shape[0], nl.capacity + 3), -7, np.int32)
+    wide[:, :nl.capacity] = host
+    results = []
+    for neighbors in (np.ascontiguousarray(host), np.asfortranarray(host), wide[:, :nl.capacity]):
+        relisted = md.NeighborList(backend.asarray(neighbors), nl.counts, nl.reference_positions, box,
+                                   1.2, 0.3, nl.capacity)
+        forces, energy, virial = md.lj_forces(backend.asarray(x), box, relisted, cutoff=1.2, backend=backend)
+        results.append((_host(forces), energy, virial))
+    for forces, energy, virial in results[1:]:
+        np.testing.assert_array_equal(forces, results[0][0])
+        assert (energy, virial) == results[0][1:]
 
 
 def test_neighbor_list_is_the_brute_force_set(backend, dtype, rng):
