@@ -265,11 +265,17 @@ class LennardJones(DomainMethods, DiagnosticMethods):
                        step=check_int("step", step, minimum=0), rebuilds=1, neighbors=neighbors)
 
     # -- neighbour pairs ------------------------------------------------------------------
-    def neighbor_list(self, positions, previous=None):
-        """A fresh neighbour list (radius ``cutoff + skin``) for ``positions``."""
-        capacity = None if previous is None else previous.capacity
+    def neighbor_list(self, positions, previous=None, rows=None):
+        """A fresh neighbour list (radius ``cutoff + skin``) for ``positions`` (rows: see ``build_neighbor_list``)."""
+        if previous is not None:
+            capacity = previous.capacity
+        else:
+            # from the model's density, not the block's atoms over the whole box: a slab holds a
+            # fraction of the atoms at full density, and an estimate that low built every list twice
+            expected = self.density * 4.0 / 3.0 * math.pi * (self.cutoff + self.skin) ** 3
+            capacity = min(max(1, positions.shape[1] - 1), math.ceil(1.3 * expected) + 16)
         return md_kernels.build_neighbor_list(positions, self.box, cutoff=self.cutoff, skin=self.skin,
-                                              capacity=capacity, backend=self.backend)
+                                              capacity=capacity, rows=rows, backend=self.backend)
 
     def rdf(self, state, bins=100, r_max=None):
         """Radial distribution function g(r) of one state.

@@ -41,7 +41,7 @@ __all__ = ["run_acceptance", "estimate_seconds", "measure_transfers", "task_roun
 WORKLOADS = ("weather", "md", "nbody")
 # Rough seconds per worker for the single-worker probes, and per scaling run (quick, full).
 _PROBE_S = {True: 8.0, False: 40.0}
-_SCALING_RUN_S = {True: 4.0, False: 25.0}
+_SCALING_RUN_S = {True: 4.0, False: 12.0}
 
 
 def estimate_seconds(workers, quick, hosts=1, workloads=WORKLOADS):
@@ -201,8 +201,18 @@ def _communicator(client, workers, hosts, nbytes, quick, stream, records):
                         "p90_s": float(np.percentile(durations, 90)), "repeats": len(durations)}, stream)
 
 
+SCALING_SECONDS = {True: 1.0, False: 4.0}
+"""Timed seconds of each scaling run (quick, full): long enough that the per-run
+costs (the first epoch's round trips, ~20-50 ms here) are small against the steps."""
+
+
 def _scaling(client, workload, workers, quick, stream, records):
-    """Strong and weak scaling of one workload over 1..N workers (seconds per step, efficiency)."""
+    """Strong and weak scaling of one workload over 1..N workers (seconds per step, efficiency).
+
+    Each run compiles and places its partitions (K steps), measures its speed
+    on a short run, then times as many steps as fill :data:`SCALING_SECONDS`
+    (whole supersteps of K), the steady state a long run sees.
+    """
     from hpcgpu.simulation import Simulation
 
     counts = _worker_counts(len(workers))
@@ -212,13 +222,18 @@ def _scaling(client, workload, workers, quick, stream, records):
         base = None
         for count in counts:
             model, state, dt, steps, k, size = _scaling_case(workload, mode, count, largest, quick)
-            sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False, client=client, partitions=count,
-                             steps_per_task=k, diagnostics=steps, check=steps)
+            # no diagnostics or checks inside the timed steps
+            sim = Simulation(model, state, dt=dt, progress=False, client=client, partitions=count,
+                             steps_per_task=k, diagnostics=10**9, check=10**9)
             try:
                 sim.run(steps=k)  # compile and place the partitions
                 start = time.perf_counter()
-                sim.run()
-                seconds = (time.perf_counter() - start) / (steps - k)
+                sim.run(steps=steps)
+                probe = (time.perf_counter() - start) / steps
+                timed = max(steps, k * math.ceil(SCALING_SECONDS[quick] / max(probe, 1e-9) / k))
+                start = time.perf_counter()
+                sim.run(steps=timed)
+                seconds = (time.perf_counter() - start) / timed
             finally:
                 sim.close()
             base = seconds if base is None else base
@@ -226,7 +241,7 @@ def _scaling(client, workload, workers, quick, stream, records):
             results[(mode, count)] = seconds
             _emit(records, {"kind": "scaling", "workload": workload, "mode": mode, "workers": count,
                             "seconds_per_step": seconds, "efficiency": efficiency, "size": size,
-                            "steps_per_task": k}, stream)
+                            "steps_per_task": k, "steps": timed}, stream)
     return results
 
 
@@ -236,18 +251,21 @@ def _scaling_case(workload, mode, count, largest, quick):
     if workload == "weather":
         from hpcgpu.workloads.weather import ShallowWater
 
-        side = 256 if quick else 1024
+        from hpcgpu.partition.rows import auto_steps_per_task
+
+        side = 512 if quick else 1024
         model = ShallowWater("turbulence", nx=side, ny=side * share, backend="auto", dtype="float32",
                              Lx=1e6, Ly=1e6 * share)
         state = model.initial_state()
-        k = 8 if quick else 16
+        k = auto_steps_per_task(model, count)  # the engine's own default
         return model, state, model.suggested_dt(state), 4 * k, k, [side, side * share]
     if workload == "md":
         from hpcgpu.workloads.md import LennardJones
 
-        cells = 5 if quick else 12
+        # 6,912 atoms a worker (quick): a step's forces well above the few messages it sends
+        cells = 12 if quick else 16
         model = LennardJones((cells, cells, cells * share), temperature=1.44, backend="auto")
-        return model, model.initial_state(), 0.005, 40 if quick else 100, 1, model.n
+        return model, model.initial_state(), 0.005, 20, 1, model.n
     if workload == "nbody":
         from hpcgpu.workloads.astro import NBody
 

@@ -209,7 +209,7 @@ def _estimated_capacity(n, box, radius):
     return _round_capacity(math.ceil(1.3 * expected) + 2 * CAPACITY_ROUND, n)
 
 
-def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend="auto"):
+def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, rows=None, backend="auto"):
     """Full neighbour list of every atom within ``cutoff + skin`` (minimum image).
 
     Built from cell lists (brute force on the ``numpy`` reference). A row
@@ -234,6 +234,12 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend=
         Columns to start with (>= 1); default: the mean number of neighbours
         at this density with 30 % headroom. Pass the previous list's
         ``capacity`` when rebuilding in a simulation.
+    rows : int, optional
+        Build the rows of the first ``rows`` atoms only (``0 <= rows <= N``);
+        the others come back empty (count 0) but still appear in those
+        rows: a slab's ghost atoms, whose own forces nobody needs. Default:
+        every atom. Backends with a row-limited kernel (Numba) skip the
+        work; the others build every row and empty the rest.
     backend : str or Backend
 
     Returns
@@ -261,6 +267,7 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend=
     skin = check_float("skin", skin, minimum=0.0, strict_min=True)
     positions = _positions(backend, positions)
     n = positions.shape[1]
+    rows = n if rows is None else check_int("rows", rows, minimum=0, maximum=n)
     radius = cutoff + skin
     if capacity is None:
         capacity = _estimated_capacity(n, box, radius)
@@ -268,10 +275,15 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend=
         capacity = check_int("capacity", capacity, minimum=1)
     kernels = backend.kernels("md")
     order = getattr(kernels, "NEIGHBOR_ORDER", "C")
+    limited = getattr(kernels, "build_neighbors_rows", None)
     counts = backend.empty((n,), np.int32)
     while True:
         neighbors = backend.xp.empty((n, capacity), np.int32, order=order)
-        largest = int(kernels.build_neighbors(positions, box, radius, neighbors, counts))
+        if limited is not None and rows < n:
+            largest = int(limited(positions, box, radius, neighbors, counts, rows))
+        else:
+            largest = int(kernels.build_neighbors(positions, box, radius, neighbors, counts))
+            counts[rows:] = 0
         if largest <= capacity:
             break
         capacity = _round_capacity(math.ceil(CAPACITY_HEADROOM * largest) + CAPACITY_ROUND, n)

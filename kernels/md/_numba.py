@@ -403,7 +403,7 @@ def _atom_images(k, xs, ys, zs, order, start, cx, cy, cz, nx, ny, nz, reach, lx,
 
 @njit(parallel=True, **_OPTS)
 def _build_kernel(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, reach, sx, sy, sz, lx, ly, lz,
-                  ilx, ily, ilz, radius2, prune2, shifted, neighbors_out, counts_out, n_chunks):
+                  ilx, ily, ilz, radius2, prune2, shifted, neighbors_out, counts_out, n_chunks, rows):
     n = counts_out.shape[0]
     capacity = neighbors_out.shape[1]
     largest = np.zeros(n_chunks, np.int64)
@@ -415,6 +415,9 @@ def _build_kernel(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, reach, sx, 
         k1 = (chunk + 1) * n // n_chunks
         most = 0
         for k in range(k0, k1):
+            if order[k] >= rows:  # a ghost's row: nobody sums it
+                counts_out[order[k]] = 0
+                continue
             c = sorted_cell[k]
             cx = c % nx
             cy = (c // nx) % ny
@@ -457,9 +460,14 @@ measured at 32,000 atoms (radius 2.8, 2 threads), a build took 10.8 ms with
 than 1)."""
 
 
-@adaptive_threads(key=lambda positions, *rest: positions.shape[1])
 def build_neighbors(positions, box, radius, neighbors_out, counts_out):
     """Full neighbour list from cell lists; see ``_numpy.build_neighbors``."""
+    return build_neighbors_rows(positions, box, radius, neighbors_out, counts_out, positions.shape[1])
+
+
+@adaptive_threads(key=lambda positions, *rest: positions.shape[1])
+def build_neighbors_rows(positions, box, radius, neighbors_out, counts_out, rows):
+    """:func:`build_neighbors` for the rows of the first ``rows`` atoms (the others empty)."""
     dtype = positions.dtype
     t = dtype.type
     n = positions.shape[1]
@@ -485,7 +493,7 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
     largest = _build_kernel(xs, ys, zs, padded_order, start, cell[order], nx, ny, nz, REACH,
                             lx / nx, ly / ny, lz / nz, t(lx), t(ly), t(lz),
                             t(1.0 / lx), t(1.0 / ly), t(1.0 / lz), t(radius * radius), prune2, shifted,
-                            neighbors_out, counts_out, _chunks(n))
+                            neighbors_out, counts_out, _chunks(n), rows)
     return int(largest)
 
 

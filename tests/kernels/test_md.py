@@ -452,3 +452,22 @@ def test_cell_grid():
     assert nx * ny * nz <= 100 and min(nx, ny, nz) >= 1
     for x, expected in ((-0.5, 3), (10.0, 0), (7.4, 2), (-1e-17, 3), (9.999999999999998, 3)):
         assert _cells.cell_coordinate(x, 10.0, 4) == expected
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_a_list_of_the_first_rows_equals_the_full_list_with_the_other_rows_empty(name, rng):
+    """A slab builds rows for its own atoms only; its ghosts still appear in those rows."""
+    from hpcgpu.kernels import md as kernels
+
+    box = (9.0, 9.5, 10.0)
+    x = rng.random((3, 400)) * np.array(box)[:, None]
+    full = kernels.build_neighbor_list(x, box, cutoff=2.0, skin=0.3, backend=name)
+    part = kernels.build_neighbor_list(x, box, cutoff=2.0, skin=0.3, rows=250, backend=name)
+    counts = np.asarray(part.counts)
+    np.testing.assert_array_equal(counts[:250], np.asarray(full.counts)[:250])
+    assert not counts[250:].any() and (np.asarray(full.counts)[250:] > 0).all()
+    for i in range(250):
+        np.testing.assert_array_equal(np.sort(np.asarray(part.neighbors)[i, :counts[i]]),
+                                      np.sort(np.asarray(full.neighbors)[i, :counts[i]]))
+    with pytest.raises(ConfigError, match="rows must be <= 400"):
+        kernels.build_neighbor_list(x, box, cutoff=2.0, skin=0.3, rows=401, backend=name)
