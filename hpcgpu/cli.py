@@ -57,7 +57,7 @@ def _check_bench_arguments(args):
         check_int("steps", args.steps, minimum=1)
     check_float("budget", args.budget, minimum=0.0, strict_min=True)
     if args.workers is not None:
-        check_int("workers", args.workers, minimum=2 if args.suite in ("md", "nbody") else 1)
+        check_int("workers", args.workers, minimum=2 if args.suite in ("md", "nbody", "matrix") else 1)
 
 
 def _info(args):
@@ -188,7 +188,7 @@ def _bench(args):
     if args.suite == "scaling":
         backends = backends[-1:]  # the fastest usable backend scales out
         extra = dict(workload=args.workload, max_workers=args.workers)
-    elif args.suite in ("md", "nbody") and args.workers is not None:
+    elif args.suite in ("md", "nbody", "matrix") and args.workers is not None:
         extra = dict(workers=args.workers)
     module.run(recorder, backends, sizes=args.size, dtypes=args.dtype, steps=args.steps,
                budget_s=args.budget, **extra)
@@ -246,7 +246,7 @@ def build_parser():
                        help="diffusion steps per timed call (default 100); for scaling, steps per task K "
                             "(default 16); for nbody, force evaluations per timed call (default 10)")
     bench.add_argument("--workers", type=int, help="scaling: largest number of workers (default: cores or GPUs); "
-                                                    "md, nbody: also run the partitioned case on that many "
+                                                    "md, nbody, matrix: also run the partitioned case on that many "
                                                     "local workers; comm: local workers (default 2), or the "
                                                     "first N workers of --scheduler (default all)")
     bench.add_argument("--budget", type=float, default=20.0,

@@ -101,3 +101,25 @@ def test_gpu_only_cases_record_nothing_on_the_cpu():
     bench.run(recorder, [get_backend("numpy"), get_backend("numba")], sizes=(16,), budget_s=0.05,
               cases=["gemm_tf32", "gemm_tiles"])
     assert recorder.results == [] and recorder.errors == []
+
+
+def test_cg_on_two_workers_reports_its_overhead_per_iteration_beside_the_local_solve():
+    recorder = Recorder("matrix", stream=io.StringIO())
+    bench.run(recorder, [get_backend("numba")], sizes=(96,), dtypes=("float64",), steps=1, budget_s=0.05,
+              cases=[], workers=2)
+    assert not recorder.errors, recorder.errors
+    (line,) = recorder.results
+    assert (line["case"], line["size"], line["rows"], line["workers"]) == ("cg_partitions", 24, 576, 2)
+    assert line["metric"] == "iterations_per_s" and line["value"] == pytest.approx(1 / line["seconds_per_iteration"])
+    assert line["overhead_s_per_iteration"] == pytest.approx(
+        line["seconds_per_iteration"] - line["local_seconds_per_iteration"])
+    # the same Jacobi-preconditioned CG: the rank-order sums may move the last iteration, no more
+    assert abs(line["iterations"] - line["local_iterations"]) <= 2 and line["iterations"] > 10
+    assert line["relative_error"] < 1e-6 and line["tolerance"] == 1e-8
+
+
+def test_the_cli_takes_workers_for_matrix_and_names_the_range():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    result = subprocess.run([sys.executable, "-P", "-m", "hpcgpu.cli", "bench", "matrix", "--workers", "1"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "workers" in result.stderr and ">= 2" in result.stderr

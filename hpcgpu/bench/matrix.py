@@ -20,6 +20,16 @@ indices), built on the backend's device; ``steps`` products per timed call.
 per product; ``fraction_of_copy`` compares it with a copy measured in the
 same run on the same number of bytes.
 
+Case ``cg_partitions`` (with ``--workers N``, N >= 2): Jacobi-preconditioned
+CG on the Poisson matrix of a ``size/4 x size/4`` grid (``--size 2048``
+solves 512^2) with the rows spread over N local workers
+(:func:`hpcgpu.linalg.conjugate_gradient`: halo entries and dot products go
+rank to rank through the communicator), beside the same solve in this
+process; ``value`` is iterations per second and the line carries
+``overhead_s_per_iteration``, the distributed solve's time per iteration
+minus the local one's (what partitioning costs: messages, reductions, the
+epoch's task).
+
 ``ratio_to_numpy`` is the ratio to the ``numpy`` backend (BLAS on the CPU)
 in the same run. Cases are the functions in :data:`CASES`, so that more
 (solvers) can be added by name.
@@ -224,17 +234,60 @@ def cg(recorder, backend, dtype, side, steps, budget_s, *, cache=None):
                         tolerance=tol, relative_error=error, rows=side * side, preconditioner="jacobi")
 
 
+def _cg_partitions(recorder, backend, dtype, size, budget_s, workers):
+    from hpcgpu.cluster import cluster
+    from hpcgpu.kernels.matrix import conjugate_gradient as local_cg, spmv as product
+    from hpcgpu.linalg import conjugate_gradient as distributed_cg
+
+    dtype = np.dtype(dtype)
+    side = max(16, size // 4)
+    matrix = poisson_matrix(np, side, dtype)  # host CSR: the workers build their own rows from it
+    solution = np.random.default_rng(SEED).standard_normal(side * side).astype(dtype)
+    b = product(matrix, solution, backend="numpy")
+    tol = 1e-5 if dtype == np.float32 else 1e-8
+    local_results, results = [], []
+    device_matrix = poisson_matrix(backend.xp, side, dtype)
+    device_b = backend.asarray(b)
+    local = measure(lambda: local_results.append(local_cg(device_matrix, device_b, tol=tol, backend=backend)),
+                    synchronize=backend.synchronize, budget_s=budget_s / 2, min_repeats=2, max_repeats=5)
+    gpus = backend.on_gpu and not backend.simulated
+    client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
+                     dashboard_address="127.0.0.1:0", quiet=True)
+    try:
+        client.wait_for_workers(workers)
+        durations = measure(lambda: results.append(distributed_cg(matrix, b, client=client, tol=tol,
+                                                                  backend=backend.name)),
+                            synchronize=lambda: None, budget_s=budget_s / 2, min_repeats=2, max_repeats=5)
+    finally:
+        local_cluster = client.cluster
+        client.close()
+        local_cluster.close()
+    iterations, local_iterations = results[-1].iterations, local_results[-1].iterations
+    per_iteration = float(np.median(durations)) / iterations
+    local_per_iteration = float(np.median(local)) / local_iterations
+    error = float(np.abs(np.asarray(results[-1].x) - solution).max() / np.abs(solution).max())
+    return recorder.add(case="cg_partitions", backend=backend.name, dtype=dtype.name, size=side,
+                        metric="iterations_per_s", value=1.0 / per_iteration, unit="1/s", durations=durations,
+                        workers=workers, partitions=workers, iterations=iterations,
+                        local_iterations=local_iterations, seconds_per_iteration=per_iteration,
+                        local_seconds_per_iteration=local_per_iteration,
+                        overhead_s_per_iteration=per_iteration - local_per_iteration, tolerance=tol,
+                        relative_error=error, rows=side * side, preconditioner="jacobi")
+
+
 CASES = {"gemm": gemm, "gemm_tf32": _gemm_tf32, "gemm_tiles": gemm_tiles, "spmv": spmv, "cg": cg}
 """Case name -> ``function(recorder, backend, dtype, size, steps, budget_s, *, cache)``."""
 
 
 def run(recorder, backends, *, sizes=(1024, 2048), dtypes=("float32",), steps=10, budget_s=20.0,
-        cases=None):
+        cases=None, workers=None):
     """Run the matrix suite; results go to ``recorder`` (numpy first, for the ratios).
 
     ``sizes`` are the matrix side ``n`` for GEMM and the grid side for SpMV;
     ``steps`` SpMV products per timed call; ``cases`` names from
-    :data:`CASES` (default all).
+    :data:`CASES` (default all); ``workers`` (2 or more) adds the
+    ``cg_partitions`` case on that many local workers for every backend but
+    ``numpy``.
     """
     order = sorted(backends, key=lambda b: b.name != "numpy")
     names = list(CASES) if cases is None else list(cases)
@@ -250,4 +303,14 @@ def run(recorder, backends, *, sizes=(1024, 2048), dtypes=("float32",), steps=10
                     except Exception as error:  # noqa: BLE001 - reported; the CLI exits non-zero
                         recorder.error(case=name, backend=backend.name, dtype=np.dtype(dtype).name,
                                        size=size, error=error)
+    for size in sizes if workers else ():
+        for dtype in dtypes:
+            for backend in order:
+                if backend.name == "numpy":
+                    continue
+                try:
+                    _cg_partitions(recorder, backend, dtype, size, budget_s, workers)
+                except Exception as error:  # noqa: BLE001 - as above
+                    recorder.error(case="cg_partitions", backend=backend.name, dtype=np.dtype(dtype).name,
+                                   size=max(16, size // 4), error=error)
     return recorder.results
