@@ -1,71 +1,6 @@
-"""The hpcgpu dashboard page: one self-contained HTML document (no external scripts or fonts).
-
-It polls ``data.json`` beside itself every second and draws the runs, their
-diagnostics as SVG sparklines, partitions per worker and GPU readings. All
-text from the cluster goes in through ``textContent``, never as HTML.
-"""
-
-PAGE = r"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>hpcgpu runs</title>
-<style>
-  :root { --fg: #1f2328; --muted: #656d76; --line: #d0d7de; --bg: #f6f8fa; --accent: #0969da;
-          --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; }
-  * { box-sizing: border-box; }
-  body { margin: 0; font: 14px/1.4 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
-         color: var(--fg); background: #fff; }
-  header { display: flex; align-items: baseline; gap: 1.5em; padding: 10px 18px; background: var(--bg);
-           border-bottom: 1px solid var(--line); }
-  header h1 { font-size: 18px; margin: 0; }
-  header a { color: var(--accent); text-decoration: none; }
-  #conn { margin-left: auto; color: var(--muted); font-size: 12px; }
-  #conn.bad { color: var(--bad); }
-  main { padding: 12px 18px; }
-  h2 { font-size: 15px; margin: 18px 0 8px; }
-  .empty { color: var(--muted); }
-  .run { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; margin-bottom: 14px; }
-  .run-head { display: flex; align-items: baseline; gap: 0.8em; flex-wrap: wrap; }
-  .run-name { font-size: 16px; font-weight: 600; }
-  .badge { font-size: 11px; padding: 1px 7px; border-radius: 10px; color: #fff; background: var(--muted); }
-  .badge.running { background: var(--ok); } .badge.stale { background: var(--warn); }
-  .badge.finished { background: var(--accent); } .badge.failed { background: var(--bad); }
-  .run-error { color: var(--bad); font: 12px ui-monospace, "DejaVu Sans Mono", monospace; white-space: pre-wrap; }
-  .run-model { font: 12px ui-monospace, "DejaVu Sans Mono", monospace; color: var(--muted);
-               overflow-wrap: anywhere; margin: 4px 0 8px; }
-  .stats { display: flex; gap: 22px; flex-wrap: wrap; margin-bottom: 8px; }
-  .stat .k { color: var(--muted); font-size: 11px; text-transform: uppercase; letter-spacing: 0.03em; }
-  .stat .v { font-size: 17px; font-variant-numeric: tabular-nums; }
-  .grid { display: flex; flex-wrap: wrap; gap: 10px; }
-  .spark { border: 1px solid var(--line); border-radius: 4px; padding: 4px 8px; width: 250px; }
-  .spark .k { font-size: 12px; color: var(--muted); display: flex; justify-content: space-between; }
-  .spark .v { font-variant-numeric: tabular-nums; color: var(--fg); }
-  .spark svg { display: block; width: 232px; height: 46px; }
-  .spark polyline { fill: none; stroke: var(--accent); stroke-width: 1.5; }
-  table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-  th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid var(--line); font-size: 13px; }
-  th { color: var(--muted); font-weight: 500; font-size: 12px; }
-  .bar { display: inline-block; height: 9px; background: var(--accent); border-radius: 2px; vertical-align: middle; }
-  .bartrack { display: inline-block; width: 120px; height: 9px; background: var(--bg); border-radius: 2px; }
-  .sub { font-size: 12px; color: var(--muted); margin: 8px 0 4px; }
-</style>
-</head>
-<body>
-<header>
-  <h1>hpcgpu runs</h1>
-  <a id="status-link" href="../status">dask dashboard</a>
-  <span id="conn">connecting...</span>
-</header>
-<main>
-  <div id="runs"><p class="empty">Loading...</p></div>
-  <h2>GPUs</h2>
-  <div id="gpus"><p class="empty">Loading...</p></div>
-  <h2>Workers</h2>
-  <div id="workers"><p class="empty">Loading...</p></div>
-</main>
-<script>
+// The hpcgpu page: polls data.json beside itself every second and draws runs,
+// diagnostics (SVG sparklines), partitions per worker and GPU readings.
+// All text from the cluster goes in through textContent, never as HTML.
 "use strict";
 const base = location.pathname.replace(/\/+$/, "");
 document.getElementById("status-link").href = base.replace(/hpcgpu$/, "status");
@@ -223,7 +158,3 @@ async function poll() {
   setTimeout(poll, 1000);
 }
 poll();
-</script>
-</body>
-</html>
-"""

@@ -1,11 +1,12 @@
-"""The scheduler side of the hpcgpu dashboard page (see :mod:`hpcgpu.dashboard`).
+"""The scheduler's side of the dashboard: ``DashboardPlugin`` (see :mod:`hpcgpu.dashboard`).
 
 ``DashboardPlugin`` lives on the dask scheduler. It keeps the status records
 that running simulations publish (handler ``hpcgpu_dashboard_publish``),
-serves ``/hpcgpu`` (a self-contained HTML page) and ``/hpcgpu/data.json``
-from the scheduler's dashboard port, and registers ``GpuStatsPlugin`` on the
-workers, which answers ``hpcgpu_gpu_stats`` with NVML readings. Workers are
-asked only while someone is looking at the page, and at most every
+serves the hpcgpu page and its data (:mod:`hpcgpu.dashboard.page`), adds the
+Bokeh panels to dask's own dashboard (:mod:`hpcgpu.dashboard.panels`), and
+registers :class:`~hpcgpu.dashboard.gpu.GpuStatsPlugin` on the workers, which
+answers ``hpcgpu_gpu_stats`` with NVML readings. Workers are asked only while
+someone is looking (the page or a GPU panel is open), and at most every
 ``GPU_POLL_S`` seconds.
 
 Everything here runs in the scheduler's (or a worker's) event loop; none of it
@@ -14,41 +15,36 @@ page, not in the scheduler log as a traceback.
 """
 
 import asyncio
-import json
 import logging
 import math
-import os
-import socket
 import time
 
-from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
-from tornado import web
+from distributed.diagnostics.plugin import SchedulerPlugin
 
-from hpcgpu._dashboard_page import PAGE
+from hpcgpu.dashboard import page
+from hpcgpu.dashboard.gpu import GPU_OP, WORKER_PLUGIN_NAME, GpuStatsPlugin
 
-__all__ = ["DashboardPlugin", "GpuStatsPlugin", "gpu_stats"]
+__all__ = ["DashboardPlugin"]
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "hpcgpu-dashboard"
-WORKER_PLUGIN_NAME = "hpcgpu-gpu-stats"
 PUBLISH_OP = "hpcgpu_dashboard_publish"
-GPU_OP = "hpcgpu_gpu_stats"
 
 GPU_POLL_S = 2.0          # at most one round of NVML questions per this many seconds
 GPU_TIMEOUT_S = 5.0       # a worker that does not answer in time is shown without GPUs
 STALE_AFTER_S = 30.0      # a running simulation silent for this long is shown as stale
 MAX_RUNS = 20             # runs kept; finished ones go first
-MAX_POINTS = 1000         # diagnostics kept per run; halved (every other point) when full
-# Matches the page under any dashboard prefix (``dask scheduler --dashboard-prefix``).
-_ROUTE = r"(?:/.*)?/hpcgpu"
+MAX_POINTS = 1000         # diagnostics (and steps/s readings) kept per run; halved (every other point) when full
 
 
 class DashboardPlugin(SchedulerPlugin):
-    """Scheduler plugin: keeps run status records and serves the hpcgpu page.
+    """Scheduler plugin: keeps run status records, serves the hpcgpu page and adds the panels.
 
     Register it with ``client.register_plugin(DashboardPlugin())`` (what
-    :func:`hpcgpu.dashboard.register` does); registering it again is a no-op.
+    :func:`hpcgpu.dashboard.register` does; registering it again is a
+    no-op), or start the scheduler with it: ``dask scheduler --preload
+    hpcgpu.dashboard.preload``.
     """
 
     name = PLUGIN_NAME
@@ -58,6 +54,7 @@ class DashboardPlugin(SchedulerPlugin):
         self.scheduler = None
         self.runs = {}
         self.gpus = {"available": False, "reason": "not asked yet", "devices": [], "updated": None}
+        self.panels = []  # the Bokeh panels' paths added to dask's dashboard
         self._gpu_task = None
         self._gpu_asked = 0.0
         self._gpu_probe = True  # the workers answer GPU_OP (False: the worker plugin was refused)
@@ -66,13 +63,8 @@ class DashboardPlugin(SchedulerPlugin):
     async def start(self, scheduler):
         self.scheduler = scheduler
         scheduler.handlers[PUBLISH_OP] = self.receive
-        app = getattr(scheduler, "http_application", None)
-        if app is not None:
-            app.add_handlers(r".*$", [
-                (_ROUTE + r"/?", _PageHandler, {"plugin": self}),
-                (_ROUTE + r"/data\.json", _DataHandler, {"plugin": self}),
-            ])
-        _link_from_dask_navigation(scheduler)
+        page.add_routes(scheduler, self)
+        self.panels = _add_panels(scheduler, self)
         try:
             from distributed.protocol.pickle import dumps
 
@@ -121,35 +113,57 @@ class DashboardPlugin(SchedulerPlugin):
             if len(series["step"]) > MAX_POINTS:
                 for key in series:
                     series[key] = series[key][::2]
+        rate = _number(record.get("steps_per_s"))
+        if rate is not None:
+            rates = run.setdefault("rates", {"t": [], "steps_per_s": []})
+            rates["t"].append(run["updated"])
+            rates["steps_per_s"].append(rate)
+            if len(rates["t"]) > MAX_POINTS:
+                for key in rates:
+                    rates[key] = rates[key][::2]
 
     def _evict(self):
         while len(self.runs) > MAX_RUNS:
             order = sorted(self.runs.values(), key=lambda r: (r.get("status") == "running", r.get("updated", 0)))
             del self.runs[order[0]["id"]]
 
-    # -- what the page shows ----------------------------------------------------------
+    # -- what the page and the panels show ------------------------------------------------
     def snapshot(self):
         """Everything the page shows, as JSON-ready builtins (no NaN: ``null`` instead)."""
         now = time.time()
-        self._poll_gpus(now)  # asked only while someone is looking
-        runs = []
-        # Running ones first, then the newest.
-        for run in sorted(self.runs.values(), key=lambda r: (r.get("status") != "running", -r["first_seen"])):
-            run = dict(run)
-            age = now - run.get("updated", now)
-            run["age_s"] = age
-            if run.get("status") == "running" and age > STALE_AFTER_S:
-                run["status"] = "stale"
-            runs.append(run)
         workers = []
         scheduler = self.scheduler
         for address, ws in sorted(getattr(scheduler, "workers", {}).items()):
             workers.append({"address": address, "name": str(ws.name), "nthreads": ws.nthreads,
                             "memory_limit": ws.memory_limit})
+        return _clean({"now": now, "scheduler": getattr(scheduler, "address", None), "workers": workers,
+                       "runs": self.current_runs(now), "gpus": self.current_gpus(now)})
+
+    def current_runs(self, now=None):
+        """The runs, running ones first, then the newest; shallow copies with ``age_s`` (s since the last record).
+
+        A running simulation silent for ``STALE_AFTER_S`` shows as ``"stale"``.
+        """
+        now = time.time() if now is None else now
+        runs = []
+        for run in sorted(self.runs.values(), key=lambda r: (r.get("status") != "running", -r["first_seen"])):
+            run = dict(run)
+            run["age_s"] = now - run.get("updated", now)
+            if run.get("status") == "running" and run["age_s"] > STALE_AFTER_S:
+                run["status"] = "stale"
+            runs.append(run)
+        return runs
+
+    def current_gpus(self, now=None):
+        """The latest GPU readings (a copy with ``age_s``); asks the workers again when due.
+
+        Workers are asked only from here, that is only while someone is looking.
+        """
+        now = time.time() if now is None else now
+        self._poll_gpus(now)
         gpus = dict(self.gpus)
         gpus["age_s"] = None if gpus["updated"] is None else now - gpus["updated"]
-        return _clean({"now": now, "scheduler": getattr(scheduler, "address", None), "workers": workers,
-                       "runs": runs, "gpus": gpus})
+        return gpus
 
     def _poll_gpus(self, now):
         if self.scheduler is None or not self._gpu_probe or (self._gpu_task is not None and not self._gpu_task.done()):
@@ -188,126 +202,18 @@ class DashboardPlugin(SchedulerPlugin):
                          reason="; ".join(sorted(reasons)) or None, updated=time.time())
 
 
-def _link_from_dask_navigation(scheduler):
-    """Add "hpcgpu" to the top bar of dask's Bokeh pages (best effort: dask's template variables)."""
+def _add_panels(scheduler, plugin):
+    """Add the Bokeh panels to the scheduler's dashboard; their paths (none without Bokeh or a dashboard)."""
     try:
-        from distributed.dashboard.scheduler import template_variables
+        from hpcgpu.dashboard.dask_dashboard import add_to_dask_dashboard
 
-        pages = template_variables(scheduler)["pages"]  # memoized per scheduler, shared by its pages
-        if "hpcgpu" not in pages:
-            pages.append("hpcgpu")
-    except Exception:  # noqa: BLE001 - no Bokeh, or another dask version: the page is still at /hpcgpu
-        pass
-
-
-class _PageHandler(web.RequestHandler):
-    def initialize(self, plugin):
-        self.plugin = plugin
-
-    def get(self):
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
-        self.write(PAGE)
-
-
-class _DataHandler(web.RequestHandler):
-    def initialize(self, plugin):
-        self.plugin = plugin
-
-    def get(self):
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        try:
-            body = json.dumps(self.plugin.snapshot(), allow_nan=False, default=str)
-        except Exception as error:  # noqa: BLE001 - the page shows the error instead of a blank
-            logger.warning("hpcgpu dashboard: data.json failed (%s: %s)", type(error).__name__, error)
-            body = json.dumps({"error": f"{type(error).__name__}: {error}", "runs": [], "workers": [],
-                               "gpus": {"available": False, "reason": "error", "devices": []}})
-        self.write(body)
-
-
-# -- the workers' side: NVML readings -----------------------------------------------------
-class GpuStatsPlugin(WorkerPlugin):
-    """Worker plugin: answers ``hpcgpu_gpu_stats`` with :func:`gpu_stats`."""
-
-    name = WORKER_PLUGIN_NAME
-    idempotent = True
-
-    def setup(self, worker):
-        worker.handlers[GPU_OP] = _gpu_stats_handler
-
-    def teardown(self, worker):
-        worker.handlers.pop(GPU_OP, None)
-
-
-def _gpu_stats_handler():
-    return gpu_stats()
-
-
-_NVML = {"pid": None, "error": None}
-
-
-def gpu_stats():
-    """NVML readings of this process's GPU(s); never raises and creates no CUDA context.
-
-    A worker whose ``CUDA_VISIBLE_DEVICES`` is set (dask-cuda: one GPU per
-    worker, listed first) reports that GPU; otherwise every GPU of the host.
-
-    Returns
-    -------
-    dict
-        ``{"available": True, "host": ..., "gpus": [{"index", "uuid", "name",
-        "utilization" (%), "memory_used", "memory_total" (bytes), "power_w",
-        "power_limit_w" (W), "temperature_c" (deg C)}, ...]}``, or
-        ``{"available": False, "reason": ...}``.
-    """
-    try:
-        import pynvml
-    except ImportError:
-        return {"available": False, "reason": "NVML not available: pynvml (nvidia-ml-py) is not installed"}
-    try:
-        if _NVML["pid"] != os.getpid():
-            pynvml.nvmlInit()
-            _NVML["pid"] = os.getpid()
-        handles = _handles(pynvml)
-    except Exception as error:  # noqa: BLE001 - no driver, no library, no GPU: all mean "not available"
-        return {"available": False, "reason": f"NVML not available: {error}"}
-    gpus = []
-    for index, handle in handles:
-        gpus.append({
-            "index": index,
-            "uuid": _nvml(pynvml.nvmlDeviceGetUUID, handle, str),
-            "name": _nvml(pynvml.nvmlDeviceGetName, handle, str),
-            "utilization": _nvml(pynvml.nvmlDeviceGetUtilizationRates, handle, lambda u: u.gpu),
-            "memory_used": _nvml(pynvml.nvmlDeviceGetMemoryInfo, handle, lambda m: m.used),
-            "memory_total": _nvml(pynvml.nvmlDeviceGetMemoryInfo, handle, lambda m: m.total),
-            "power_w": _nvml(pynvml.nvmlDeviceGetPowerUsage, handle, lambda mw: mw / 1000.0),
-            "power_limit_w": _nvml(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle, lambda mw: mw / 1000.0),
-            "temperature_c": _nvml(lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-                                   handle, float),
-        })
-    return {"available": bool(gpus), "host": socket.gethostname(), "gpus": gpus,
-            **({} if gpus else {"reason": "NVML found no GPU"})}
-
-
-def _handles(pynvml):
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    if visible:
-        if visible.startswith(("GPU-", "MIG-")):
-            handle = pynvml.nvmlDeviceGetHandleByUUID(visible)
-            return [(pynvml.nvmlDeviceGetIndex(handle), handle)]
-        if int(visible) < 0:
-            return []
-        return [(int(visible), pynvml.nvmlDeviceGetHandleByIndex(int(visible)))]
-    return [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
-
-
-def _nvml(query, handle, convert):
-    try:
-        value = query(handle)
-        return convert(value.decode() if isinstance(value, bytes) else value)  # older pynvml: bytes
-    except Exception:  # noqa: BLE001 - e.g. NVMLError_NotSupported: power on some boards
-        return None
+        return add_to_dask_dashboard(scheduler, plugin)
+    except ImportError as error:  # no Bokeh on the scheduler: dask has no Bokeh pages either; the page remains
+        logger.info("hpcgpu dashboard: no Bokeh panels (%s)", error)
+    except Exception as error:  # noqa: BLE001 - another dask or Bokeh version: the page remains
+        logger.warning("hpcgpu dashboard: could not add the panels to dask's dashboard (%s: %s)",
+                       type(error).__name__, error, exc_info=True)
+    return []
 
 
 # -- helpers ---------------------------------------------------------------------------

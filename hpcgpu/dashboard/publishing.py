@@ -1,24 +1,11 @@
-"""A hpcgpu page in the dask dashboard: live status of the simulations on a cluster.
-
-The page lives at ``/hpcgpu`` on the scheduler's dashboard port, next to
-dask's ``/status``; :func:`hpcgpu.cluster` registers it and prints its link.
-It shows each simulation's name, model, step, steps/s and diagnostics as time
-series, the partitions on each worker, and each GPU's utilisation, memory and
-power where NVML (``pynvml``, from ``nvidia-ml-py``) is installed on the
-workers. It polls ``/hpcgpu/data.json`` (the same data as JSON) every second.
+"""The client's side of the dashboard: register the scheduler plugin, publish status records.
 
 A :class:`~hpcgpu.Simulation` running on a dask client publishes a small
 status record after a batch of steps, at most once a second, without waiting
 for the scheduler: publishing never slows a run down, and a cluster without
-the page (or a scheduler that cannot import hpcgpu) only means no page.
-
-Examples
---------
->>> import hpcgpu
->>> client = hpcgpu.cluster(workers=2)                 # doctest: +SKIP
-hpcgpu: dask dashboard at http://127.0.0.1:8787/status, hpcgpu page at http://127.0.0.1:8787/hpcgpu
->>> hpcgpu.dashboard.page_link(client)                 # doctest: +SKIP
-'http://127.0.0.1:8787/hpcgpu'
+the plugin (or a scheduler that cannot import hpcgpu) only means no views.
+Nothing here imports dask, Bokeh or Tornado at import time: ``import hpcgpu``
+stays light.
 """
 
 import asyncio
@@ -43,10 +30,13 @@ _clients = weakref.WeakKeyDictionary()
 
 
 def register(client):
-    """Add the hpcgpu page to the dashboard of ``client``'s scheduler; returns its URL.
+    """Add the hpcgpu page and panels to the dashboard of ``client``'s scheduler; returns the page's URL.
 
-    Registering twice is harmless. The scheduler must be able to import
-    hpcgpu (install it where the scheduler runs).
+    Installs :class:`hpcgpu.dashboard.plugin.DashboardPlugin` on the
+    scheduler: the page at ``/hpcgpu``, its data at ``/hpcgpu/data.json``
+    and the Bokeh panels in dask's own menu. Registering twice is harmless.
+    The scheduler must be able to import hpcgpu (install it where the
+    scheduler runs).
 
     Parameters
     ----------
@@ -58,7 +48,7 @@ def register(client):
         The page's URL, or None when the scheduler refused the plugin (the
         reason is logged as a warning) or has no dashboard.
     """
-    from hpcgpu._dashboard_plugin import PLUGIN_NAME, DashboardPlugin
+    from hpcgpu.dashboard.plugin import PLUGIN_NAME, DashboardPlugin
 
     try:
         client.register_plugin(DashboardPlugin(), name=PLUGIN_NAME)
@@ -237,7 +227,7 @@ async def _send(client, record, publisher):
 
 async def _deliver(client, record):
     """Register the plugin once per client, then hand ``record`` to the scheduler's page."""
-    from hpcgpu._dashboard_plugin import PLUGIN_NAME, PUBLISH_OP, DashboardPlugin
+    from hpcgpu.dashboard.plugin import PLUGIN_NAME, PUBLISH_OP, DashboardPlugin
 
     if isinstance(_clients.get(client), str):
         return
