@@ -15,7 +15,7 @@ Two views of the same data, both served by the scheduler's dashboard port:
 GPU readings come from NVML (``pynvml``, from ``nvidia-ml-py``, in the
 ``cuda`` extras) on the workers; without it the views say "no GPU" and why.
 
-:func:`hpcgpu.cluster` installs the scheduler plugin that serves them and
+:func:`hpcgpu.start_cluster` installs the scheduler plugin that serves them and
 prints the page's link; a scheduler started from the command line gets them
 from its first hpcgpu client, or at start with ``dask scheduler --preload
 hpcgpu.dashboard.preload``. A :class:`~hpcgpu.Simulation` running on a dask
@@ -34,7 +34,7 @@ dask's dashboard), :mod:`~hpcgpu.dashboard.preload` (``dask scheduler
 Examples
 --------
 >>> import hpcgpu
->>> client = hpcgpu.cluster(workers=2)                 # doctest: +SKIP
+>>> client = hpcgpu.start_cluster(workers=2)           # doctest: +SKIP
 hpcgpu: dask dashboard at http://127.0.0.1:8787/status, hpcgpu page at http://127.0.0.1:8787/hpcgpu
 >>> hpcgpu.dashboard.page_link(client)                 # doctest: +SKIP
 'http://127.0.0.1:8787/hpcgpu'

@@ -2,7 +2,7 @@
 
 Installs :class:`~hpcgpu.dashboard.plugin.DashboardPlugin` as the scheduler
 starts, so the hpcgpu page and panels are in its dashboard before any client
-connects (without it, the first :func:`hpcgpu.cluster` call for that
+connects (without it, the first :func:`hpcgpu.start_cluster` call for that
 scheduler installs them). The scheduler must be able to import hpcgpu.
 """
 
