@@ -10,11 +10,11 @@ Examples
 'numpy'
 """
 
-from hpcgpu import schedules
+from hpcgpu import cluster, schedules
 from hpcgpu.backends import Backend, backend_info, get_backend
-from hpcgpu.cluster import cluster
+from hpcgpu.cluster import start_cluster
 from hpcgpu.errors import BackendUnavailable, ClusterError, ConfigError, HpcgpuError, UnstableSimulation
-from hpcgpu.output import ZarrWriter
+from hpcgpu.io import ZarrWriter
 from hpcgpu.simulation import Simulation
 
 __version__ = "0.1.0"
@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "Simulation",
+    "start_cluster",
     "cluster",
     "ZarrWriter",
     "schedules",

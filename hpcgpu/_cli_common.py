@@ -64,9 +64,9 @@ def open_client(args):
     """
     if args.workers is None and args.scheduler is None:
         return None
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import start_cluster
 
-    return cluster(args.scheduler, workers=args.workers)
+    return start_cluster(args.scheduler, workers=args.workers)
 
 
 def add_checkpoint_arguments(parser):

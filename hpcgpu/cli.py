@@ -110,10 +110,10 @@ def _acceptance(args):
     """``hpcgpu bench`` without a suite: accept the attached cluster (JSON lines, HTML report)."""
     from hpcgpu.bench import acceptance
     from hpcgpu.bench.report import Thresholds, write_html
-    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.cluster import close_client, start_cluster
 
     thresholds = Thresholds.from_toml(args.thresholds) if args.thresholds else Thresholds()
-    client = cluster(args.scheduler, workers=args.workers, quiet=True)
+    client = start_cluster(args.scheduler, workers=args.workers, quiet=True)
     try:
         info = worker_info(client)
         hosts = len({w.get("host", a) for a, w in info.items()})
@@ -135,7 +135,7 @@ def _bench_comm(args):
     """``hpcgpu bench comm``: the communicator between every pair of workers (JSON lines)."""
     from hpcgpu.bench import comm
     from hpcgpu.bench.harness import Recorder
-    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.cluster import close_client, start_cluster
 
     sizes = args.size or list(comm.DEFAULT_SIZES)
     repeats = comm.DEFAULT_REPEATS if args.repeats is None else args.repeats
@@ -143,10 +143,10 @@ def _bench_comm(args):
     # before a cluster starts: a typo costs no waiting
     comm.check_arguments(sizes, workers, repeats)
     if args.scheduler:
-        client = cluster(args.scheduler, quiet=True)
+        client = start_cluster(args.scheduler, quiet=True)
     else:
-        client = cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
-                         quiet=True)
+        client = start_cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
+                               quiet=True)
     recorder = Recorder("comm")
     try:
         if not args.scheduler:
@@ -167,9 +167,9 @@ def _bench(args):
         return _bench_comm(args)
     if args.suite == "soak":
         from hpcgpu.bench.soak import run_soak
-        from hpcgpu.cluster import cluster
+        from hpcgpu.cluster import start_cluster
 
-        client = cluster(args.scheduler, quiet=True) if args.scheduler else None
+        client = start_cluster(args.scheduler, quiet=True) if args.scheduler else None
         report = run_soak(args.minutes, client=client, kill_every=args.kill_every, stream=sys.stdout)
         return 0 if report["final_state_matches_reference"] else 1
 

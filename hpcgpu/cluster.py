@@ -1,6 +1,7 @@
 """Start or connect to a dask cluster: one call from a laptop to many GPU nodes.
 
-``cluster()`` returns a :class:`distributed.Client`:
+:func:`start_cluster` (also ``hpcgpu.start_cluster``) returns a
+:class:`distributed.Client`:
 
 * by default a local cluster on this machine: ``dask_cuda.LocalCUDACluster``
   with one worker per GPU (each worker sees its GPU as device 0) when GPUs
@@ -18,12 +19,18 @@ must never be reachable by untrusted users.
 Examples
 --------
 >>> import hpcgpu
->>> client = hpcgpu.cluster(workers=2, quiet=True)   # doctest: +SKIP
->>> client.close()                                    # doctest: +SKIP
+>>> client = hpcgpu.start_cluster(workers=2, quiet=True)   # doctest: +SKIP
+>>> client.close()                                          # doctest: +SKIP
+
+Until this release the function was ``hpcgpu.cluster``, which hid this
+module; ``hpcgpu.cluster(...)`` still works for one release, with a
+:class:`DeprecationWarning`.
 """
 
 import os
 import sys
+import types
+import warnings
 
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_float, check_int
@@ -58,7 +65,7 @@ took two busy single-core workers on 2 cores (partitioned shallow water,
 wake-ups share the cores with the kernels. Batch jobs from
 :func:`slurm_cluster` export the same settings (:func:`worker_environment`)."""
 
-__all__ = ["cluster", "slurm_cluster", "worker_backends", "worker_environment", "worker_info"]
+__all__ = ["start_cluster", "cluster", "slurm_cluster", "worker_backends", "worker_environment", "worker_info"]
 
 
 def _cpu_count():
@@ -68,10 +75,10 @@ def _cpu_count():
         return os.cpu_count() or 1
 
 
-def cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto", host="127.0.0.1",
-            dashboard_address="127.0.0.1:8787", protocol=None, rmm_pool_size=None,
-            device_memory_limit=None, jobqueue=None, security=None, tls=False, timeout=20, quiet=False,
-            dask_defaults=False):
+def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="auto", host="127.0.0.1",
+                  dashboard_address="127.0.0.1:8787", protocol=None, rmm_pool_size=None,
+                  device_memory_limit=None, jobqueue=None, security=None, tls=False, timeout=20, quiet=False,
+                  dask_defaults=False):
     """Return a dask ``Client`` on a new local cluster, a running scheduler or a batch system.
 
     Parameters
@@ -271,8 +278,8 @@ def worker_info(client):
 
     Examples
     --------
-    >>> client = cluster(workers=1, gpus=False, quiet=True)  # doctest: +SKIP
-    >>> list(worker_info(client))                            # doctest: +SKIP
+    >>> client = start_cluster(workers=1, gpus=False, quiet=True)  # doctest: +SKIP
+    >>> list(worker_info(client))                                  # doctest: +SKIP
     ['tcp://127.0.0.1:40575']
     """
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
@@ -368,3 +375,24 @@ def worker_backends(client):
     from hpcgpu.backends import get_backend
 
     return client.run(lambda: get_backend("auto").name)
+
+
+_RENAMED = ("hpcgpu.cluster(...) is deprecated and goes in the next release: call hpcgpu.start_cluster(...) "
+            "(hpcgpu.cluster is the module)")
+
+
+def cluster(*args, **kwargs):
+    """Deprecated name of :func:`start_cluster` (it hid this module); warns, then calls it."""
+    warnings.warn(_RENAMED, DeprecationWarning, stacklevel=2)
+    return start_cluster(*args, **kwargs)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable for one release as the function ``hpcgpu.cluster`` it used to be."""
+
+    def __call__(self, *args, **kwargs):
+        warnings.warn(_RENAMED, DeprecationWarning, stacklevel=2)
+        return start_cluster(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -152,7 +152,7 @@ class Simulation:
         return self
 
     def add_writer(self, writer):
-        """Add an output writer (e.g. :class:`hpcgpu.output.ZarrWriter`)."""
+        """Add an output writer (e.g. :class:`hpcgpu.io.ZarrWriter`)."""
         if not isinstance(getattr(writer, "schedule", None), Schedule) or not callable(getattr(writer, "write", None)):
             raise ConfigError(f"writer must have a Schedule 'schedule' and a 'write(simulation)' method; got {writer!r}")
         self._writers.append(writer)
@@ -536,13 +536,13 @@ class Simulation:
         executor (partitions, steps per task, workers), timing and the last
         recorded diagnostics.
         """
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         stops = [f"{self.stop_steps} steps" if self.stop_steps is not None else None,
                  f"t = {self.stop_time:g}" if self.stop_time is not None else None,
                  f"{self.wall_time_limit:g} s wall" if self.wall_time_limit is not None else None]
         facts = [("name", self.name), ("model", repr(self.model)), ("step", self.step),
-                 ("time", display.model_time(self.model, self.time)), ("dt", self.dt),
+                 ("time", html_views.model_time(self.model, self.time)), ("dt", self.dt),
                  ("stop at", ", ".join(s for s in stops if s) or "-")]
         try:
             executor = self._executor.describe()
@@ -553,13 +553,13 @@ class Simulation:
         if timing["steps"]:
             facts += [("JIT warm-up (s)", timing["warmup_s"]), ("run time (s)", timing["run_s"]),
                       ("steps/s", timing["steps"] / timing["run_s"] if timing["run_s"] > 0 else float("nan"))]
-        sections = [(None, display.table(facts), True)]
+        sections = [(None, html_views.table(facts), True)]
         if self._records:
             last = self._records[-1]
             rows = [(key, value) for key, value in last.items() if key not in ("step", "time")]
             heading = f"diagnostics at step {last['step']} ({len(self._records)} records: sim.diagnostics)"
-            sections.append((heading, display.table(rows), True))
-        return display.summary(f"Simulation: {self.name}", sections)
+            sections.append((heading, html_views.table(rows), True))
+        return html_views.summary(f"Simulation: {self.name}", sections)
 
 
 def _restore(model, host_state):

@@ -2,7 +2,7 @@
 
 The workers unpickle them, so they live in an importable module (tests/ is
 on the workers' path). A test swaps one partition's block for a
-:class:`FaultyMatrix` by patching ``hpcgpu._distributed_cg._split`` on the
+:class:`FaultyMatrix` by patching ``hpcgpu.linalg.cg_ranks.split`` on the
 client with :func:`faulty_split`.
 """
 
@@ -33,7 +33,7 @@ class FaultyMatrix(CSRMatrix):
 
 
 def faulty_split(split, partition, fail_after=None, pause=0.0):
-    """``split`` (``_distributed_cg._split``) with partition ``partition``'s block made a :class:`FaultyMatrix`."""
+    """``split`` (``cg_ranks.split``) with partition ``partition``'s block made a :class:`FaultyMatrix`."""
 
     def patched(matrix, bounds, jacobi=True):
         parts = split(matrix, bounds, jacobi)

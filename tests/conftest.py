@@ -63,9 +63,9 @@ def rng():
 @pytest.fixture(scope="module")
 def client():
     """A real two-process LocalCluster (one single-threaded worker each), one per test module."""
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import start_cluster
 
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     yield client
     cluster_object = client.cluster
     client.close()

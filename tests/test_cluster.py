@@ -6,13 +6,15 @@ import shlex
 import subprocess
 import sys
 
-import dask
 import pytest
 from _support import usable_backend
 
+dask = pytest.importorskip("dask")  # a bare GPU image lacks it: skip there
+
 import hpcgpu
 from hpcgpu import Simulation
-from hpcgpu.cluster import LOCAL_CLUSTER_CONFIG, close_client, cluster, slurm_cluster, worker_environment, worker_info
+from hpcgpu.cluster import (LOCAL_CLUSTER_CONFIG, close_client, slurm_cluster, start_cluster, worker_environment,
+                            worker_info)
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
@@ -30,8 +32,32 @@ def _dask_default(key):
     return dask.config.get(key, config=dask.config.merge(*dask.config.defaults))
 
 
+def test_hpcgpu_cluster_is_the_module_and_start_cluster_the_function():
+    import types
+
+    import hpcgpu.cluster as module
+
+    assert isinstance(module, types.ModuleType) and hpcgpu.cluster is module
+    assert hpcgpu.cluster.LOCAL_CLUSTER_CONFIG is LOCAL_CLUSTER_CONFIG  # the README's path to it
+    assert hpcgpu.start_cluster is start_cluster and "start_cluster" in hpcgpu.__all__
+
+
+def test_the_old_call_hpcgpu_cluster_still_works_for_a_release_with_a_deprecation_warning(monkeypatch):
+    with pytest.warns(DeprecationWarning, match=r"call hpcgpu\.start_cluster") as warned:
+        with pytest.raises(ConfigError, match="workers"):
+            hpcgpu.cluster(workers=0, quiet=True)  # the real function, stopped by its input check
+    assert warned[0].filename == __file__  # the warning points at the caller's line
+    calls = []
+    monkeypatch.setattr(hpcgpu.cluster, "start_cluster", lambda *args, **kwargs: calls.append((args, kwargs)) or "c")
+    with pytest.warns(DeprecationWarning):
+        assert hpcgpu.cluster("tcp://host:8786", workers=2) == "c"
+    with pytest.warns(DeprecationWarning):
+        assert hpcgpu.cluster.cluster(workers=1) == "c"  # ``from hpcgpu.cluster import cluster`` too
+    assert calls == [(("tcp://host:8786",), {"workers": 2}), ((), {"workers": 1})]
+
+
 def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys):
-    client = hpcgpu.cluster(workers=2, gpus=False, dashboard_address="127.0.0.1:0")
+    client = hpcgpu.start_cluster(workers=2, gpus=False, dashboard_address="127.0.0.1:0")
     try:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         workers = worker_info(client)
@@ -52,7 +78,7 @@ def test_local_cpu_cluster_listens_on_localhost_and_prints_the_dashboard(capsys)
 def test_settings_the_user_chose_reach_the_workers():
     chosen = {"distributed.worker.profile.interval": "20ms", "distributed.admin.tick.interval": "50ms"}
     with dask.config.set(chosen):
-        client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+        client = start_cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         assert _worker_settings(client, chosen) == [list(chosen.values())]
         # the ones left alone still get hpcgpu's setting
@@ -63,14 +89,14 @@ def test_settings_the_user_chose_reach_the_workers():
 
 
 def test_dask_defaults_keeps_dasks_own_intervals():
-    client = cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True, dask_defaults=True)
+    client = start_cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True, dask_defaults=True)
     try:
         assert _worker_settings(client, LOCAL_CLUSTER_CONFIG) == [[_dask_default(k) for k in LOCAL_CLUSTER_CONFIG]]
         assert _scheduler_tick_ms(client) == 20
     finally:
         close_client(client)
     with pytest.raises(ConfigError, match="dask_defaults must be True or False"):
-        cluster(workers=1, gpus=False, dask_defaults="yes")
+        start_cluster(workers=1, gpus=False, dask_defaults="yes")
 
 
 def test_worker_info_does_not_read_the_clients_cached_identity():
@@ -110,7 +136,7 @@ def test_connect_to_a_running_scheduler_by_address():
     with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=":0",
                       host="127.0.0.1") as running:
         assert running.scheduler_address.startswith("tcp://")
-        client = cluster(running.scheduler_address, quiet=True)
+        client = start_cluster(running.scheduler_address, quiet=True)
         try:
             assert client.submit(sum, [1, 2, 3]).result() == 6
         finally:
@@ -119,15 +145,15 @@ def test_connect_to_a_running_scheduler_by_address():
 
 def test_bad_cluster_requests():
     with pytest.raises(ConfigError, match="rmm_pool_size and device_memory_limit apply to GPU clusters"):
-        cluster(gpus=False, rmm_pool_size="1GB", quiet=True)
+        start_cluster(gpus=False, rmm_pool_size="1GB", quiet=True)
     with pytest.raises(ConfigError, match="workers must be >= 1"):
-        cluster(workers=0, quiet=True)
+        start_cluster(workers=0, quiet=True)
     with pytest.raises(ConfigError, match="gpus must be"):
-        cluster(gpus="some", quiet=True)
+        start_cluster(gpus="some", quiet=True)
     with pytest.raises(ConfigError, match="address must look like"):
-        cluster("nowhere", quiet=True)
+        start_cluster("nowhere", quiet=True)
     with pytest.raises(ConfigError, match="either address"):
-        cluster("tcp://127.0.0.1:8786", jobqueue={}, quiet=True)
+        start_cluster("tcp://127.0.0.1:8786", jobqueue={}, quiet=True)
 
 
 def test_gpus_required_without_a_gpu_is_a_cluster_error():
@@ -136,7 +162,7 @@ def test_gpus_required_without_a_gpu_is_a_cluster_error():
     if backend_status("cupy").usable:
         pytest.skip("a GPU is usable here")
     with pytest.raises(ClusterError, match="no GPU is usable"):
-        cluster(gpus=True, quiet=True)
+        start_cluster(gpus=True, quiet=True)
 
 
 def test_slurm_job_script_for_cpu_and_gpu_nodes():
@@ -180,7 +206,7 @@ def test_gpu_cluster_runs_partitions_on_the_gpu_with_an_rmm_pool():
         pytest.skip("the CUDA simulator is not a GPU")
     pytest.importorskip("dask_cuda")
     rmm = pytest.importorskip("rmm")
-    client = cluster(rmm_pool_size="2GB", dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(rmm_pool_size="2GB", dashboard_address="127.0.0.1:0", quiet=True)
     try:
         assert set(client.run(lambda: hpcgpu.get_backend("auto").name).values()) == {"cuda"}
         assert all(v.endswith("0") or v == "0" for v in client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0]).values())
@@ -207,9 +233,9 @@ def test_local_workers_keep_glibcs_own_malloc_thresholds():
     is a fresh mmap and its page faults (the LJ step 32% slower). Local clusters leave it out."""
     code = """
 import os
-from hpcgpu.cluster import close_client, cluster
+from hpcgpu.cluster import close_client, start_cluster
 if __name__ == "__main__":
-    client = cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     print(list(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()), os.environ.get("OMP_NUM_THREADS"))
     close_client(client)
 """

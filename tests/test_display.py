@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from hpcgpu import Simulation, display
+from hpcgpu import Simulation
+from hpcgpu.io import html_views
 from hpcgpu.workloads.astro import NBody
 from hpcgpu.workloads.md import LennardJones
 from hpcgpu.workloads.vorticity import BarotropicVorticity
@@ -93,7 +94,7 @@ def test_state_summary_lists_every_array_with_shape_dtype_and_range(kind):
         assert fact in text, (fact, text)
     first = model.field_names[0]
     array = getattr(state, first)
-    assert display.format_value(float(array.min())) in text and display.format_value(float(array.max())) in text
+    assert html_views.format_value(float(array.min())) in text and html_views.format_value(float(array.max())) in text
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
@@ -139,15 +140,15 @@ def test_names_and_values_are_escaped():
     page = sim._repr_html_()
     assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt; &amp; jet" in page
     assert name in visible_text(page)
-    assert display.table([("<k>", "<v>")]) == (
+    assert html_views.table([("<k>", "<v>")]) == (
         '<table class="hpcgpu-table"><tr><th>&lt;k&gt;</th><td>&lt;v&gt;</td></tr></table>')
 
 
 def test_format_value_is_short_and_total():
-    assert display.format_value(np.float32(0.1)) == "0.1"
-    assert display.format_value(float("nan")) == "nan" and display.format_value(None) == "-"
-    assert display.format_value(np.zeros((2, 3), np.float32)) == "(2, 3) float32"
-    assert display.format_value([1, 2.5]) == "1, 2.5" and display.format_value(np.int64(7)) == "7"
+    assert html_views.format_value(np.float32(0.1)) == "0.1"
+    assert html_views.format_value(float("nan")) == "nan" and html_views.format_value(None) == "-"
+    assert html_views.format_value(np.zeros((2, 3), np.float32)) == "(2, 3) float32"
+    assert html_views.format_value([1, 2.5]) == "1, 2.5" and html_views.format_value(np.int64(7)) == "7"
 
 
 def test_diagnostics_are_an_xarray_dataset_whose_variables_plot():

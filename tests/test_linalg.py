@@ -169,7 +169,7 @@ def test_distributed_cg_is_bitwise_repeatable_because_every_rank_reduces_in_rank
 def test_distributed_cg_stops_every_rank_at_the_first_negative_curvature(client, partitions):
     import time
 
-    from hpcgpu import _distributed_cg
+    from hpcgpu.linalg import cg_ranks
     from hpcgpu.kernels.matrix._solvers import conjugate_gradient
 
     A = (poisson(12) - 0.2 * sp.eye(144)).tocsr()  # two eigenvalues below zero, diagonal still positive
@@ -180,7 +180,7 @@ def test_distributed_cg_stops_every_rank_at_the_first_negative_curvature(client,
     started = time.monotonic()
     with pytest.raises(ConvergenceError, match="not symmetric positive definite") as info:
         linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10, backend="numba")
-    assert time.monotonic() - started < 0.1 * _distributed_cg.TIMEOUT_S  # no rank waited for a peer that stopped
+    assert time.monotonic() - started < 0.1 * cg_ranks.TIMEOUT_S  # no rank waited for a peer that stopped
     assert info.value.iterations == local.value.iterations
     np.testing.assert_allclose(info.value.residuals, local.value.residuals, rtol=1e-10)
 
@@ -196,16 +196,16 @@ def test_a_rank_that_raises_releases_every_rank_at_once_and_its_error_reaches_th
 
     from _cg_faults import faulty_split
 
-    from hpcgpu import _distributed_cg
+    from hpcgpu.linalg import cg_ranks
 
-    monkeypatch.setattr(_distributed_cg, "_split", faulty_split(_distributed_cg._split, failing, fail_after=5))
+    monkeypatch.setattr(cg_ranks, "split", faulty_split(cg_ranks.split, failing, fail_after=5))
     A = poisson(20)
     b = np.random.default_rng(1).standard_normal(400)
     started = time.monotonic()
     with pytest.raises(ValueError, match="injected failure in a CG partition"):
         linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10, backend="numba")
     # the other ranks were waiting for the failed one: the abort, not their 300 s timeout, ended their waits
-    assert time.monotonic() - started < 0.1 * _distributed_cg.TIMEOUT_S
+    assert time.monotonic() - started < 0.1 * cg_ranks.TIMEOUT_S
     assert set(client.run(_executing).values()) == {0}  # every rank has returned: no task still runs
     monkeypatch.undo()
     assert linalg.conjugate_gradient(A, b, client=client, partitions=partitions, tol=1e-10).converged
@@ -217,14 +217,14 @@ def test_a_client_that_stops_waiting_stops_the_ranks(client, monkeypatch):
 
     from _cg_faults import faulty_split
 
-    from hpcgpu import _distributed_cg
+    from hpcgpu.linalg import cg, cg_ranks
 
     def interrupted(self):
         raise KeyboardInterrupt("the user pressed Ctrl-C")
 
     # rank 1 crawls (0.2 s per product): left alone, the solve would run for many seconds more
-    monkeypatch.setattr(_distributed_cg, "_split", faulty_split(_distributed_cg._split, 1, pause=0.2))
-    monkeypatch.setattr(_distributed_cg._Solver, "_missing", interrupted)  # the client's first look at the workers
+    monkeypatch.setattr(cg_ranks, "split", faulty_split(cg_ranks.split, 1, pause=0.2))
+    monkeypatch.setattr(cg._Solver, "_missing", interrupted)  # the client's first look at the workers
     A = poisson(20)
     b = np.random.default_rng(3).standard_normal(400)
     started = time.monotonic()
@@ -241,12 +241,12 @@ def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client,
 
     from _cg_faults import faulty_split
 
-    from hpcgpu import _distributed_cg
+    from hpcgpu.linalg import cg_ranks
     from hpcgpu.cluster import worker_info
     from hpcgpu.errors import ClusterError
 
     # rank 1 crawls (0.2 s per product), so the solve is still running when its worker dies
-    monkeypatch.setattr(_distributed_cg, "_split", faulty_split(_distributed_cg._split, 1, pause=0.2))
+    monkeypatch.setattr(cg_ranks, "split", faulty_split(cg_ranks.split, 1, pause=0.2))
     victim = sorted(worker_info(client))[1]  # rank 1's worker
     pid = client.run(os.getpid, workers=[victim])[victim]
     killer = threading.Timer(2.0, os.kill, (pid, signal.SIGKILL))
@@ -257,7 +257,7 @@ def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client,
     try:
         with pytest.raises(ClusterError, match=f"worker {victim} left the cluster"):
             linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba")
-        assert time.monotonic() - started < 0.1 * _distributed_cg.TIMEOUT_S
+        assert time.monotonic() - started < 0.1 * cg_ranks.TIMEOUT_S
     finally:
         killer.join()
         client.wait_for_workers(2, timeout=60)

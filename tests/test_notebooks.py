@@ -96,7 +96,7 @@ def test_notebook_is_a_tutorial_and_closes_what_it_starts(path):
     prose = sum(len(c.source) for c in notebook.cells if c.cell_type == "markdown")
     assert prose > 1500, f"{path.name}: {prose} characters of explanation; a tutorial explains"
     code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
-    if "hpcgpu.cluster(" in code:
+    if "hpcgpu.start_cluster(" in code or "hpcgpu.cluster(" in code:
         assert "client.close()" in code and "cluster.close()" in code, \
             f"{path.name} starts a cluster and must close the client and the cluster"
 

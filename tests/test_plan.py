@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcgpu._plan_check import fit_link
-from hpcgpu._plan_workloads import MolecularDynamics, NBody, Weather
-from hpcgpu._profiles import DEVICES, LINKS, LinkProfile, device_profile, link_profile, measured_device
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.engine import EPOCH_SECONDS
 from hpcgpu.plan import USABLE_MEMORY_FRACTION, SchedulerModel, plan
+from hpcgpu.plan.check import fit_link
+from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, device_profile, link_profile, measured_device
+from hpcgpu.plan.workload_costs import MolecularDynamicsCost, NBodyCost, WeatherCost
 
 HPCGPU = [sys.executable, "-P", "-m", "hpcgpu.cli"]
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -104,7 +104,7 @@ def test_a_state_too_big_for_one_gpu_gives_the_minimum_gpu_count():
     least = result.min_gpus_to_fit
     assert least > 1
     a100 = DEVICES["a100"]
-    workload = Weather(131072, 131072, steps=100)
+    workload = WeatherCost(131072, 131072, steps=100)
     assert workload.cost(least, a100, LINKS["ndr"], SchedulerModel()).memory_bytes <= usable
     assert workload.cost(least - 1, a100, LINKS["ndr"], SchedulerModel()).memory_bytes > usable
     assert any(w.startswith("does not fit") and f"at least {least} GPUs" in w for w in result.warnings)
@@ -124,7 +124,7 @@ def test_weather_blocks_thinner_than_the_halo_are_reported_not_planned():
 
 def test_weather_halo_term_is_independent_of_the_rows_per_gpu_and_proportional_to_nx():
     def exchange(nx, ny, link=BANDWIDTH_ONLY):
-        return Weather(nx, ny, steps=1, steps_per_task=4).cost(4, H100, link, SchedulerModel())
+        return WeatherCost(nx, ny, steps=1, steps_per_task=4).cost(4, H100, link, SchedulerModel())
 
     assert exchange(2048, 4096).exchange_s == pytest.approx(exchange(2048, 16384).exchange_s, rel=1e-12)
     assert exchange(4096, 4096).exchange_s == pytest.approx(2 * exchange(2048, 4096).exchange_s, rel=1e-12)
@@ -136,7 +136,7 @@ def test_weather_halo_term_is_independent_of_the_rows_per_gpu_and_proportional_t
 
 
 def test_weather_exchanges_with_one_neighbour_on_two_gpus_between_walls_and_none_on_one():
-    weather = Weather(2048, 4096, steps=1, steps_per_task=4)
+    weather = WeatherCost(2048, 4096, steps=1, steps_per_task=4)
     assert weather.cost(2, H100, LATENCY_ONLY, SchedulerModel()).messages == pytest.approx(1 / 4)
     assert weather.cost(1, H100, LATENCY_ONLY, SchedulerModel()).exchange_s == 0.0
 
@@ -147,14 +147,14 @@ def test_weather_k_defaults_to_the_engines_choice():
 
     for ny, gpus in [(1024, 2), (1024, 16), (1024, 64), (16384, 32)]:
         model = ShallowWater("unstable_jet", nx=64, ny=ny, backend="numpy")
-        assert Weather(64, ny, steps=1).steps_per_exchange(gpus) == auto_steps_per_task(model, gpus)
+        assert WeatherCost(64, ny, steps=1).steps_per_exchange(gpus) == auto_steps_per_task(model, gpus)
 
 
 def test_nbody_allgather_term_grows_with_the_gpu_count_and_the_bodies():
     link = LinkProfile("example", bandwidth=45e9, latency_s=20e-6)
 
     def exchange(bodies, gpus):
-        return NBody(bodies, steps=1).cost(gpus, H100, link, SchedulerModel()).exchange_s
+        return NBodyCost(bodies, steps=1).cost(gpus, H100, link, SchedulerModel()).exchange_s
 
     by_gpus = [exchange(1_000_000, p) for p in (1, 2, 4, 8, 16)]
     assert by_gpus[0] == 0.0 and by_gpus == sorted(by_gpus) and len(set(by_gpus)) == 5
@@ -166,7 +166,7 @@ def test_nbody_allgather_term_grows_with_the_gpu_count_and_the_bodies():
 
 def test_md_exchange_is_proportional_to_the_slab_face_area():
     def exchange(atoms, gpus):
-        return MolecularDynamics(atoms, steps=1).cost(gpus, H100, BANDWIDTH_ONLY, SchedulerModel()).exchange_s
+        return MolecularDynamicsCost(atoms, steps=1).cost(gpus, H100, BANDWIDTH_ONLY, SchedulerModel()).exchange_s
 
     # 8 times the atoms at the same density: twice the box side, four times the face
     assert exchange(8 * 4_000_000, 4) == pytest.approx(4 * exchange(4_000_000, 4), rel=1e-3)
@@ -175,7 +175,7 @@ def test_md_exchange_is_proportional_to_the_slab_face_area():
 
 
 def test_md_sends_ghosts_to_its_neighbours_and_the_rebuild_flag_to_every_rank():
-    md = MolecularDynamics(10_000_000, steps=1, rebuild_every=15)
+    md = MolecularDynamicsCost(10_000_000, steps=1, rebuild_every=15)
     for gpus, neighbours in [(2, 1), (4, 2), (8, 2)]:
         cost = md.cost(gpus, H100, LATENCY_ONLY, SchedulerModel())
         assert cost.messages == pytest.approx(neighbours + (gpus - 1) + neighbours / 15)
@@ -184,7 +184,7 @@ def test_md_sends_ghosts_to_its_neighbours_and_the_rebuild_flag_to_every_rank():
 
 def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
     scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4)
-    weather = Weather(4096, 4096, steps=1, steps_per_task=8)
+    weather = WeatherCost(4096, 4096, steps=1, steps_per_task=8)
     cost = weather.cost(4, H100, LINKS["ndr"], scheduler)
     assert cost.scheduler_s == pytest.approx((2e-3 + 5 * 1e-4) / cost.steps_per_epoch)
     # the engine gathers whole supersteps until an epoch holds EPOCH_SECONDS of work
@@ -194,7 +194,7 @@ def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
     # a step longer than an epoch: one superstep per epoch
     assert SchedulerModel().steps_in_epoch(2.0, steps_per_task=4) == 4
     fixed = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=0.0, steps_per_epoch=100)
-    for workload in (weather, MolecularDynamics(1_000_000, steps=1), NBody(100_000, steps=1)):
+    for workload in (weather, MolecularDynamicsCost(1_000_000, steps=1), NBodyCost(100_000, steps=1)):
         assert workload.cost(4, H100, LINKS["ndr"], fixed).scheduler_s == pytest.approx(2e-5)
 
 
@@ -209,7 +209,7 @@ def test_a_link_is_fitted_from_two_round_trips():
 
 
 def test_md_uses_the_full_neighbour_list_size():
-    assert MolecularDynamics(10 ** 6, steps=1).pairs_per_atom == pytest.approx(77.6, abs=0.1)
+    assert MolecularDynamicsCost(10 ** 6, steps=1).pairs_per_atom == pytest.approx(77.6, abs=0.1)
 
 
 # -- device profiles --------------------------------------------------------------------
@@ -278,7 +278,7 @@ def test_a_cpu_profile_takes_the_fused_steps_flop_rate_over_the_peak(tmp_path):
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     profile = device_profile(str(path), memory_gb=20)
     assert profile.kind == "cpu"
-    assert profile.fraction("stencil", "float32") == pytest.approx(2.0e8 * Weather.flops_per_point_step / 300e9)
+    assert profile.fraction("stencil", "float32") == pytest.approx(2.0e8 * WeatherCost.flops_per_point_step / 300e9)
     assert "fused" in profile.sources["stencil"]
 
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from hpcgpu import Simulation
-from hpcgpu.cluster import cluster, worker_info
+from hpcgpu.cluster import start_cluster, worker_info
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
 
 def test_local_cluster_binds_the_scheduler_and_dashboard_to_localhost():
-    client = cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert client.dashboard_link.startswith("http://127.0.0.1:")
@@ -46,7 +46,7 @@ def _refused(address, security=None):
 def test_tls_cluster_lets_in_only_holders_of_its_certificates():
     from distributed import Security
 
-    client = cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
+    client = start_cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
                      quiet=True)
     try:
         address = client.scheduler.address
@@ -60,9 +60,9 @@ def test_tls_cluster_lets_in_only_holders_of_its_certificates():
         client.close()
         local.close()
     with pytest.raises(ConfigError, match="tls=True with an address needs security"):
-        cluster("tls://127.0.0.1:1", tls=True)
+        start_cluster("tls://127.0.0.1:1", tls=True)
     with pytest.raises(ConfigError, match="tls must be True or False"):
-        cluster(workers=1, tls="yes")
+        start_cluster(workers=1, tls="yes")
 
 
 # -- many nodes over network namespaces ---------------------------------------------------
@@ -162,7 +162,7 @@ def test_weather_across_nodes_over_tcp_equals_the_single_process_run(network, tm
     reference = Simulation(model, stop_steps=60, progress=False).run()
     address, processes = _cluster_on_nodes(network, tmp_path)
     try:
-        client = cluster(address, timeout=30, quiet=True)
+        client = start_cluster(address, timeout=30, quiet=True)
         client.wait_for_workers(2, timeout=60)
         hosts = sorted(w["host"] for w in worker_info(client).values())
         assert hosts == sorted([NODES["worker-a"], NODES["worker-b"]])  # two machines, as far as dask knows
@@ -186,7 +186,7 @@ def test_tls_across_nodes_admits_only_certificate_holders(network, tmp_path):
     try:
         trusted = Security(tls_ca_file=files["ca"], tls_client_cert=files["cert"], tls_client_key=files["key"],
                            require_encryption=True)
-        client = cluster(address, security=trusted, timeout=30, quiet=True)
+        client = start_cluster(address, security=trusted, timeout=30, quiet=True)
         client.wait_for_workers(2, timeout=60)
         model = ShallowWater("unstable_jet", nx=32, ny=24, backend="numba")
         reference = Simulation(model, stop_steps=20, progress=False).run()
@@ -202,10 +202,10 @@ def test_tls_across_nodes_admits_only_certificate_holders(network, tmp_path):
         assert "intruder" not in {w["name"] for w in worker_info(client).values()}
         # ... and a client without them cannot connect.
         with pytest.raises(ConfigError, match="speaks TLS: pass security"):
-            cluster(address, timeout=3, quiet=True)
+            start_cluster(address, timeout=3, quiet=True)
         _refused(address.replace("tls://", "tcp://"))
         with pytest.raises(ClusterError):
-            cluster(address, security=Security.temporary(), timeout=3, quiet=True)
+            start_cluster(address, security=Security.temporary(), timeout=3, quiet=True)
         client.close()
     finally:
         _stop(processes + ([intruder] if intruder else []))

@@ -6,7 +6,7 @@ import xarray as xr
 
 from hpcgpu import Simulation, ZarrWriter
 from hpcgpu.errors import ConfigError
-from hpcgpu.output import open_output
+from hpcgpu.io import open_output
 from hpcgpu.schedules import Every, TimeInterval
 from hpcgpu.workloads.weather import ShallowWater
 

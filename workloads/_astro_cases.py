@@ -15,7 +15,7 @@ from hpcgpu.validation import check_float
 
 
 @dataclass(frozen=True)
-class Case:
+class AstroCase:
     """A named test case: defaults and a generator."""
 
     name: str
@@ -188,16 +188,16 @@ def _collision(n, rng, case, G):
 
 
 CASES = {
-    "kepler": Case(
+    "kepler": AstroCase(
         name="kepler", description="two bodies on a Kepler ellipse (period 2 pi by default)",
         generate=_kepler, n=2, softening=0.0, dt=2 * math.pi / 2000, stop_time=10 * 2 * math.pi,
         parameters=dict(semi_major_axis=1.0, eccentricity=0.5, total_mass=1.0, mass_ratio=1.0),
         check=check_kepler),
-    "plummer": Case(
+    "plummer": AstroCase(
         name="plummer", description="a Plummer sphere in virial equilibrium (Henon units)",
         generate=_plummer, n=4096, softening=0.01, dt=0.005, stop_time=10 * 2 * math.sqrt(2),
         parameters=dict(total_mass=1.0, scale_radius=3 * math.pi / 16)),
-    "galaxy_collision": Case(
+    "galaxy_collision": AstroCase(
         name="galaxy_collision", description="two Plummer galaxies on a parabolic orbit",
         generate=_collision, n=8192, softening=0.01, dt=0.005, stop_time=10.0,
         parameters=dict(total_mass=1.0, scale_radius=0.15, pericentre=0.5, separation=4.0)),

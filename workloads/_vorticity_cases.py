@@ -14,7 +14,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class Case:
+class VorticityCase:
     """A named test case: defaults plus an initial streamfunction."""
 
     name: str
@@ -98,7 +98,7 @@ def _turbulence(grid, params, case):
 
 
 CASES = {
-    "rossby_wave": Case(
+    "rossby_wave": VorticityCase(
         name="rossby_wave",
         description="a single Rossby wave on the beta plane with a known phase speed",
         streamfunction=_rossby_wave,
@@ -107,7 +107,7 @@ CASES = {
         parameters=dict(velocity=10.0, wavenumber_x=2.0, wavenumber_y=1.0),
         stop_time=10 * 86400.0,
     ),
-    "turbulence": Case(
+    "turbulence": VorticityCase(
         name="turbulence",
         description="decaying 2D turbulence on the beta plane: eddies merge and form zonal jets",
         streamfunction=_turbulence,

@@ -11,7 +11,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class Case:
+class WeatherCase:
     """A named test case: defaults plus an initial-condition function."""
 
     name: str
@@ -107,7 +107,7 @@ def _rest(grid, params, case):
 
 
 CASES = {
-    "unstable_jet": Case(
+    "unstable_jet": WeatherCase(
         name="unstable_jet",
         description="barotropically unstable jet in a periodic channel; rolls up into vortices",
         initial_condition=_unstable_jet,
@@ -116,7 +116,7 @@ CASES = {
         parameters=dict(jet_speed=25.0, jet_width=1.5e5, perturbation=2.0),
         stop_time=4 * 86400.0,
     ),
-    "gravity_wave": Case(
+    "gravity_wave": WeatherCase(
         name="gravity_wave",
         description="standing gravity (f0 = 0) or Poincare wave with a known frequency",
         initial_condition=_gravity_wave,
@@ -125,7 +125,7 @@ CASES = {
         parameters=dict(amplitude=0.1, wavenumber=1.0),
         stop_time=1.0e6 / math.sqrt(9.81 * 100.0),
     ),
-    "turbulence": Case(
+    "turbulence": WeatherCase(
         name="turbulence",
         description="random balanced eddies, doubly periodic: decaying 2D turbulence",
         initial_condition=_turbulence,
@@ -134,7 +134,7 @@ CASES = {
         parameters=dict(velocity=10.0, peak_wavenumber=6.0, seed=0.0),
         stop_time=5 * 86400.0,
     ),
-    "rest": Case(
+    "rest": WeatherCase(
         name="rest",
         description="a flat layer at rest (a lake-at-rest check)",
         initial_condition=_rest,

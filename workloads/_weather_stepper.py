@@ -1,6 +1,6 @@
 """SSP-RK3 stepping of the shallow-water model, and the row-block memory tricks of its partitions.
 
-:class:`RK3Stepper` advances a state (or a row block of one) with reusable
+:class:`ShallowWaterStepper` advances a state (or a row block of one) with reusable
 work buffers, using the backend's fused one-sweep step where it has one
 (Numba) and three stage calls otherwise; at an open partition edge it steps
 only the rows that stay valid. :func:`spare_rows_base` finds the arrays a
@@ -19,7 +19,7 @@ from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil._boundary import OPEN
 from hpcgpu.validation import check_int
 
-__all__ = ["HostArrayPool", "RK3Stepper", "STAGE_REACH", "spare_rows_base"]
+__all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_REACH", "spare_rows_base"]
 
 # Rows (south, north) one tendency evaluation reads beyond the rows it
 # updates: dv needs the Arakawa-Lamb coefficients of the cell row below, which
@@ -27,7 +27,7 @@ __all__ = ["HostArrayPool", "RK3Stepper", "STAGE_REACH", "spare_rows_base"]
 STAGE_REACH = (2, 1)
 
 
-class RK3Stepper:
+class ShallowWaterStepper:
     """SSP-RK3 time stepping with three reusable work states.
 
     ``advance`` never writes into the state it is given unless that state is

@@ -83,9 +83,9 @@ class NBodyState:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: the number of bodies and each array's shape, dtype, device and range."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
-        return display.state_html(self, facts=[("bodies", self.size)])
+        return html_views.state_html(self, facts=[("bodies", self.size)])
 
 
 class NBody:
@@ -507,10 +507,10 @@ class NBody:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: case, bodies, force method, softening, backend (all parameters collapsed)."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         method = self.method if self.method == "direct" else f"{self.method} (theta = {self.theta:g})"
-        return display.model_html(self, [
+        return html_views.model_html(self, [
             ("case", self.case), ("bodies", self.n), ("forces", method), ("softening", self.softening),
             ("G", self.G), ("backend", self.backend.name), ("dtype", self.dtype.name), ("seed", self.seed),
             ("case dt, stop time", f"{self.case_dt:g}, {self.stop_time:g} (N-body units)"),

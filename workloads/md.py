@@ -125,9 +125,9 @@ class MDState:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: atoms, step, list builds and each array's shape, dtype, device and range."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
-        return display.state_html(self, facts=[("atoms", self.size)])
+        return html_views.state_html(self, facts=[("atoms", self.size)])
 
 
 class LennardJones(DomainMethods, DiagnosticMethods):
@@ -436,11 +436,11 @@ class LennardJones(DomainMethods, DiagnosticMethods):
 
     def _repr_html_(self):
         """HTML summary for Jupyter: atoms, box, state point, potential, integrator (all parameters collapsed)."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         thermostat = "none (NVE, velocity Verlet)" if self.thermostat == "none" else \
             f"Langevin BAOAB (NVT, friction {self.friction:g})"
-        return display.model_html(self, [
+        return html_views.model_html(self, [
             ("atoms", self.n), ("fcc cells", " x ".join(str(c) for c in self.cells)),
             ("box (sigma)", " x ".join(f"{b:.4g}" for b in self.box)), ("density", self.density),
             ("temperature", self.temperature),

@@ -72,7 +72,7 @@ def run(args):
 def _run(args, model, state, steps, out, client):
     import numpy as np
 
-    from hpcgpu.output import ZarrWriter
+    from hpcgpu.io import ZarrWriter
     from hpcgpu.simulation import Simulation
     from hpcgpu.workloads.md import XYZWriter
 

@@ -43,12 +43,12 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.grid import Grid
 from hpcgpu.kernels.matrix._poisson import PoissonOperator
 from hpcgpu.kernels.matrix._solvers import conjugate_gradient
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _vorticity_cases as cases
+from hpcgpu.workloads.weather_grid import Grid
 
 __all__ = ["BarotropicVorticity", "VorticityState", "VorticityParams", "CASES", "SOLVERS",
            "RK3_CFL_LIMIT", "rossby_wave_frequency"]
@@ -83,10 +83,10 @@ class VorticityState:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: shape, dtype, device and range of ``zeta`` and ``psi``."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         ny, nx = self.zeta.shape
-        return display.state_html(self, facts=[("grid (nx x ny)", f"{nx} x {ny}")])
+        return html_views.state_html(self, facts=[("grid (nx x ny)", f"{nx} x {ny}")])
 
 
 @dataclass(frozen=True)
@@ -286,8 +286,8 @@ class BarotropicVorticity:
         return self.stepper(dt).advance(state, steps)
 
     def stepper(self, dt):
-        """An :class:`RK3Stepper` advancing states by ``dt`` (s)."""
-        return RK3Stepper(self, check_float("dt", dt, minimum=0.0, strict_min=True))
+        """A :class:`VorticityStepper` advancing states by ``dt`` (s)."""
+        return VorticityStepper(self, check_float("dt", dt, minimum=0.0, strict_min=True))
 
     def warm_up(self):
         """Compile the kernels this backend uses, on a tiny grid."""
@@ -405,11 +405,11 @@ class BarotropicVorticity:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: case, grid, domain, solver, physics, backend (all parameters collapsed)."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         g, p = self.grid, self.params
         solver = "FFT" if self.solver == "fft" else f"CG (Jacobi, tol {self.solver_tol:g})"
-        return display.model_html(self, [
+        return html_views.model_html(self, [
             ("case", self.case), ("grid (nx x ny)", f"{g.nx} x {g.ny} points"),
             ("domain", f"{g.Lx / 1e3:g} km x {g.Ly / 1e3:g} km"), ("boundary (x, y)", ", ".join(g.boundary)),
             ("Poisson solver", solver), ("beta", f"{p.beta:g} 1/(m s)"), ("viscosity", f"{p.viscosity:g} m2/s"),
@@ -421,7 +421,7 @@ class BarotropicVorticity:
                 f"dtype={self.dtype.name!r}, backend={self.backend.name!r}, solver={self.solver!r})")
 
 
-class RK3Stepper:
+class VorticityStepper:
     """SSP-RK3 time stepping with a Poisson solve after every stage.
 
     CG starts each solve from the previous stage's ``psi``, which saves

@@ -45,8 +45,7 @@ def add_arguments(parser):
 def run(args):
     """Run the model as the parsed ``args`` say; prints a summary; returns 0."""
     check_run_arguments(args)
-    from hpcgpu.output import ZarrWriter
-    from hpcgpu.plotting import save_panels
+    from hpcgpu.io import ZarrWriter, save_panels
     from hpcgpu.simulation import Simulation
     from hpcgpu.workloads.vorticity import CASES, BarotropicVorticity
 

@@ -26,12 +26,12 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.grid import Grid
 from hpcgpu.kernels.stencil import _numpy as reference
 from hpcgpu.kernels.stencil._boundary import OPEN, WALL
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float
 from hpcgpu.workloads import _weather_cases as cases
-from hpcgpu.workloads._weather_stepper import STAGE_REACH, HostArrayPool, RK3Stepper, spare_rows_base
+from hpcgpu.workloads._weather_stepper import STAGE_REACH, HostArrayPool, ShallowWaterStepper, spare_rows_base
+from hpcgpu.workloads.weather_grid import Grid
 
 __all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
 
@@ -65,10 +65,10 @@ class ShallowWaterState:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: shape, dtype, device and range of ``u``, ``v``, ``h``."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         ny, nx = self.h.shape
-        return display.state_html(self, facts=[("grid (nx x ny)", f"{nx} x {ny}")])
+        return html_views.state_html(self, facts=[("grid (nx x ny)", f"{nx} x {ny}")])
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class ShallowWater:
     Lx, Ly : float, optional
         Domain size (m); defaults from the case.
     boundary : str or tuple, optional
-        Grid boundary (see :class:`hpcgpu.grid.Grid`); default from the case.
+        Grid boundary (see :class:`hpcgpu.workloads.weather_grid.Grid`); default from the case.
     **params
         Overrides of :class:`ShallowWaterParams` fields and of the case's own
         parameters (e.g. ``jet_speed``, ``amplitude``, ``wavenumber``).
@@ -230,14 +230,14 @@ class ShallowWater:
         return self.stepper(dt).advance(state, steps)
 
     def stepper(self, dt, *, boundary=None, f_corner=None):
-        """An :class:`RK3Stepper` that advances states by ``dt`` reusing buffers.
+        """A :class:`ShallowWaterStepper` that advances states by ``dt`` reusing buffers.
 
         ``boundary`` (kernel codes ``(x, south, north)``) and ``f_corner``
         (Coriolis on the state's corner rows) override the grid's, for
         partitions of the domain with open edges.
         """
         dt = check_float("dt", dt, minimum=0.0, strict_min=True)
-        return RK3Stepper(self, dt, self.grid.codes if boundary is None else boundary, f_corner)
+        return ShallowWaterStepper(self, dt, self.grid.codes if boundary is None else boundary, f_corner)
 
     def warm_up(self):
         """Compile the kernels of this backend and dtype on a tiny grid."""
@@ -542,10 +542,10 @@ class ShallowWater:
 
     def _repr_html_(self):
         """HTML summary for Jupyter: case, grid, domain, physics, backend (all parameters collapsed)."""
-        from hpcgpu import display
+        from hpcgpu.io import html_views
 
         g, p = self.grid, self.params
-        return display.model_html(self, [
+        return html_views.model_html(self, [
             ("case", self.case), ("grid (nx x ny)", f"{g.nx} x {g.ny} cells"),
             ("domain", f"{g.Lx / 1e3:g} km x {g.Ly / 1e3:g} km"),
             ("spacing dx, dy", f"{g.dx / 1e3:.4g} km, {g.dy / 1e3:.4g} km"),

@@ -17,8 +17,8 @@ different hosts are measured at once.
 
 Examples
 --------
->>> from hpcgpu.cluster import cluster  # doctest: +SKIP
->>> records = run_acceptance(cluster(workers=2), quick=True)  # doctest: +SKIP
+>>> from hpcgpu.cluster import start_cluster  # doctest: +SKIP
+>>> records = run_acceptance(start_cluster(workers=2), quick=True)  # doctest: +SKIP
 >>> [r for r in records if r["kind"] == "verdict"][0]["passed"]  # doctest: +SKIP
 True
 """

@@ -36,8 +36,8 @@ workers for a collective), ``size`` (bytes), ``metric``, ``value``,
 Examples
 --------
 >>> from hpcgpu.bench.harness import Recorder  # doctest: +SKIP
->>> from hpcgpu.cluster import cluster  # doctest: +SKIP
->>> client = cluster(workers=2, threads_per_worker=1, gpus=False, quiet=True)  # doctest: +SKIP
+>>> from hpcgpu.cluster import start_cluster  # doctest: +SKIP
+>>> client = start_cluster(workers=2, threads_per_worker=1, gpus=False, quiet=True)  # doctest: +SKIP
 >>> lines = run(Recorder("comm"), client, sizes=(4096,), repeats=50)  # doctest: +SKIP
 >>> sorted({r["case"] for r in lines})  # doctest: +SKIP
 ['allreduce', 'bandwidth', 'barrier', 'round_trip', 'task_round_trip']

@@ -106,12 +106,12 @@ def measure_partitioned(backend, workers, model, state, dt, steps, *, name, budg
     each timed call then advances ``steps`` more steps and waits for them,
     as a long run does. The cluster is closed afterwards.
     """
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import start_cluster
     from hpcgpu.partition.engine import PartitionedExecutor
 
     gpus = backend.on_gpu and not backend.simulated
-    client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
-                     dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
+                           dashboard_address="127.0.0.1:0", quiet=True)
     executor = None
     try:
         client.wait_for_workers(workers)

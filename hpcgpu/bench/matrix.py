@@ -235,7 +235,7 @@ def cg(recorder, backend, dtype, side, steps, budget_s, *, cache=None):
 
 
 def _cg_partitions(recorder, backend, dtype, size, budget_s, workers):
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import start_cluster
     from hpcgpu.kernels.matrix import conjugate_gradient as local_cg, spmv as product
     from hpcgpu.linalg import conjugate_gradient as distributed_cg
 
@@ -251,8 +251,8 @@ def _cg_partitions(recorder, backend, dtype, size, budget_s, workers):
     local = measure(lambda: local_results.append(local_cg(device_matrix, device_b, tol=tol, backend=backend)),
                     synchronize=backend.synchronize, budget_s=budget_s / 2, min_repeats=2, max_repeats=5)
     gpus = backend.on_gpu and not backend.simulated
-    client = cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
-                     dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=workers, threads_per_worker=None if gpus else 1, gpus=gpus,
+                           dashboard_address="127.0.0.1:0", quiet=True)
     try:
         client.wait_for_workers(workers)
         durations = measure(lambda: results.append(distributed_cg(matrix, b, client=client, tol=tol,

@@ -51,12 +51,12 @@ already), so a run averages several."""
 
 
 def _cluster(workers, gpus):
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import start_cluster
 
     if gpus:
-        return cluster(workers=workers, gpus=True, dashboard_address="127.0.0.1:0", quiet=True)
-    return cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
-                   quiet=True)
+        return start_cluster(workers=workers, gpus=True, dashboard_address="127.0.0.1:0", quiet=True)
+    return start_cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
+                         quiet=True)
 
 
 def _model(nx, ny, dtype, backend):

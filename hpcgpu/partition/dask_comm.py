@@ -30,8 +30,8 @@ plugins; ranks attach to it on their workers with :func:`communicator`
 
 Examples
 --------
->>> from hpcgpu.cluster import cluster  # doctest: +SKIP
->>> client = cluster(workers=2, quiet=True)  # doctest: +SKIP
+>>> from hpcgpu.cluster import start_cluster  # doctest: +SKIP
+>>> client = start_cluster(workers=2, quiet=True)  # doctest: +SKIP
 >>> session = open_session(client, sorted(client.scheduler_info()["workers"]))  # doctest: +SKIP
 >>> def ring(session, rank):  # doctest: +SKIP
 ...     comm = communicator(session, rank)
@@ -128,7 +128,7 @@ class _Mailbox:
                 self.condition.wait(left)
 
 
-class _Receive(Request):
+class _MailboxReceive(Request):
     def __init__(self, mailbox, source, key, rank):
         super().__init__(f"a message from rank {source} tagged {key!r}")
         self.mailbox, self.source, self.key, self.rank = mailbox, source, key, rank
@@ -358,7 +358,7 @@ class DaskCommunicator(Communicator):
         return _Send(future, self._mailbox, dest, key, self.rank)
 
     def _post_receive(self, source, key):
-        return _Receive(self._mailbox, source, key, self.rank)
+        return _MailboxReceive(self._mailbox, source, key, self.rank)
 
     @property
     def transport(self):

@@ -531,7 +531,7 @@ class NcclCommunicator(Communicator):
         return _Pending(self, f"a send to rank {dest} tagged {key!r}", requests, events)
 
     def _post_receive(self, source, key):
-        return _Receive(self, source, key)
+        return _NcclReceive(self, source, key)
 
     # -- progress: receives posted as headers arrive -------------------------------------------------------
     def _drain(self, source):
@@ -728,7 +728,7 @@ class _Pending(Request):
 _NOTHING = object()
 
 
-class _Receive(Request):
+class _NcclReceive(Request):
     """A receive: the envelope (or host object) under the tag, then the NCCL receives of its buffers."""
 
     def __init__(self, comm, source, key):

@@ -46,7 +46,7 @@ def _finalize_expression(dtype_name, potential):
 
 
 def _instances(launches):
-    """Template instances that ``launches`` ({dtype: [Launch]}) run."""
+    """Template instances that ``launches`` ({dtype: [DirectSumLaunch]}) run."""
     out = []
     for dtype_name, options in launches.items():
         for launch in options:

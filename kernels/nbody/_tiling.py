@@ -23,7 +23,7 @@ import numpy as np
 from hpcgpu.kernels import _launch_limits
 
 
-class Launch(NamedTuple):
+class DirectSumLaunch(NamedTuple):
     """How the direct-sum kernel is launched for one dtype."""
 
     threads: int
@@ -35,14 +35,14 @@ class Launch(NamedTuple):
 
 
 LAUNCH = {
-    "float32": Launch(threads=256, min_tiles=2, max_slices=32),
-    "float64": Launch(threads=256, min_tiles=2, max_slices=32),
+    "float32": DirectSumLaunch(threads=256, min_tiles=2, max_slices=32),
+    "float64": DirectSumLaunch(threads=256, min_tiles=2, max_slices=32),
 }
 """The launch of the direct-sum kernel per dtype."""
 
 VARIANTS = {
-    "float32": (Launch(128, 4, 32), Launch(64, 1, 64), Launch(32, 1, 4)),
-    "float64": (Launch(128, 4, 32), Launch(64, 1, 64), Launch(32, 1, 4)),
+    "float32": (DirectSumLaunch(128, 4, 32), DirectSumLaunch(64, 1, 64), DirectSumLaunch(32, 1, 4)),
+    "float64": (DirectSumLaunch(128, 4, 32), DirectSumLaunch(64, 1, 64), DirectSumLaunch(32, 1, 4)),
 }
 """Alternative launches: timed on a GPU, and small ones that make the tests
 cross blocks, tiles and slices at sizes the emulators run."""
@@ -56,9 +56,9 @@ def slices(n_sources, launch):
 
     Examples
     --------
-    >>> slices(16384, Launch(256, 2, 32))
+    >>> slices(16384, DirectSumLaunch(256, 2, 32))
     (512, 32)
-    >>> slices(100, Launch(256, 2, 32))
+    >>> slices(100, DirectSumLaunch(256, 2, 32))
     (512, 1)
     """
     tile = launch.threads
@@ -73,7 +73,7 @@ def shared_bytes(launch, dtype):
 
     Examples
     --------
-    >>> shared_bytes(Launch(256, 2, 32), "float64")
+    >>> shared_bytes(DirectSumLaunch(256, 2, 32), "float64")
     8192
     """
     return launch.threads * 4 * np.dtype(dtype).itemsize

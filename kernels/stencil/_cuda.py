@@ -63,7 +63,7 @@ from hpcgpu.kernels.stencil import _physics  # noqa: E402
 from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL  # noqa: E402
 
 
-class Launch(NamedTuple):
+class StencilCudaLaunch(NamedTuple):
     """How a kernel family is launched."""
 
     rows: int
@@ -73,18 +73,22 @@ class Launch(NamedTuple):
 
 
 LAUNCH = {
-    ("five_point", "float32"): Launch(rows=8, threads=128),
-    ("five_point", "float64"): Launch(rows=8, threads=128),
-    ("stage", "float32"): Launch(rows=16, threads=128),
-    ("stage", "float64"): Launch(rows=16, threads=128),
+    ("five_point", "float32"): StencilCudaLaunch(rows=8, threads=128),
+    ("five_point", "float64"): StencilCudaLaunch(rows=8, threads=128),
+    ("stage", "float32"): StencilCudaLaunch(rows=16, threads=128),
+    ("stage", "float64"): StencilCudaLaunch(rows=16, threads=128),
 }
 """The launch of each kernel family per dtype."""
 
 VARIANTS = {
-    ("five_point", "float32"): (Launch(4, 128), Launch(16, 128), Launch(8, 256), Launch(8, 64)),
-    ("five_point", "float64"): (Launch(4, 128), Launch(16, 128), Launch(8, 256), Launch(8, 64)),
-    ("stage", "float32"): (Launch(8, 128), Launch(32, 128), Launch(16, 64), Launch(16, 256)),
-    ("stage", "float64"): (Launch(8, 128), Launch(32, 128), Launch(16, 64), Launch(16, 256)),
+    ("five_point", "float32"): (StencilCudaLaunch(4, 128), StencilCudaLaunch(16, 128), StencilCudaLaunch(8, 256),
+                                StencilCudaLaunch(8, 64)),
+    ("five_point", "float64"): (StencilCudaLaunch(4, 128), StencilCudaLaunch(16, 128), StencilCudaLaunch(8, 256),
+                                StencilCudaLaunch(8, 64)),
+    ("stage", "float32"): (StencilCudaLaunch(8, 128), StencilCudaLaunch(32, 128), StencilCudaLaunch(16, 64),
+                           StencilCudaLaunch(16, 256)),
+    ("stage", "float64"): (StencilCudaLaunch(8, 128), StencilCudaLaunch(32, 128), StencilCudaLaunch(16, 64),
+                           StencilCudaLaunch(16, 256)),
 }
 """Alternative launches, timed by ``scripts/gpu_kernel_variants.py``."""
 

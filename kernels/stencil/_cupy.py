@@ -57,7 +57,7 @@ from hpcgpu.kernels import _launch_limits
 from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
 
 
-class Launch(NamedTuple):
+class StencilCupyLaunch(NamedTuple):
     """How a kernel family is launched for one dtype."""
 
     vec: int
@@ -80,22 +80,25 @@ FAMILIES = {"five_point": ("laplacian_kernel", "diffuse_kernel"), "stage": ("sw_
 KERNELS = tuple(name for names in FAMILIES.values() for name in names)
 
 LAUNCH = {
-    ("five_point", "float32"): Launch(vec=4, rows=8, threads=128),
-    ("five_point", "float64"): Launch(vec=2, rows=8, threads=128),
-    ("stage", "float32"): Launch(vec=2, rows=16, threads=128),
-    ("stage", "float64"): Launch(vec=1, rows=16, threads=128),
+    ("five_point", "float32"): StencilCupyLaunch(vec=4, rows=8, threads=128),
+    ("five_point", "float64"): StencilCupyLaunch(vec=2, rows=8, threads=128),
+    ("stage", "float32"): StencilCupyLaunch(vec=2, rows=16, threads=128),
+    ("stage", "float64"): StencilCupyLaunch(vec=1, rows=16, threads=128),
 }
 """The launch of each kernel family per dtype (vec falls back to 1 when unaligned)."""
 
 VARIANTS = {
-    ("five_point", "float32"): (Launch(1, 8, 128), Launch(2, 8, 128), Launch(4, 4, 128),
-                                Launch(4, 16, 128), Launch(4, 8, 256), Launch(4, 8, 64)),
-    ("five_point", "float64"): (Launch(1, 8, 128), Launch(2, 4, 128), Launch(2, 16, 128),
-                                Launch(2, 8, 256), Launch(2, 8, 64)),
-    ("stage", "float32"): (Launch(1, 16, 128), Launch(4, 16, 128), Launch(2, 8, 128),
-                           Launch(2, 32, 128), Launch(2, 16, 64), Launch(2, 16, 256)),
-    ("stage", "float64"): (Launch(2, 16, 128), Launch(1, 8, 128), Launch(1, 32, 128),
-                           Launch(1, 16, 64), Launch(1, 16, 256)),
+    ("five_point", "float32"): (StencilCupyLaunch(1, 8, 128), StencilCupyLaunch(2, 8, 128),
+                                StencilCupyLaunch(4, 4, 128), StencilCupyLaunch(4, 16, 128),
+                                StencilCupyLaunch(4, 8, 256), StencilCupyLaunch(4, 8, 64)),
+    ("five_point", "float64"): (StencilCupyLaunch(1, 8, 128), StencilCupyLaunch(2, 4, 128),
+                                StencilCupyLaunch(2, 16, 128), StencilCupyLaunch(2, 8, 256),
+                                StencilCupyLaunch(2, 8, 64)),
+    ("stage", "float32"): (StencilCupyLaunch(1, 16, 128), StencilCupyLaunch(4, 16, 128), StencilCupyLaunch(2, 8, 128),
+                           StencilCupyLaunch(2, 32, 128), StencilCupyLaunch(2, 16, 64),
+                           StencilCupyLaunch(2, 16, 256)),
+    ("stage", "float64"): (StencilCupyLaunch(2, 16, 128), StencilCupyLaunch(1, 8, 128), StencilCupyLaunch(1, 32, 128),
+                           StencilCupyLaunch(1, 16, 64), StencilCupyLaunch(1, 16, 256)),
 }
 """Alternative launches, timed by ``scripts/gpu_kernel_variants.py``."""
 
@@ -110,7 +113,7 @@ def _expression(name, dtype_name, vec, rows):
 
 
 def _instances(launches):
-    """Template instances that ``launches`` (a {(family, dtype): [Launch]} map) run,
+    """Template instances that ``launches`` (a {(family, dtype): [StencilCupyLaunch]} map) run,
     the ``vec = 1`` fallback of each included."""
     out = []
     for (family, dtype_name), options in launches.items():

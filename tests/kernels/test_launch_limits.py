@@ -64,14 +64,14 @@ def test_stencil_cuda_grid_refuses_a_block_beyond_the_limits(threads):
     from hpcgpu.kernels.stencil import _cuda
 
     with pytest.raises(ConfigError, match="the cuda stencil kernels"):
-        _cuda._grid((64, 64), _cuda.Launch(rows=8, threads=threads))
+        _cuda._grid((64, 64), _cuda.StencilCudaLaunch(rows=8, threads=threads))
 
 
 def test_stencil_cupy_grid_refuses_a_block_beyond_the_limits():
     from hpcgpu.kernels.stencil import _cupy
 
     with pytest.raises(ConfigError, match="the cupy stencil kernels.*2048 threads"):
-        _cupy._grid(64, 64, _cupy.Launch(vec=1, rows=8, threads=2048))
+        _cupy._grid(64, 64, _cupy.StencilCupyLaunch(vec=1, rows=8, threads=2048))
 
 
 def test_stencil_tables_hold_only_launches_their_choosers_accept():
@@ -87,11 +87,11 @@ def test_stencil_tables_hold_only_launches_their_choosers_accept():
 def test_nbody_tile_counts_its_shared_bodies_and_both_backends_check_it(monkeypatch):
     from hpcgpu.kernels.nbody import _cuda, _cupy, _tiling
 
-    assert _tiling.shared_bytes(_tiling.Launch(256, 2, 32), "float64") == 256 * 4 * 8
+    assert _tiling.shared_bytes(_tiling.DirectSumLaunch(256, 2, 32), "float64") == 256 * 4 * 8
     for dtype, launch in _tiling.LAUNCH.items():
         for option in (launch, *_tiling.VARIANTS[dtype]):
             _tiling.check(option, dtype)
-    too_big = _tiling.Launch(2048, 1, 4)
+    too_big = _tiling.DirectSumLaunch(2048, 1, 4)
     with pytest.raises(ConfigError, match="nbody direct_kernel.*2048 threads.*65536 B of static shared"):
         _tiling.check(too_big, "float64")
     positions, masses = np.zeros((3, 8)), np.ones(8)

@@ -80,7 +80,7 @@ def test_diffusion_conserves_the_total_over_thousands_of_float32_steps(backend, 
     if backend.simulated:
         from hpcgpu.kernels.stencil import _cuda
         # One block of 16 threads: the simulator runs every thread in Python.
-        monkeypatch.setitem(_cuda.LAUNCH, ("five_point", "float32"), _cuda.Launch(rows=8, threads=16))
+        monkeypatch.setitem(_cuda.LAUNCH, ("five_point", "float32"), _cuda.StencilCudaLaunch(rows=8, threads=16))
     shape, steps = small(backend, ((256, 256), 5000), ((8, 16), 200))
     field = (1.0 + rng.random(shape)).astype(np.float32)
     total = field.sum(dtype=np.float64)

@@ -314,9 +314,9 @@ def test_tags_travel_as_strings():
 
 def test_a_tls_cluster_talks_over_its_own_certificates():
     """On tls:// the direct path wraps its sockets with the cluster's TLS contexts; the dask path is TLS anyway."""
-    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.cluster import close_client, start_cluster
 
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
+    client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
                      quiet=True)
     try:
         for direct in (True, False):
@@ -344,11 +344,11 @@ def test_the_direct_path_refuses_a_plain_connection_on_tls():
     import socket
     import struct
 
-    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.cluster import close_client, start_cluster
     from hpcgpu.partition.dask_comm import _direct_listener
     from hpcgpu.partition.direct_comm import encode
 
-    secure = cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
+    secure = start_cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
                      quiet=True)
     try:
         (address,) = secure.run(_direct_listener).values()

@@ -11,7 +11,7 @@ import pytest
 from dask.sizeof import sizeof
 
 from hpcgpu import Simulation
-from hpcgpu.cluster import cluster
+from hpcgpu.cluster import start_cluster
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.partition.protocols import RowModel, SteppedModel, missing_methods
 from hpcgpu.workloads.astro import NBody
@@ -142,7 +142,7 @@ def test_a_failing_rank_ends_every_rank_at_once_with_its_own_error(client):
 
 
 def test_losing_a_worker_without_a_checkpoint_ends_the_run_with_a_clear_error():
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         model = ShallowWater("unstable_jet", nx=64, ny=64, backend="numba")
         sim = Simulation(model, stop_steps=100000, progress=False, client=client, partitions=2, steps_per_task=2)

@@ -297,10 +297,10 @@ def _probe(comm, kind):
 def gpu_cluster():
     """``(client, refusal)``: two worker processes pinned for NCCL (module doc); ``refusal`` is NCCL's error, if any."""
     _require_nccl()
-    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.cluster import close_client, start_cluster
 
     devices = len(_gpu_probe.probe_driver().devices)
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         _importable_on(client)
         for index, address in enumerate(sorted(worker_info(client))):

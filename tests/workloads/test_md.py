@@ -11,8 +11,8 @@ from _support import small, tolerance
 
 from hpcgpu import Simulation
 from hpcgpu.errors import ConfigError, UnstableSimulation
+from hpcgpu.io import ZarrWriter
 from hpcgpu.kernels import md as md_kernels
-from hpcgpu.output import ZarrWriter
 from hpcgpu.workloads import _md_pairs, _md_setup
 from hpcgpu.workloads.md import LennardJones, XYZWriter, tail_corrections
 

@@ -30,10 +30,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from hpcgpu._plan_workloads import Weather
-from hpcgpu._profiles import DEVICES, LINKS, LinkProfile
 from hpcgpu.cluster import worker_info
-from hpcgpu.plan import SchedulerModel
+from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, SchedulerModel
+from hpcgpu.plan.workload_costs import WeatherCost
 
 __all__ = ["check_against_this_machine", "fit_link", "format_check"]
 
@@ -157,12 +156,12 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
     True
     """
     from hpcgpu.bench.scaling import _median_run, _model, _time_engine
-    from hpcgpu.cluster import cluster
+    from hpcgpu.cluster import start_cluster
 
     model = _model(nx, ny, dtype, "numba")
-    workload = Weather(nx, ny, steps=1, dtype=dtype, steps_per_task=steps_per_task, periodic=model.periodic_rows())
+    workload = WeatherCost(nx, ny, steps=1, dtype=dtype, steps_per_task=steps_per_task, periodic=model.periodic_rows())
     load_before = os.getloadavg()[0]
-    client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         client.wait_for_workers(2)
         workers = sorted(worker_info(client))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_choice, check_dtype, check_float, check_int
 
-__all__ = ["StepCost", "Weather", "MolecularDynamics", "NBody", "WORKLOADS", "make_workload", "kernel_time",
+__all__ = ["StepCost", "WeatherCost", "MolecularDynamicsCost", "NBodyCost", "WORKLOADS", "make_workload", "kernel_time",
            "exchange_time"]
 
 
@@ -73,7 +73,7 @@ def kernel_time(nbytes, flops, device, family, dtype):
 
     Examples
     --------
-    >>> from hpcgpu._profiles import DEVICES
+    >>> from hpcgpu.plan.profiles import DEVICES
     >>> seconds, bound = kernel_time(1e9, 1e6, DEVICES["h100"], "copy", "float32")
     >>> bound, round(seconds * 1e6)
     ('bandwidth', 351)
@@ -92,7 +92,7 @@ def exchange_time(link, messages, nbytes):
 
     Examples
     --------
-    >>> from hpcgpu._profiles import LinkProfile
+    >>> from hpcgpu.plan.profiles import LinkProfile
     >>> link = LinkProfile("example", bandwidth=1e9, latency_s=1e-4)
     >>> round(exchange_time(link, 2, 1e6) * 1e3, 3)
     1.2
@@ -109,7 +109,7 @@ def _step_cost(scheduler, partitions, compute_s, messages, nbytes, link, memory,
 
 
 @dataclass(frozen=True)
-class Weather:
+class WeatherCost:
     """The shallow-water model (SSP-RK3, Arakawa C-grid) on an ``nx x ny`` grid, split into row blocks.
 
     On a GPU a step is three fused stages reading and writing 6 + 9 + 9
@@ -231,7 +231,7 @@ class _RowShape:
 
 
 @dataclass(frozen=True)
-class MolecularDynamics:
+class MolecularDynamicsCost:
     """Lennard-Jones atoms at ``density`` with full Verlet lists of radius ``cutoff + skin``, in z slabs.
 
     A full list holds ``4/3 pi (cutoff + skin)^3 density`` neighbours per
@@ -331,7 +331,7 @@ class MolecularDynamics:
 
 
 @dataclass(frozen=True)
-class NBody:
+class NBodyCost:
     """Direct all-pairs gravity on ``bodies`` bodies, split into blocks; positions all-gathered each step.
 
     About 20 flops per interaction (the convention of ``hpcgpu bench nbody``);
@@ -376,7 +376,7 @@ class NBody:
         return _step_cost(scheduler, partitions, force_s + copy_s, messages, nbytes, link, memory, bound)
 
 
-WORKLOADS = {"weather": Weather, "md": MolecularDynamics, "nbody": NBody}
+WORKLOADS = {"weather": WeatherCost, "md": MolecularDynamicsCost, "nbody": NBodyCost}
 _SIZE_KEYS = {"weather": ("nx", "ny"), "md": ("atoms",), "nbody": ("bodies",)}
 
 

@@ -2,7 +2,9 @@
 
 The grid is geometry only: sizes, spacing, boundaries and the coordinates of
 cell centres, faces and corners. Fields are ``(ny, nx)`` arrays with x along
-the last axis.
+the last axis. The shallow-water model (:mod:`hpcgpu.workloads.weather`)
+and the barotropic vorticity model (:mod:`hpcgpu.workloads.vorticity`)
+live on it.
 """
 
 from dataclasses import dataclass

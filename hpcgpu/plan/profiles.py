@@ -1,14 +1,16 @@
-"""Device and interconnect profiles for ``hpcgpu plan``: data sheets, measurements, assumptions.
+"""Device, interconnect and scheduler profiles for ``hpcgpu plan``: data sheets, measurements, assumptions.
 
 A :class:`DeviceProfile` holds the ceilings of one device (one dask worker:
 a GPU, or a CPU core) and the fraction of its roofline that each kernel
 family reaches; a :class:`LinkProfile` holds what the communicator achieves
-between two workers (latency per message, bandwidth). Named device profiles
-come from vendor data sheets (cited beside each); the fractions come from
-measurements in ``docs/benchmarks.md`` where the project has them and are
-marked as assumptions where it does not; the links say the same of
-themselves (``LinkProfile.basis``). :func:`measured_device` builds a
-profile from the JSON lines of ``hpcgpu bench``.
+between two workers (latency per message, bandwidth); a
+:class:`SchedulerModel` what dask's scheduler costs the SPMD engine per
+epoch. Named device profiles come from vendor data sheets (cited beside
+each); the fractions come from measurements in ``docs/benchmarks.md``
+where the project has them and are marked as assumptions where it does
+not; the links and the scheduler say the same of themselves (``basis``).
+:func:`measured_device` builds a profile from the JSON lines of ``hpcgpu
+bench``.
 """
 
 import json
@@ -17,9 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.partition.engine import EPOCH_SECONDS
+from hpcgpu.plan.workload_costs import WeatherCost
 
-__all__ = ["DeviceProfile", "LinkProfile", "DEVICES", "LINKS", "basis_of", "device_profile", "link_profile",
-           "measured_device"]
+__all__ = ["DeviceProfile", "LinkProfile", "SchedulerModel", "DEVICES", "LINKS", "EPOCH_OVERHEAD_S",
+           "TASK_OVERHEAD_S", "basis_of", "device_profile", "link_profile", "measured_device"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,82 @@ class LinkProfile:
     def message_s(self, nbytes):
         """Seconds for one message of ``nbytes`` bytes."""
         return self.latency_s + nbytes / self.bandwidth
+
+
+EPOCH_OVERHEAD_S = 2e-3
+"""Scheduler round trips per epoch on a cluster whose scheduler has a core of
+its own (an assumption): a worker's next epoch task starts once the
+scheduler has heard that its last one finished, and the records task
+follows. Epochs are pipelined (two in flight), so the client's own round
+trip is hidden. An epoch waited for at once (the client's round trip
+included) cost 16-26 ms on this 2-core machine, where the scheduler, the
+client and the workers share the cores (``hpcgpu plan --check``,
+2026-12-01)."""
+
+TASK_OVERHEAD_S = 2e-4
+"""The scheduler's work per task of an epoch (P epoch tasks and a records
+task), which it does one task after another: an assumption of ~5,000 tasks
+per second (dask documents ~200 us of overhead per task for its local
+scheduler, and ~1 ms of latency per task for the distributed one)."""
+
+
+@dataclass(frozen=True)
+class SchedulerModel:
+    """dask's scheduler in the SPMD engine: a cost per epoch, spread over the epoch's steps.
+
+    An epoch on ``P`` workers costs ``epoch_overhead_s + (P + 1) *
+    task_overhead_s`` and holds ``steps_per_epoch`` steps, or (when None) as
+    many as fill ``epoch_seconds`` of work, rounded up to whole supersteps of
+    K steps, as the engine gathers them.
+
+    Attributes
+    ----------
+    epoch_overhead_s, task_overhead_s : float
+        Seconds per epoch, and per task of an epoch.
+    epoch_seconds : float
+        Work per epoch (:data:`hpcgpu.partition.engine.EPOCH_SECONDS`).
+    steps_per_epoch : int, optional
+        A fixed number of steps per epoch (``hpcgpu plan --check`` times
+        epochs of a known length).
+    source : str
+        Where the figures come from (``"assumed..."``, ``"measured..."`` or
+        ``"given..."``, like :attr:`LinkProfile.source`).
+
+    Examples
+    --------
+    >>> model = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4)
+    >>> model.epoch_s(partitions=4), model.steps_in_epoch(step_s=0.01, steps_per_task=4)
+    (0.0025, 52)
+    """
+
+    epoch_overhead_s: float = EPOCH_OVERHEAD_S
+    task_overhead_s: float = TASK_OVERHEAD_S
+    epoch_seconds: float = EPOCH_SECONDS
+    steps_per_epoch: int = None
+    source: str = "assumed: ~2 ms of scheduler round trips per epoch and ~0.2 ms of its work per task"
+
+    @property
+    def basis(self):
+        """``"measured"``, ``"assumed"`` or ``"given"``: the first word of :attr:`source`."""
+        return basis_of(self.source)
+
+    def epoch_s(self, partitions):
+        """Seconds the scheduler costs one epoch on ``partitions`` workers."""
+        return self.epoch_overhead_s + (partitions + 1) * self.task_overhead_s
+
+    def steps_in_epoch(self, step_s, steps_per_task=1):
+        """Steps in one epoch when a step takes ``step_s`` seconds (whole supersteps of ``steps_per_task``)."""
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch
+        k = max(1, int(steps_per_task))
+        if not (math.isfinite(step_s) and step_s > 0):
+            return k
+        steps = max(1, math.ceil(self.epoch_seconds / step_s - 1e-9))
+        return k * math.ceil(steps / k)
+
+    def per_step_s(self, partitions, step_s, steps_per_task=1):
+        """The scheduler's seconds per step: an epoch's cost over its steps."""
+        return self.epoch_s(partitions) / self.steps_in_epoch(step_s, steps_per_task)
 
 
 # Fractions of the roofline per kernel family (families: "stencil" = the
@@ -397,9 +477,7 @@ def measured_device(path, *, memory_gb=None):
     for dtype in ("float32", "float64"):
         if kind == "cpu":
             # the fused step (Numba) is bound by arithmetic: its flop rate over the peak
-            from hpcgpu._plan_workloads import Weather
-
-            measured = [r["value"] * Weather.flops_per_point_step / peak[dtype] for r in ok
+            measured = [r["value"] * WeatherCost.flops_per_point_step / peak[dtype] for r in ok
                         if r.get("case") == "shallow_water_fused_step" and r.get("dtype") == dtype
                         and r.get("value")]
             what = "fused shallow-water step's flop rate over the peak"

@@ -1,4 +1,8 @@
-"""Preconditioned conjugate gradient with the rows of a sparse matrix spread over dask workers, SPMD.
+"""What each rank of the distributed conjugate gradient runs: its rows, its messages, its iteration.
+
+The client's side (:func:`hpcgpu.linalg.conjugate_gradient`, in
+:mod:`hpcgpu.linalg.cg`) splits the matrix with :func:`split`, places the
+parts and submits :func:`solve_task` once per worker and round.
 
 Partition ``p`` is rank ``p`` of a communicator session
 (:mod:`hpcgpu.partition.dask_comm`). It holds rows ``[a_p, b_p)`` of the
@@ -49,29 +53,24 @@ they converge. Every wait has a timeout: nothing hangs.
 
 import math
 import threading
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
-from hpcgpu.cluster import worker_info
-from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, ConvergenceError
+from hpcgpu.errors import CommAborted, CommError
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
-from hpcgpu.partition.layout import split_rows
-from hpcgpu.validation import check_float, check_int
+
+__all__ = ["CGPart", "CGJob", "CGRankResult", "split", "solve_task", "abort_on_worker", "STALL_WINDOW",
+           "TIMEOUT_S"]
 
 STALL_WINDOW = 100
 """Iterations without a 1 % drop of the best residual that count as a stall."""
 TIMEOUT_S = DEFAULT_TIMEOUT_S
 """Longest wait of a rank for one message, in seconds (a hung or lost peer; not the solve's length)."""
-_POLL_S = 1.0
-"""How often the client, waiting for the ranks, checks that the session's workers are alive."""
-_SETTLE_S = 5.0
-"""How long the client waits, after a rank failed, for the others to return (an abort releases them at once)."""
 
 
 @dataclass(frozen=True)
-class _Part:
+class CGPart:
     """The static piece of one partition: its rows (local column numbering) and its send lists."""
 
     matrix: object        # CSRMatrix (rows, own + ghosts): own columns first, then ghosts in owner order
@@ -82,7 +81,7 @@ class _Part:
 
 
 @dataclass(frozen=True)
-class _Job:
+class CGJob:
     """What every rank of one round (a CG run from one start) needs besides its part."""
 
     session: object
@@ -97,15 +96,15 @@ class _Job:
 
 
 @dataclass(frozen=True)
-class _RankResult:
+class CGRankResult:
     x: object             # this rank's block of x (host), None after a failure
     history: list         # relative residual after each iteration of the round (rank 0 only)
     iterations: int       # iterations counted from the first round
     failure: str          # why CG stopped without converging, or None
 
 
-def _split(matrix, bounds, jacobi=True):
-    """The :class:`_Part` of each row block ``bounds`` of a host CSR matrix."""
+def split(matrix, bounds, jacobi=True):
+    """The :class:`CGPart` of each row block ``bounds`` of a host CSR matrix."""
     from hpcgpu.kernels.matrix import CSRMatrix
 
     data, indices, indptr = (np.asarray(a) for a in (matrix.data, matrix.indices, matrix.indptr))
@@ -125,7 +124,7 @@ def _split(matrix, bounds, jacobi=True):
             needs.setdefault(q, []).append((p, external[owners == q] - starts[q]))
         local_matrix = CSRMatrix(data[lo:hi], local, indptr[a:b + 1] - lo, shape=(b - a, (b - a) + len(external)))
         pieces.append((local_matrix, 1.0 / diagonal[a:b] if jacobi else None, receives, counts))
-    return [_Part(m, d, tuple((p, idx.astype(np.int64)) for p, idx in needs.get(q, [])), r, c)
+    return [CGPart(m, d, tuple((p, idx.astype(np.int64)) for p, idx in needs.get(q, [])), r, c)
             for q, (m, d, r, c) in enumerate(pieces)]
 
 
@@ -169,7 +168,7 @@ class _Neighbours:
 
 
 def _cg_rank(comm, part, x, r, job):
-    """CG on one rank from its blocks ``x``, ``r`` (host) until every rank stops; its :class:`_RankResult`."""
+    """CG on one rank from its blocks ``x``, ``r`` (host) until every rank stops; its :class:`CGRankResult`."""
     from hpcgpu.backends import get_backend
     from hpcgpu.kernels.matrix import axpy, dot, spmv
 
@@ -240,7 +239,7 @@ def _cg_rank(comm, part, x, r, job):
             axpy(beta, full[where], ghosts[source], out=full[where], backend=backend)
         rz = rz_new
     backend.synchronize()
-    return _RankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure)
+    return CGRankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure)
 
 
 def _run_rank(job, rank, part, x, r, worker):
@@ -261,7 +260,7 @@ def _run_rank(job, rank, part, x, r, worker):
         raise
 
 
-def _solve_task(job, ranks, parts, blocks):
+def solve_task(job, ranks, parts, blocks):
     """The solve of the ranks on this worker (one thread each beyond the first); their results in order."""
     from distributed import get_worker
 
@@ -292,203 +291,10 @@ def _solve_task(job, ranks, parts, blocks):
     return results
 
 
-# -- the client -------------------------------------------------------------------------------------
-def _host_csr(matrix):
-    from hpcgpu.kernels.matrix import CSRMatrix
-
-    if isinstance(matrix, CSRMatrix):
-        return matrix if not matrix.on_gpu else matrix.to_backend("numpy")
-    if hasattr(matrix, "tocsr"):
-        return CSRMatrix.from_scipy(matrix.tocsr())
-    raise ConfigError(f"matrix must be a CSRMatrix or a scipy.sparse matrix; got {type(matrix).__name__}")
-
-
-def solve(matrix, b, *, client, partitions, x0, tol, max_iter, preconditioner, backend, check_every):
-    """:func:`hpcgpu.linalg.conjugate_gradient` on the workers of ``client`` (the parameters are documented there)."""
-    from hpcgpu.kernels import matrix as kernels
-    from hpcgpu.kernels.matrix._solvers import CGResult
-    from hpcgpu.partition.dask_comm import close_session, open_session
-
-    A = _host_csr(matrix)
-    n = A.shape[0]
-    if A.shape[0] != A.shape[1]:
-        raise ConfigError(f"matrix must be square; got shape {A.shape}")
-    b = np.asarray(b)
-    if b.shape != (n,):
-        raise ConfigError(f"b must have shape ({n},) to match the matrix; got {b.shape}")
-    if b.dtype != A.dtype:
-        raise ConfigError(f"b must have the matrix's dtype {A.dtype}; got {b.dtype}")
-    tol = check_float("tol", tol, minimum=0.0, strict_min=True)
-    max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
-    check_int("check_every", check_every, minimum=1)
-    if preconditioner not in ("jacobi", None):
-        raise ConfigError(f"preconditioner must be 'jacobi' or None; got {preconditioner!r}")
-    workers = sorted(worker_info(client))
-    if not workers:
-        raise ClusterError("the dask cluster has no workers")
-    partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1,
-                                                                   maximum=n)
-    diagonal = np.asarray(A.diagonal())
-    if preconditioner == "jacobi" and not np.all(diagonal > 0):
-        raise ConfigError("preconditioner='jacobi' needs a positive diagonal (an SPD matrix has one); "
-                          f"the smallest diagonal entry is {diagonal.min():.3g}")
-    b_norm = math.sqrt(kernels.dot(b, b, backend="numpy"))
-    if b_norm == 0:
-        return CGResult(np.zeros_like(b), 0, (0.0,), True)
-    if not math.isfinite(b_norm):
-        raise ConfigError("b holds NaN or inf")
-    x = np.zeros_like(b) if x0 is None else np.asarray(x0, dtype=b.dtype).copy()
-    if x.shape != (n,):
-        raise ConfigError(f"x0 must have shape ({n},); got {x.shape}")
-    r = b - kernels.spmv(A, x, backend="numpy")
-    history = [math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm]
-    if history[-1] <= tol:
-        return CGResult(x, 0, tuple(history), True)
-    if not math.isfinite(history[-1]):
-        _fail("the residual b - A x is not finite (check x0)", history, 0, tol)
-    bounds = split_rows(n, [1.0] * partitions)
-    parts = _split(A, bounds, jacobi=preconditioner == "jacobi")
-    owner = [workers[p % len(workers)] for p in range(partitions)]
-    name = backend if isinstance(backend, str) else backend.name
-    session = open_session(client, owner, TIMEOUT_S)
-    solver = None
-    try:
-        solver = _Solver(client, session, owner, bounds, parts, name)
-        iterations = 0
-        while True:
-            job = _Job(session, name, tol, b_norm, max_iter, iterations, history[-1], iterations, solver.rounds)
-            found, iterations, failure, x = solver.run(job, x, r)
-            history.extend(found)
-            if failure is not None:
-                _fail(failure, history, iterations, tol)
-            # the recursive residual drifts from b - A x in finite precision: check the true one, which
-            # replaces it in the history (as in the single-process solver)
-            r = b - kernels.spmv(A, x, backend="numpy")
-            history[-1] = math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm
-            if history[-1] <= tol:
-                return CGResult(x, iterations, tuple(history), True)
-    finally:
-        if solver is not None:
-            solver.release()
-        close_session(client, session)
-
-
-class _Solver:
-    """The client's side of one solve: the parts resident on their workers, rounds submitted and watched."""
-
-    def __init__(self, client, session, owner, bounds, parts, backend):
-        self.client, self.session, self.owner, self.bounds = client, session, owner, bounds
-        self.token = uuid.uuid4().hex[:12]
-        self.rounds = 0
-        self.ranks = {}
-        for rank, worker in enumerate(owner):
-            self.ranks.setdefault(worker, []).append(rank)
-        # the matrix blocks travel once per solve, not once per round
-        self.parts = {worker: client.scatter([parts[r] for r in ranks], workers=[worker], hash=False)
-                      for worker, ranks in self.ranks.items()}
-
-    def release(self):
-        """Drop the parts from the workers' memory."""
-        self.client.cancel([future for futures in self.parts.values() for future in futures])
-        self.parts = {}
-
-    def run(self, job, x, r):
-        """One round from ``x`` (residual ``r``); ``(history, iterations, failure, x)``."""
-        self.rounds += 1
-        futures = []
-        for k, (worker, ranks) in enumerate(self.ranks.items()):
-            blocks = self.client.scatter([(x[a:b], r[a:b]) for a, b in (self.bounds[rank] for rank in ranks)],
-                                         workers=[worker], hash=False)
-            futures.append(self.client.submit(
-                _solve_task, job, ranks, self.parts[worker], blocks, key=(f"cg-solve-{self.token}", job.round, k),
-                workers=[worker], allow_other_workers=False, pure=False, retries=0))
-        try:
-            self._wait(futures)
-        except BaseException as error:
-            # a whole solve is one task: ranks left running (the client was interrupted, or gave up on a
-            # lost worker) would hold their workers until they converge; the abort stops them at their next wait
-            self._abort(f"the client stopped waiting: {type(error).__name__}: {error}")
-            raise
-        results = [None] * len(self.owner)
-        for ranks, found in zip(self.ranks.values(), self.client.gather(futures)):
-            for rank, result in zip(ranks, found):
-                results[rank] = result
-        first = results[0]
-        if first.failure is not None:
-            return first.history, first.iterations, first.failure, x
-        return first.history, first.iterations, None, np.concatenate([result.x for result in results])
-
-    def _abort(self, reason):
-        alive = sorted(set(self.owner) & set(worker_info(self.client)))
-        try:
-            self.client.run(_abort_on_worker, self.session.id, reason, workers=alive)
-        except Exception:  # noqa: BLE001 - best effort: the ranks also stop at their timeout
-            pass
-
-    def _missing(self):
-        return sorted(set(self.owner) - set(worker_info(self.client)))
-
-    def _wait(self, futures):
-        """Wait for every rank, watching the session's workers; raise the root cause of a failure."""
-        from distributed import wait
-
-        while True:
-            pending = [f for f in futures if f.status == "pending"]
-            try:  # wakes on the first to finish or fail (dask has no FIRST_EXCEPTION)
-                wait(pending, timeout=_POLL_S, return_when="FIRST_COMPLETED")
-            except Exception:  # noqa: BLE001 - a timeout (not done yet) or cancelled futures (seen below)
-                pass
-            if any(f.status in ("error", "cancelled", "lost") for f in futures):
-                self._raise_failure(futures)
-            if all(f.status == "finished" for f in futures):
-                return
-            missing = self._missing()
-            if missing:
-                self.client.cancel(futures)
-                raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
-                                   "during the solve; its rows are gone (solve again on the workers left)")
-
-    def _raise_failure(self, futures):
-        """Raise the error of the rank that failed (not the aborts it caused) once every rank has returned."""
-        from distributed import wait
-        from distributed.scheduler import KilledWorker
-
-        try:
-            wait(futures, timeout=_SETTLE_S)  # the abort released the other ranks: they return at once
-        except Exception:  # noqa: BLE001 - dask's TimeoutError: report what there is
-            pass
-        errors = []
-        for future in futures:
-            if future.status == "error":
-                try:
-                    errors.append(future.exception(timeout=10))
-                except Exception as error:  # noqa: BLE001 - the future went away with its worker
-                    errors.append(error)
-        missing = self._missing()
-        self.client.cancel(futures)
-        own = [e for e in errors if not isinstance(e, (CommError, KilledWorker))]
-        if own:
-            raise own[0]
-        if missing:
-            raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
-                               "during the solve; its rows are gone (solve again on the workers left)")
-        if not errors:
-            raise ClusterError("distributed conjugate gradient: the solve's tasks were "
-                               f"{', '.join(sorted({f.status for f in futures}))} before they finished")
-        raise ClusterError("distributed conjugate gradient: a rank failed or a worker was lost during the solve "
-                           f"({type(errors[0]).__name__}: {errors[0]})") from errors[0]
-
-
-def _abort_on_worker(session_id, reason, dask_worker=None):
+def abort_on_worker(session_id, reason, dask_worker=None):
     """Abort the session's ranks on this worker (run on its event loop: its task thread is busy with them)."""
     from hpcgpu.partition.dask_comm import EXTENSION
 
     extension = dask_worker.extensions.get(EXTENSION)
     if extension is not None:
         extension.abort_from_scheduler(session=session_id, reason=reason)
-
-
-def _fail(reason, history, k, tol):
-    raise ConvergenceError(f"distributed conjugate gradient stopped after {k} iteration(s): {reason}; relative "
-                           f"residual {history[-1]:.3e} (best {min(history):.3e}), tol {tol:.3e}",
-                           residuals=history, iterations=k)

@@ -1,25 +1,14 @@
-"""Distributed linear algebra on a dask cluster: blocked matrix multiply and conjugate gradient.
+"""Blocked matrix multiply on a dask cluster, for matrices larger than any one worker's memory.
 
-:func:`matmul` multiplies matrices held as blocks on the workers, larger
-than any one worker's memory: every task multiplies one pair of square
-tiles with the backend's GEMM (BLAS, cuBLAS or the hand-written kernels of
-:mod:`hpcgpu.kernels.matrix`), and a tree of additions sums the tiles along
-the inner dimension (``dask.array.blockwise`` then ``sum(split_every=...)``,
-the formulation ``dask.array.matmul`` uses). The tile size comes from the
-workers' count and memory (:func:`choose_tile`): as large as a task's three
-tiles fit in a quarter of a worker thread's share of memory, and small
-enough that there are at least two output tiles per worker.
-
-:func:`conjugate_gradient` solves a sparse symmetric positive-definite
-system whose rows are split over the workers (:mod:`hpcgpu._distributed_cg`).
-It runs SPMD: one pinned task per worker runs the whole iteration loop for
-its rows, and the partitions message each other directly through a
-communicator (:mod:`hpcgpu.partition.dask_comm`), not through the
-scheduler. Each iteration sends two small messages to each peer: a partial
-dot product, then partial dot products together with the entries of the
-preconditioned residual that the peer's rows reference. Every rank reduces
-the same values in the same order, so all take the same decisions; the
-client only sees the residual history and the solution, at the end.
+:func:`matmul` multiplies matrices held as blocks on the workers: every
+task multiplies one pair of square tiles with the backend's GEMM (BLAS,
+cuBLAS or the hand-written kernels of :mod:`hpcgpu.kernels.matrix`), and a
+tree of additions sums the tiles along the inner dimension
+(``dask.array.blockwise`` then ``sum(split_every=...)``, the formulation
+``dask.array.matmul`` uses). The tile size comes from the workers' count
+and memory (:func:`choose_tile`): as large as a task's three tiles fit in a
+quarter of a worker thread's share of memory, and small enough that there
+are at least two output tiles per worker.
 
 Examples
 --------
@@ -37,7 +26,7 @@ from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_int
 
-__all__ = ["matmul", "choose_tile", "conjugate_gradient", "worker_memory"]
+__all__ = ["matmul", "choose_tile", "worker_memory"]
 
 MIN_TILE = 256
 """Smallest tile worth a task (below it scheduler overhead beats BLAS)."""
@@ -164,63 +153,3 @@ def matmul(a, b, *, client, backend="auto", tile=None, memory_per_thread=None, a
                            backend=name, allow_tf32=allow_tf32, name="hpcgpu-matmul-tile")
     product = partial.sum(axis=-1, split_every=4, dtype=a.dtype)
     return client.persist(product)
-
-
-def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8, max_iter=None,
-                       preconditioner="jacobi", backend="auto", check_every=8):
-    """Solve ``A x = b`` (A sparse, symmetric positive definite) with rows spread over the workers.
-
-    Parameters
-    ----------
-    matrix : hpcgpu.kernels.matrix.CSRMatrix or scipy.sparse matrix
-        Square, symmetric positive definite.
-    b : array (n,)
-    client : distributed.Client
-    partitions : int, optional
-        Row blocks (default: one per worker).
-    x0 : array (n,), optional
-        Initial guess (default zero).
-    tol : float
-        Stop when ``||b - A x|| <= tol ||b||`` (> 0).
-    max_iter : int, optional
-        Default ``10 n``.
-    preconditioner : {"jacobi", None}
-    backend : str
-        Backend of the local kernels on each worker.
-    check_every : int
-        Kept for compatibility, no longer used (>= 1): the ranks test for
-        convergence every iteration on the workers, at no extra cost (the
-        residual norm travels with the dot products the iteration reduces
-        anyway).
-
-    Returns
-    -------
-    hpcgpu.kernels.matrix.CGResult
-        ``x`` (gathered to the client), iterations, the relative residual history, converged.
-
-    Raises
-    ------
-    ConvergenceError
-        A non-positive curvature ``p.Ap`` (not SPD), a non-finite residual,
-        a stall or ``max_iter`` reached; it carries the residual history
-        and the iterations.
-    ConfigError
-        Bad shapes, dtypes or parameters.
-    ClusterError
-        No workers, or a worker lost during the solve (named). An error
-        raised on one partition ends every partition at once and is
-        re-raised here.
-
-    Examples
-    --------
-    >>> import scipy.sparse as sp  # doctest: +SKIP
-    >>> A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")  # doctest: +SKIP
-    >>> result = conjugate_gradient(A, np.ones(1000), client=client, tol=1e-10)  # doctest: +SKIP
-    >>> result.converged, bool(np.abs(A @ result.x - 1).max() < 1e-7)  # doctest: +SKIP
-    (True, True)
-    """
-    from hpcgpu import _distributed_cg
-
-    return _distributed_cg.solve(matrix, b, client=client, partitions=partitions, x0=x0, tol=tol,
-                                 max_iter=max_iter, preconditioner=preconditioner, backend=backend,
-                                 check_every=check_every)

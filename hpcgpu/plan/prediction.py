@@ -1,69 +1,28 @@
-"""``hpcgpu plan``: predict time to solution, memory per GPU and parallel efficiency for 1..N GPUs.
+"""The prediction of ``hpcgpu plan``: :func:`plan` and the :class:`Plan` it returns.
 
-The model, per time step and for the slowest partition, of hpcgpu's SPMD
-engine (:mod:`hpcgpu.partition.engine`: one pinned task per worker runs an
-epoch of many steps; ranks exchange through a communicator):
-
-``compute``
-    the roofline of each kernel, ``max(bytes / copy bandwidth, flops / peak)``
-    over the fraction of that bound its kernel family reaches on the device
-    (measured fractions where the project has them, see
-    :mod:`hpcgpu._profiles`), plus the halo copies, the redundant work in
-    the halos and the cost of starting each kernel;
-``exchange``
-    the messages a rank sends per step, as its decomposition makes them
-    (halo rows every K steps; every block's positions; ghost atoms, the
-    rebuild flag and, on rebuild steps, migrants): ``messages x latency +
-    bytes / bandwidth`` at the interconnect's figures (:class:`LinkProfile`);
-``scheduler``
-    dask's scheduler, paid once per epoch, ``epoch_overhead_s + (P + 1) x
-    task_overhead_s``, over the steps of an epoch (about
-    :data:`EPOCH_SECONDS` of work).
-
-They add up (nothing is assumed to overlap, so the model leans pessimistic).
-Parallel efficiency is ``P0 t(P0) / (P t(P))`` against the smallest GPU
-count ``P0`` whose memory holds the problem. One GPU means the engine with
-one dask worker. Start-up (cluster, JIT compilation, scattering the initial
-state), diagnostics and output are not modelled.
+:func:`plan` asks the workload's cost model (:mod:`hpcgpu.plan.workload_costs`)
+for one step on 1, 2, 4, ... GPUs of a device over an interconnect, with
+dask's scheduler paid once per epoch (:mod:`hpcgpu.plan.profiles`), and
+turns the costs into times to solution, memory per GPU, parallel
+efficiencies and the warnings a user should read first. How the three terms
+of a step are modelled is told in :mod:`hpcgpu.plan`.
 
 Examples
 --------
->>> result = plan("weather", nx=4096, ny=4096, steps=1000, device="h100", interconnect="ndr", max_gpus=4)
->>> [row.gpus for row in result.rows]
-[1, 2, 4]
->>> result.rows[0].bound
-'bandwidth'
+>>> result = plan("nbody", bodies=10_000, steps=10, device="h100", max_gpus=2)
+>>> [row.gpus for row in result.rows], result.min_gpus_to_fit
+([1, 2], 1)
 """
 
 import json
 import math
 from dataclasses import asdict, dataclass, field
 
-from hpcgpu._plan_workloads import WORKLOADS, StepCost, make_workload
-from hpcgpu._profiles import DEVICES, LINKS, LinkProfile, basis_of, device_profile, link_profile
-from hpcgpu.errors import ConfigError
-from hpcgpu.partition.engine import EPOCH_SECONDS
+from hpcgpu.plan.profiles import LINKS, SchedulerModel, device_profile, link_profile
+from hpcgpu.plan.workload_costs import make_workload
 from hpcgpu.validation import check_float, check_int
 
-__all__ = ["plan", "run_command", "add_arguments", "Plan", "PlanRow", "SchedulerModel", "StepCost", "LinkProfile",
-           "make_workload", "WORKLOADS", "DEVICES", "LINKS", "EPOCH_OVERHEAD_S", "TASK_OVERHEAD_S", "EPOCH_SECONDS",
-           "EFFICIENCY_THRESHOLD", "USABLE_MEMORY_FRACTION"]
-
-EPOCH_OVERHEAD_S = 2e-3
-"""Scheduler round trips per epoch on a cluster whose scheduler has a core of
-its own (an assumption): a worker's next epoch task starts once the
-scheduler has heard that its last one finished, and the records task
-follows. Epochs are pipelined (two in flight), so the client's own round
-trip is hidden. An epoch waited for at once (the client's round trip
-included) cost 16-26 ms on this 2-core machine, where the scheduler, the
-client and the workers share the cores (``hpcgpu plan --check``,
-2026-12-01)."""
-
-TASK_OVERHEAD_S = 2e-4
-"""The scheduler's work per task of an epoch (P epoch tasks and a records
-task), which it does one task after another: an assumption of ~5,000 tasks
-per second (dask documents ~200 us of overhead per task for its local
-scheduler, and ~1 ms of latency per task for the distributed one)."""
+__all__ = ["plan", "Plan", "PlanRow", "EFFICIENCY_THRESHOLD", "USABLE_MEMORY_FRACTION"]
 
 EFFICIENCY_THRESHOLD = 0.5
 """Below this parallel efficiency a GPU count is reported as not worth it."""
@@ -71,65 +30,6 @@ EFFICIENCY_THRESHOLD = 0.5
 USABLE_MEMORY_FRACTION = 0.9
 """Share of device memory a run may fill (the CUDA context, memory-pool slack
 and library work space take the rest)."""
-
-
-@dataclass(frozen=True)
-class SchedulerModel:
-    """dask's scheduler in the SPMD engine: a cost per epoch, spread over the epoch's steps.
-
-    An epoch on ``P`` workers costs ``epoch_overhead_s + (P + 1) *
-    task_overhead_s`` and holds ``steps_per_epoch`` steps, or (when None) as
-    many as fill ``epoch_seconds`` of work, rounded up to whole supersteps of
-    K steps, as the engine gathers them.
-
-    Attributes
-    ----------
-    epoch_overhead_s, task_overhead_s : float
-        Seconds per epoch, and per task of an epoch.
-    epoch_seconds : float
-        Work per epoch (:data:`hpcgpu.partition.engine.EPOCH_SECONDS`).
-    steps_per_epoch : int, optional
-        A fixed number of steps per epoch (``hpcgpu plan --check`` times
-        epochs of a known length).
-    source : str
-        Where the figures come from (``"assumed..."``, ``"measured..."`` or
-        ``"given..."``, like :attr:`LinkProfile.source`).
-
-    Examples
-    --------
-    >>> model = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4)
-    >>> model.epoch_s(partitions=4), model.steps_in_epoch(step_s=0.01, steps_per_task=4)
-    (0.0025, 52)
-    """
-
-    epoch_overhead_s: float = EPOCH_OVERHEAD_S
-    task_overhead_s: float = TASK_OVERHEAD_S
-    epoch_seconds: float = EPOCH_SECONDS
-    steps_per_epoch: int = None
-    source: str = "assumed: ~2 ms of scheduler round trips per epoch and ~0.2 ms of its work per task"
-
-    @property
-    def basis(self):
-        """``"measured"``, ``"assumed"`` or ``"given"``: the first word of :attr:`source`."""
-        return basis_of(self.source)
-
-    def epoch_s(self, partitions):
-        """Seconds the scheduler costs one epoch on ``partitions`` workers."""
-        return self.epoch_overhead_s + (partitions + 1) * self.task_overhead_s
-
-    def steps_in_epoch(self, step_s, steps_per_task=1):
-        """Steps in one epoch when a step takes ``step_s`` seconds (whole supersteps of ``steps_per_task``)."""
-        if self.steps_per_epoch is not None:
-            return self.steps_per_epoch
-        k = max(1, int(steps_per_task))
-        if not (math.isfinite(step_s) and step_s > 0):
-            return k
-        steps = max(1, math.ceil(self.epoch_seconds / step_s - 1e-9))
-        return k * math.ceil(steps / k)
-
-    def per_step_s(self, partitions, step_s, steps_per_task=1):
-        """The scheduler's seconds per step: an epoch's cost over its steps."""
-        return self.epoch_s(partitions) / self.steps_in_epoch(step_s, steps_per_task)
 
 
 @dataclass(frozen=True)
@@ -304,7 +204,7 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
     interconnect : str or LinkProfile
         ``"nvlink"``, ``"ndr"`` (NCCL), ``"ucx-nvlink"``, ``"ucx-ndr"`` (the
         dask comm path over UCX), ``"100gbe"`` or ``"tcp-local"`` (this
-        machine, measured); see :data:`hpcgpu._profiles.LINKS`.
+        machine, measured); see :data:`hpcgpu.plan.profiles.LINKS`.
     max_gpus : int
         Largest GPU count (powers of two up to it are planned).
     scheduler : SchedulerModel, optional
@@ -389,91 +289,3 @@ def _warnings(workload, device, link, rows, min_fit, usable, threshold, max_gpus
         warnings.append("NVLink joins at most 8 GPUs (one HGX node): beyond 8 the traffic crosses the node "
                         f"interconnect; plan those counts with --interconnect {other}")
     return warnings
-
-
-
-# -- command line (``hpcgpu plan``) ------------------------------------------------------
-
-_SIZE_OPTIONS = ("nx", "ny", "atoms", "bodies", "steps", "dtype", "steps_per_task", "periodic", "density",
-                 "cutoff", "skin", "rebuild_every")
-
-
-def add_arguments(parser):
-    """Add the options of ``hpcgpu plan`` to an argparse parser."""
-    parser.add_argument("workload", nargs="?", help=f"one of {', '.join(WORKLOADS)} (weather with --check)")
-    size = parser.add_argument_group("problem")
-    size.add_argument("--nx", type=int, help="weather: grid cells along x")
-    size.add_argument("--ny", type=int, help="weather: grid cells along y (the axis split into row blocks)")
-    size.add_argument("--atoms", type=float, help="md: number of atoms (1e7 is accepted)")
-    size.add_argument("--bodies", type=float, help="nbody: number of bodies")
-    size.add_argument("--steps", type=float, default=1000, help="time steps to solution (default 1000)")
-    size.add_argument("--dtype", help="float32 or float64 (default: float32; md float64)")
-    size.add_argument("--steps-per-task", type=int,
-                      help="weather: steps per halo exchange K (default: the engine's, up to 16)")
-    size.add_argument("--periodic", action="store_true", help="weather: periodic in y (default: walls)")
-    for name, text in (("density", "0.8442"), ("cutoff", "2.5"), ("skin", "0.3")):
-        size.add_argument(f"--{name}", type=float, help=f"md: {name} (default {text})")
-    size.add_argument("--rebuild-every", type=int, help="md: steps between neighbour-list builds (default 15)")
-    machine = parser.add_argument_group("machine")
-    machine.add_argument("--device", default="h100",
-                         help=f"one of {', '.join(DEVICES)}, or a .jsonl file of `hpcgpu bench` results "
-                              "(default h100)")
-    machine.add_argument("--memory-gb", type=float, help="device memory (GB), overriding the profile's")
-    machine.add_argument("--interconnect", default="ndr",
-                         help=f"one of {', '.join(LINKS)} (default ndr: NCCL over InfiniBand NDR)")
-    machine.add_argument("--link-gbs", type=float,
-                         help="interconnect bandwidth per direction (GB/s), overriding (e.g. from `hpcgpu bench comm`)")
-    machine.add_argument("--link-latency-us", type=float,
-                         help="latency per message, one way (us), overriding (e.g. from `hpcgpu bench comm`)")
-    machine.add_argument("--max-gpus", type=int, default=64, help="largest GPU count (default 64)")
-    machine.add_argument("--epoch-overhead-ms", type=float, default=EPOCH_OVERHEAD_S * 1e3,
-                         help="scheduler round trips per epoch in ms (default 2)")
-    machine.add_argument("--task-overhead-ms", type=float, default=TASK_OVERHEAD_S * 1e3,
-                         help="scheduler work per task of an epoch (P + 1 tasks) in ms (default 0.2)")
-    machine.add_argument("--efficiency-threshold", type=float, default=EFFICIENCY_THRESHOLD,
-                         help="warn below this parallel efficiency (default 0.5)")
-    parser.add_argument("--check", action="store_true",
-                        help="compare the model with a run on this machine (weather on 1 and 2 local workers)")
-    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-
-
-def run_command(args):
-    """Run ``hpcgpu plan`` from parsed arguments; returns the exit status."""
-    if args.check:
-        return _run_check(args)
-    if args.workload is None:
-        raise ConfigError(f"workload must be one of {', '.join(repr(w) for w in WORKLOADS)}; got none "
-                          "(or give --check)")
-    size = {k: getattr(args, k) for k in _SIZE_OPTIONS if getattr(args, k) is not None}
-    if not size.get("periodic"):
-        size.pop("periodic", None)  # the flag's absence is the model's default
-    for key in ("atoms", "bodies", "steps"):
-        if key in size and float(size[key]).is_integer():
-            size[key] = int(size[key])
-    epoch = check_float("epoch_overhead_ms", args.epoch_overhead_ms, minimum=0.0)
-    task = check_float("task_overhead_ms", args.task_overhead_ms, minimum=0.0)
-    scheduler = SchedulerModel()
-    if (epoch, task) != (EPOCH_OVERHEAD_S * 1e3, TASK_OVERHEAD_S * 1e3):
-        scheduler = SchedulerModel(epoch * 1e-3, task * 1e-3,
-                                   source=f"given: {epoch:g} ms per epoch, {task:g} ms per task")
-    link = link_profile(args.interconnect, bandwidth_gbs=args.link_gbs, latency_us=args.link_latency_us)
-    result = plan(args.workload, device=args.device, interconnect=link, max_gpus=args.max_gpus,
-                  scheduler=scheduler,
-                  efficiency_threshold=args.efficiency_threshold, memory_gb=args.memory_gb, **size)
-    print(result.json_lines() if args.json else result.table())
-    return 0
-
-
-def _run_check(args):
-    from hpcgpu._plan_check import check_against_this_machine, format_check
-
-    if args.workload not in (None, "weather"):
-        raise ConfigError(f"workload must be 'weather' with --check; got {args.workload!r}")
-    options = {k: getattr(args, k) for k in ("nx", "ny", "steps_per_task", "dtype") if getattr(args, k)}
-    result = check_against_this_machine(**options)
-    if args.json:
-        for row in result["rows"]:
-            print(json.dumps({"kind": "check", **{k: v for k, v in result.items() if k != "rows"}, **row}))
-    else:
-        print(format_check(result))
-    return 0

@@ -1,0 +1,121 @@
+"""Output writers: fields and diagnostics to Zarr through xarray.
+
+Zarr is read natively by xarray, dask and the weather community's tools
+(``xarray.open_zarr(path)``). A :class:`ZarrWriter` appends one snapshot of
+the model's fields along ``time`` each time its schedule fires, and writes
+the run's diagnostics time series into the group ``diagnostics`` when the
+run stops.
+
+Examples
+--------
+>>> import tempfile, xarray as xr
+>>> from hpcgpu import Simulation
+>>> from hpcgpu.schedules import Every
+>>> from hpcgpu.workloads.weather import ShallowWater
+>>> path = tempfile.mkdtemp() + "/run.zarr"
+>>> sim = Simulation(ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy"), stop_steps=4,
+...                  progress=False)
+>>> _ = sim.add_writer(ZarrWriter(path, Every(2))).run()
+>>> xr.open_zarr(path).sizes["time"]
+3
+"""
+
+import os
+import shutil
+import warnings
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.schedules import as_schedule
+
+__all__ = ["ZarrWriter", "open_output"]
+
+
+class ZarrWriter:
+    """Append snapshots of the model's fields to a Zarr store on a schedule.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Directory of the Zarr store. An existing store is replaced when
+        ``overwrite`` is true, otherwise writing to it raises ConfigError.
+    schedule : int or Schedule
+        When to write (an int means every N steps). Step 0 is included.
+    fields : sequence of str, optional
+        Variables of ``model.to_dataset`` to keep (default: all).
+    diagnostics : bool
+        Also write the diagnostics time series (group ``diagnostics``) at the
+        end of each run.
+    overwrite : bool
+    append : bool
+        Continue an existing store (a run resumed from a checkpoint):
+        snapshots are appended, and those of steps the store already holds
+        (written after the checkpoint, before the run stopped) are not
+        written twice.
+    """
+
+    def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
+        self.path = os.fspath(path)
+        self.schedule = as_schedule(schedule)
+        self.fields = None if fields is None else tuple(fields)
+        self.diagnostics = diagnostics
+        self.overwrite = overwrite
+        self.snapshots = 0
+        self._last_step = None
+        if append and os.path.exists(self.path):
+            import xarray as xr
+
+            stored = xr.open_zarr(self.path)
+            self.snapshots = stored.sizes.get("time", 0)
+            self._last_step = int(stored["step"].max()) if "step" in stored.coords and self.snapshots else None
+        elif os.path.exists(self.path):
+            if not overwrite:
+                raise ConfigError(f"path {self.path!r} exists; pass overwrite=True or another path")
+
+    def write(self, simulation):
+        """Append the current state of ``simulation``."""
+        if self._last_step is not None and simulation.step <= self._last_step:
+            return  # already in the store (written before the run was resumed)
+        ds = simulation.model.to_dataset(simulation.state, time=simulation.time)
+        ds = ds.assign_coords(step=("time", [simulation.step]))
+        if self.fields is not None:
+            missing = set(self.fields) - set(ds.data_vars)
+            if missing:
+                raise ConfigError(f"fields {sorted(missing)} are not outputs of {simulation.model!r}; "
+                                  f"valid: {sorted(ds.data_vars)}")
+            ds = ds[list(self.fields)]
+        ds.attrs["run_name"] = simulation.name
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+            if self.snapshots == 0:
+                if os.path.exists(self.path):
+                    shutil.rmtree(self.path)
+                ds.to_zarr(self.path, mode="w", consolidated=True)
+            else:
+                ds.to_zarr(self.path, append_dim="time", consolidated=True)
+        self.snapshots += 1
+
+    def close(self, simulation):
+        """Write the diagnostics time series into the group ``diagnostics``."""
+        if not self.diagnostics:
+            return
+        ds = simulation.diagnostics
+        if not ds.data_vars:
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+            ds.to_zarr(self.path, group="diagnostics", mode="w", consolidated=True)
+
+    def __repr__(self):
+        return f"ZarrWriter({self.path!r}, {self.schedule!r})"
+
+
+def open_output(path):
+    """Open a store written by :class:`ZarrWriter`: ``(fields, diagnostics)`` datasets."""
+    import xarray as xr
+
+    fields = xr.open_zarr(path)
+    try:
+        diagnostics = xr.open_zarr(path, group="diagnostics")
+    except (FileNotFoundError, KeyError, OSError):
+        diagnostics = None
+    return fields, diagnostics

@@ -1,0 +1,274 @@
+"""Conjugate gradient with the rows of a sparse matrix spread over dask workers: the client's side.
+
+:func:`conjugate_gradient` checks its input, splits the matrix into row
+blocks (:func:`hpcgpu.linalg.cg_ranks.split`), opens a communicator session
+on the workers, places each block on its worker once and submits one pinned
+task per worker and round (:func:`hpcgpu.linalg.cg_ranks.solve_task`). It
+watches the session's workers while the ranks iterate, checks the true
+residual ``b - A x`` after each round and restarts from there when rounding
+made it part from the recursive one. What a rank does, and how the ranks
+keep their decisions identical, is told in :mod:`hpcgpu.linalg.cg_ranks`.
+"""
+
+import math
+import uuid
+
+import numpy as np
+
+from hpcgpu.cluster import worker_info
+from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError
+from hpcgpu.linalg import cg_ranks
+from hpcgpu.partition.layout import split_rows
+from hpcgpu.validation import check_float, check_int
+
+__all__ = ["conjugate_gradient"]
+
+_POLL_S = 1.0
+"""How often the client, waiting for the ranks, checks that the session's workers are alive."""
+_SETTLE_S = 5.0
+"""How long the client waits, after a rank failed, for the others to return (an abort releases them at once)."""
+
+
+def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8, max_iter=None,
+                       preconditioner="jacobi", backend="auto", check_every=8):
+    """Solve ``A x = b`` (A sparse, symmetric positive definite) with rows spread over the workers.
+
+    Parameters
+    ----------
+    matrix : hpcgpu.kernels.matrix.CSRMatrix or scipy.sparse matrix
+        Square, symmetric positive definite.
+    b : array (n,)
+    client : distributed.Client
+    partitions : int, optional
+        Row blocks (default: one per worker).
+    x0 : array (n,), optional
+        Initial guess (default zero).
+    tol : float
+        Stop when ``||b - A x|| <= tol ||b||`` (> 0).
+    max_iter : int, optional
+        Default ``10 n``.
+    preconditioner : {"jacobi", None}
+    backend : str
+        Backend of the local kernels on each worker.
+    check_every : int
+        Kept for compatibility, no longer used (>= 1): the ranks test for
+        convergence every iteration on the workers, at no extra cost (the
+        residual norm travels with the dot products the iteration reduces
+        anyway).
+
+    Returns
+    -------
+    hpcgpu.kernels.matrix.CGResult
+        ``x`` (gathered to the client), iterations, the relative residual history, converged.
+
+    Raises
+    ------
+    ConvergenceError
+        A non-positive curvature ``p.Ap`` (not SPD), a non-finite residual,
+        a stall or ``max_iter`` reached; it carries the residual history
+        and the iterations.
+    ConfigError
+        Bad shapes, dtypes or parameters.
+    ClusterError
+        No workers, or a worker lost during the solve (named). An error
+        raised on one partition ends every partition at once and is
+        re-raised here.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp  # doctest: +SKIP
+    >>> A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")  # doctest: +SKIP
+    >>> result = conjugate_gradient(A, np.ones(1000), client=client, tol=1e-10)  # doctest: +SKIP
+    >>> result.converged, bool(np.abs(A @ result.x - 1).max() < 1e-7)  # doctest: +SKIP
+    (True, True)
+    """
+    from hpcgpu.kernels import matrix as kernels
+    from hpcgpu.kernels.matrix import CGResult
+    from hpcgpu.partition.dask_comm import close_session, open_session
+
+    A = _host_csr(matrix)
+    n = A.shape[0]
+    if A.shape[0] != A.shape[1]:
+        raise ConfigError(f"matrix must be square; got shape {A.shape}")
+    b = np.asarray(b)
+    if b.shape != (n,):
+        raise ConfigError(f"b must have shape ({n},) to match the matrix; got {b.shape}")
+    if b.dtype != A.dtype:
+        raise ConfigError(f"b must have the matrix's dtype {A.dtype}; got {b.dtype}")
+    tol = check_float("tol", tol, minimum=0.0, strict_min=True)
+    max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
+    check_int("check_every", check_every, minimum=1)
+    if preconditioner not in ("jacobi", None):
+        raise ConfigError(f"preconditioner must be 'jacobi' or None; got {preconditioner!r}")
+    workers = sorted(worker_info(client))
+    if not workers:
+        raise ClusterError("the dask cluster has no workers")
+    partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1,
+                                                                   maximum=n)
+    diagonal = np.asarray(A.diagonal())
+    if preconditioner == "jacobi" and not np.all(diagonal > 0):
+        raise ConfigError("preconditioner='jacobi' needs a positive diagonal (an SPD matrix has one); "
+                          f"the smallest diagonal entry is {diagonal.min():.3g}")
+    b_norm = math.sqrt(kernels.dot(b, b, backend="numpy"))
+    if b_norm == 0:
+        return CGResult(np.zeros_like(b), 0, (0.0,), True)
+    if not math.isfinite(b_norm):
+        raise ConfigError("b holds NaN or inf")
+    x = np.zeros_like(b) if x0 is None else np.asarray(x0, dtype=b.dtype).copy()
+    if x.shape != (n,):
+        raise ConfigError(f"x0 must have shape ({n},); got {x.shape}")
+    r = b - kernels.spmv(A, x, backend="numpy")
+    history = [math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm]
+    if history[-1] <= tol:
+        return CGResult(x, 0, tuple(history), True)
+    if not math.isfinite(history[-1]):
+        _fail("the residual b - A x is not finite (check x0)", history, 0, tol)
+    bounds = split_rows(n, [1.0] * partitions)
+    parts = cg_ranks.split(A, bounds, jacobi=preconditioner == "jacobi")
+    owner = [workers[p % len(workers)] for p in range(partitions)]
+    name = backend if isinstance(backend, str) else backend.name
+    session = open_session(client, owner, cg_ranks.TIMEOUT_S)
+    solver = None
+    try:
+        solver = _Solver(client, session, owner, bounds, parts, name)
+        iterations = 0
+        while True:
+            job = cg_ranks.CGJob(session, name, tol, b_norm, max_iter, iterations, history[-1], iterations,
+                                 solver.rounds)
+            found, iterations, failure, x = solver.run(job, x, r)
+            history.extend(found)
+            if failure is not None:
+                _fail(failure, history, iterations, tol)
+            # the recursive residual drifts from b - A x in finite precision: check the true one, which
+            # replaces it in the history (as in the single-process solver)
+            r = b - kernels.spmv(A, x, backend="numpy")
+            history[-1] = math.sqrt(kernels.dot(r, r, backend="numpy")) / b_norm
+            if history[-1] <= tol:
+                return CGResult(x, iterations, tuple(history), True)
+    finally:
+        if solver is not None:
+            solver.release()
+        close_session(client, session)
+
+
+def _host_csr(matrix):
+    from hpcgpu.kernels.matrix import CSRMatrix
+
+    if isinstance(matrix, CSRMatrix):
+        return matrix if not matrix.on_gpu else matrix.to_backend("numpy")
+    if hasattr(matrix, "tocsr"):
+        return CSRMatrix.from_scipy(matrix.tocsr())
+    raise ConfigError(f"matrix must be a CSRMatrix or a scipy.sparse matrix; got {type(matrix).__name__}")
+
+
+class _Solver:
+    """The client's side of one solve: the parts resident on their workers, rounds submitted and watched."""
+
+    def __init__(self, client, session, owner, bounds, parts, backend):
+        self.client, self.session, self.owner, self.bounds = client, session, owner, bounds
+        self.token = uuid.uuid4().hex[:12]
+        self.rounds = 0
+        self.ranks = {}
+        for rank, worker in enumerate(owner):
+            self.ranks.setdefault(worker, []).append(rank)
+        # the matrix blocks travel once per solve, not once per round
+        self.parts = {worker: client.scatter([parts[r] for r in ranks], workers=[worker], hash=False)
+                      for worker, ranks in self.ranks.items()}
+
+    def release(self):
+        """Drop the parts from the workers' memory."""
+        self.client.cancel([future for futures in self.parts.values() for future in futures])
+        self.parts = {}
+
+    def run(self, job, x, r):
+        """One round from ``x`` (residual ``r``); ``(history, iterations, failure, x)``."""
+        self.rounds += 1
+        futures = []
+        for k, (worker, ranks) in enumerate(self.ranks.items()):
+            blocks = self.client.scatter([(x[a:b], r[a:b]) for a, b in (self.bounds[rank] for rank in ranks)],
+                                         workers=[worker], hash=False)
+            futures.append(self.client.submit(
+                cg_ranks.solve_task, job, ranks, self.parts[worker], blocks,
+                key=(f"cg-solve-{self.token}", job.round, k), workers=[worker], allow_other_workers=False,
+                pure=False, retries=0))
+        try:
+            self._wait(futures)
+        except BaseException as error:
+            # a whole solve is one task: ranks left running (the client was interrupted, or gave up on a
+            # lost worker) would hold their workers until they converge; the abort stops them at their next wait
+            self._abort(f"the client stopped waiting: {type(error).__name__}: {error}")
+            raise
+        results = [None] * len(self.owner)
+        for ranks, found in zip(self.ranks.values(), self.client.gather(futures)):
+            for rank, result in zip(ranks, found):
+                results[rank] = result
+        first = results[0]
+        if first.failure is not None:
+            return first.history, first.iterations, first.failure, x
+        return first.history, first.iterations, None, np.concatenate([result.x for result in results])
+
+    def _abort(self, reason):
+        alive = sorted(set(self.owner) & set(worker_info(self.client)))
+        try:
+            self.client.run(cg_ranks.abort_on_worker, self.session.id, reason, workers=alive)
+        except Exception:  # noqa: BLE001 - best effort: the ranks also stop at their timeout
+            pass
+
+    def _missing(self):
+        return sorted(set(self.owner) - set(worker_info(self.client)))
+
+    def _wait(self, futures):
+        """Wait for every rank, watching the session's workers; raise the root cause of a failure."""
+        from distributed import wait
+
+        while True:
+            pending = [f for f in futures if f.status == "pending"]
+            try:  # wakes on the first to finish or fail (dask has no FIRST_EXCEPTION)
+                wait(pending, timeout=_POLL_S, return_when="FIRST_COMPLETED")
+            except Exception:  # noqa: BLE001 - a timeout (not done yet) or cancelled futures (seen below)
+                pass
+            if any(f.status in ("error", "cancelled", "lost") for f in futures):
+                self._raise_failure(futures)
+            if all(f.status == "finished" for f in futures):
+                return
+            missing = self._missing()
+            if missing:
+                self.client.cancel(futures)
+                raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                                   "during the solve; its rows are gone (solve again on the workers left)")
+
+    def _raise_failure(self, futures):
+        """Raise the error of the rank that failed (not the aborts it caused) once every rank has returned."""
+        from distributed import wait
+        from distributed.scheduler import KilledWorker
+
+        try:
+            wait(futures, timeout=_SETTLE_S)  # the abort released the other ranks: they return at once
+        except Exception:  # noqa: BLE001 - dask's TimeoutError: report what there is
+            pass
+        errors = []
+        for future in futures:
+            if future.status == "error":
+                try:
+                    errors.append(future.exception(timeout=10))
+                except Exception as error:  # noqa: BLE001 - the future went away with its worker
+                    errors.append(error)
+        missing = self._missing()
+        self.client.cancel(futures)
+        own = [e for e in errors if not isinstance(e, (CommError, KilledWorker))]
+        if own:
+            raise own[0]
+        if missing:
+            raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                               "during the solve; its rows are gone (solve again on the workers left)")
+        if not errors:
+            raise ClusterError("distributed conjugate gradient: the solve's tasks were "
+                               f"{', '.join(sorted({f.status for f in futures}))} before they finished")
+        raise ClusterError("distributed conjugate gradient: a rank failed or a worker was lost during the solve "
+                           f"({type(errors[0]).__name__}: {errors[0]})") from errors[0]
+
+
+def _fail(reason, history, k, tol):
+    raise ConvergenceError(f"distributed conjugate gradient stopped after {k} iteration(s): {reason}; relative "
+                           f"residual {history[-1]:.3e} (best {min(history):.3e}), tol {tol:.3e}",
+                           residuals=history, iterations=k)

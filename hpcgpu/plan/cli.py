@@ -1,0 +1,100 @@
+"""The command line of ``hpcgpu plan``: its options, and the table or JSON lines it prints.
+
+``hpcgpu plan weather --nx 4096 --ny 4096 --device h100`` prints the
+prediction of :func:`hpcgpu.plan.plan`; ``hpcgpu plan --check`` runs the
+comparison of :mod:`hpcgpu.plan.check` on this machine.
+"""
+
+import json
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.plan.prediction import EFFICIENCY_THRESHOLD, plan
+from hpcgpu.plan.profiles import DEVICES, EPOCH_OVERHEAD_S, LINKS, TASK_OVERHEAD_S, SchedulerModel, link_profile
+from hpcgpu.plan.workload_costs import WORKLOADS
+from hpcgpu.validation import check_float
+
+__all__ = ["add_arguments", "run_command"]
+
+_SIZE_OPTIONS = ("nx", "ny", "atoms", "bodies", "steps", "dtype", "steps_per_task", "periodic", "density",
+                 "cutoff", "skin", "rebuild_every")
+
+
+def add_arguments(parser):
+    """Add the options of ``hpcgpu plan`` to an argparse parser."""
+    parser.add_argument("workload", nargs="?", help=f"one of {', '.join(WORKLOADS)} (weather with --check)")
+    size = parser.add_argument_group("problem")
+    size.add_argument("--nx", type=int, help="weather: grid cells along x")
+    size.add_argument("--ny", type=int, help="weather: grid cells along y (the axis split into row blocks)")
+    size.add_argument("--atoms", type=float, help="md: number of atoms (1e7 is accepted)")
+    size.add_argument("--bodies", type=float, help="nbody: number of bodies")
+    size.add_argument("--steps", type=float, default=1000, help="time steps to solution (default 1000)")
+    size.add_argument("--dtype", help="float32 or float64 (default: float32; md float64)")
+    size.add_argument("--steps-per-task", type=int,
+                      help="weather: steps per halo exchange K (default: the engine's, up to 16)")
+    size.add_argument("--periodic", action="store_true", help="weather: periodic in y (default: walls)")
+    for name, text in (("density", "0.8442"), ("cutoff", "2.5"), ("skin", "0.3")):
+        size.add_argument(f"--{name}", type=float, help=f"md: {name} (default {text})")
+    size.add_argument("--rebuild-every", type=int, help="md: steps between neighbour-list builds (default 15)")
+    machine = parser.add_argument_group("machine")
+    machine.add_argument("--device", default="h100",
+                         help=f"one of {', '.join(DEVICES)}, or a .jsonl file of `hpcgpu bench` results "
+                              "(default h100)")
+    machine.add_argument("--memory-gb", type=float, help="device memory (GB), overriding the profile's")
+    machine.add_argument("--interconnect", default="ndr",
+                         help=f"one of {', '.join(LINKS)} (default ndr: NCCL over InfiniBand NDR)")
+    machine.add_argument("--link-gbs", type=float,
+                         help="interconnect bandwidth per direction (GB/s), overriding (e.g. from `hpcgpu bench comm`)")
+    machine.add_argument("--link-latency-us", type=float,
+                         help="latency per message, one way (us), overriding (e.g. from `hpcgpu bench comm`)")
+    machine.add_argument("--max-gpus", type=int, default=64, help="largest GPU count (default 64)")
+    machine.add_argument("--epoch-overhead-ms", type=float, default=EPOCH_OVERHEAD_S * 1e3,
+                         help="scheduler round trips per epoch in ms (default 2)")
+    machine.add_argument("--task-overhead-ms", type=float, default=TASK_OVERHEAD_S * 1e3,
+                         help="scheduler work per task of an epoch (P + 1 tasks) in ms (default 0.2)")
+    machine.add_argument("--efficiency-threshold", type=float, default=EFFICIENCY_THRESHOLD,
+                         help="warn below this parallel efficiency (default 0.5)")
+    parser.add_argument("--check", action="store_true",
+                        help="compare the model with a run on this machine (weather on 1 and 2 local workers)")
+    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+
+
+def run_command(args):
+    """Run ``hpcgpu plan`` from parsed arguments; returns the exit status."""
+    if args.check:
+        return _run_check(args)
+    if args.workload is None:
+        raise ConfigError(f"workload must be one of {', '.join(repr(w) for w in WORKLOADS)}; got none "
+                          "(or give --check)")
+    size = {k: getattr(args, k) for k in _SIZE_OPTIONS if getattr(args, k) is not None}
+    if not size.get("periodic"):
+        size.pop("periodic", None)  # the flag's absence is the model's default
+    for key in ("atoms", "bodies", "steps"):
+        if key in size and float(size[key]).is_integer():
+            size[key] = int(size[key])
+    epoch = check_float("epoch_overhead_ms", args.epoch_overhead_ms, minimum=0.0)
+    task = check_float("task_overhead_ms", args.task_overhead_ms, minimum=0.0)
+    scheduler = SchedulerModel()
+    if (epoch, task) != (EPOCH_OVERHEAD_S * 1e3, TASK_OVERHEAD_S * 1e3):
+        scheduler = SchedulerModel(epoch * 1e-3, task * 1e-3,
+                                   source=f"given: {epoch:g} ms per epoch, {task:g} ms per task")
+    link = link_profile(args.interconnect, bandwidth_gbs=args.link_gbs, latency_us=args.link_latency_us)
+    result = plan(args.workload, device=args.device, interconnect=link, max_gpus=args.max_gpus,
+                  scheduler=scheduler,
+                  efficiency_threshold=args.efficiency_threshold, memory_gb=args.memory_gb, **size)
+    print(result.json_lines() if args.json else result.table())
+    return 0
+
+
+def _run_check(args):
+    from hpcgpu.plan.check import check_against_this_machine, format_check
+
+    if args.workload not in (None, "weather"):
+        raise ConfigError(f"workload must be 'weather' with --check; got {args.workload!r}")
+    options = {k: getattr(args, k) for k in ("nx", "ny", "steps_per_task", "dtype") if getattr(args, k)}
+    result = check_against_this_machine(**options)
+    if args.json:
+        for row in result["rows"]:
+            print(json.dumps({"kind": "check", **{k: v for k, v in result.items() if k != "rows"}, **row}))
+    else:
+        print(format_check(result))
+    return 0
