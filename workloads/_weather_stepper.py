@@ -16,7 +16,6 @@ import sys
 import numpy as np
 
 from hpcgpu.kernels import stencil
-from hpcgpu.kernels.stencil._boundary import OPEN
 from hpcgpu.validation import check_int
 
 __all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_REACH", "spare_rows_base"]
@@ -58,6 +57,7 @@ class ShallowWaterStepper:
         self.boundary = tuple(boundary)
         self.f_corner = f_corner
         self._work = []
+        self._kernels = None
 
     def _buffers(self, state):
         backend = self.model.backend
@@ -65,6 +65,18 @@ class ShallowWaterStepper:
         if not self._work or self._work[0][0].shape != shape or self._work[0][0].dtype != dtype:
             self._work = [tuple(backend.empty(shape, dtype) for _ in range(3)) for _ in range(3)]
         return self._work
+
+    def _prepared(self, state):
+        """The stencil kernels for this state's width and dtype, checked once (see ``prepare_shallow_water``)."""
+        nx, dtype = state.h.shape[1], state.h.dtype
+        if self._kernels is None or self._kernels.nx != nx or self._kernels.dtype != dtype:
+            model = self.model
+            p, g = model.params, model.grid
+            f_corner = model._f_device() if self.f_corner is None else self.f_corner
+            self._kernels = stencil.prepare_shallow_water(nx, dtype, f_corner=f_corner, g=p.g, dx=g.dx, dy=g.dy,
+                                                          viscosity=p.viscosity, boundary=self.boundary,
+                                                          backend=model.backend)
+        return self._kernels
 
     def advance(self, state, steps=1, out=None):
         """Return the state ``steps`` time steps later.
@@ -75,14 +87,7 @@ class ShallowWaterStepper:
         steps = check_int("steps", steps, minimum=0)
         if steps == 0:
             return state
-        model = self.model
-        kernels = model.backend.kernels("stencil")
-        # Backends with a fused step (Numba) do the three stages in one sweep
-        # over memory; bitwise the same as the stage calls.
-        fused = getattr(kernels, "shallow_water_rk3_step", None)
-        p, g = model.params, model.grid
-        physics = (p.g, 1.0 / g.dx, 1.0 / g.dy, p.viscosity)
-        f_corner = self.model._f_device() if self.f_corner is None else self.f_corner
+        kernels = self._prepared(state)
         work = self._buffers(state)
         y0 = state.arrays()
         # At an open edge (a partition's halo) each stage leaves its outer
@@ -91,25 +96,23 @@ class ShallowWaterStepper:
         # exactly the rows the halo protects. Half the redundant halo work of
         # stepping the whole block; every valid point sees the same operations.
         _, bc_s, bc_n = self.boundary
-        shrink_s = STAGE_REACH[0] if bc_s == OPEN else 0
-        shrink_n = STAGE_REACH[1] if bc_n == OPEN else 0
+        shrink_s = STAGE_REACH[0] if bc_s == stencil.OPEN else 0
+        shrink_n = STAGE_REACH[1] if bc_n == stencil.OPEN else 0
         lo, hi = 0, state.h.shape[0]
         for step in range(steps):
             free = [w for w in work if w[0] is not y0[0]]
             first, second = free[0], free[1]
             last = first if out is None or step < steps - 1 else out.arrays()
-            if fused is not None:
-                window = (slice(lo, hi),)
-                fused(*(x[window] for x in y0), *(x[window] for x in last), f_corner[lo:hi + 1], *physics,
-                      self.dt, stencil.SSP_RK3_STAGES, *self.boundary)
+            # Backends with a fused step (Numba) do the three stages in one
+            # sweep over memory; bitwise the same as the stage calls.
+            if kernels.fused:
+                kernels.rk3_step(y0, last, self.dt, stencil.SSP_RK3_STAGES, rows=(lo, hi))
                 lo, hi = lo + 3 * shrink_s, hi - 3 * shrink_n
                 y0 = last
                 continue
             stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, last))
             for (a, b, c), src, dst in stages:
-                window = (slice(lo, hi),)
-                kernels.shallow_water_stage(*(x[window] for x in (*y0, *src, *dst)), f_corner[lo:hi + 1],
-                                            *physics, a, b, c * self.dt, *self.boundary)
+                kernels.stage(y0, src, dst, a=a, b=b, c=c * self.dt, rows=(lo, hi))
                 lo, hi = lo + shrink_s, hi - shrink_n
             y0 = last
         return type(state)(*y0)

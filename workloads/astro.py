@@ -31,7 +31,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.nbody import _softening_squared
+from hpcgpu.kernels.nbody import prepare_gravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _astro_cases as cases
 
@@ -160,9 +160,9 @@ class NBody:
         self.integrator = check_choice("integrator", integrator, INTEGRATORS)
         self.seed = check_int("seed", seed, minimum=0)
         self.dtype = check_dtype("dtype", dtype)
-        # softening**2 must be a normal number of the dtype (the kernels' own check, named for this model)
-        self._eps2 = _softening_squared(self.softening, self.dtype)
         self.backend = get_backend(backend)
+        # softening**2 must be a normal number of the dtype (the kernels' own check, named for this model)
+        self._gravity = self._prepared_gravity()
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self._spec = spec
 
@@ -219,25 +219,15 @@ class NBody:
         The targets are those sources (the potential excludes each body's
         own term); forces come from all sources.
         """
-        xp = self.backend.xp
-        stop = source_masses.shape[0] if stop is None else stop
-        targets = source_positions[:, start:stop]
-        accelerations = xp.empty((3, stop - start), dtype=self.dtype)
-        potentials = xp.empty(stop - start, dtype=self.dtype)
-        eps2 = self._eps2
-        if self.method == "direct":
-            self.backend.kernels("nbody").direct(xp.ascontiguousarray(targets), source_positions, source_masses,
-                                                 eps2, self.G, start, accelerations, potentials)
-        else:
-            import importlib
-
-            _tree = importlib.import_module("hpcgpu.kernels.nbody._tree")
-            host = self.backend.to_host
-            acc, pot = np.empty((3, stop - start), self.dtype), np.empty(stop - start, self.dtype)
-            _tree.tree(np.ascontiguousarray(host(targets)), np.ascontiguousarray(host(source_positions)),
-                       host(source_masses), eps2, self.G, start, self.theta, acc, pot)
-            accelerations, potentials = self.backend.asarray(acc), self.backend.asarray(pot)
+        gravity = self.__dict__.get("_gravity")
+        if gravity is None or gravity.backend.name != self.backend.name:
+            gravity = self._gravity = self._prepared_gravity()
+        accelerations, potentials = gravity(source_positions, source_masses, start, stop)
         return accelerations, potentials
+
+    def _prepared_gravity(self):
+        return prepare_gravity(self.dtype, softening=self.softening, G=self.G, method=self.method, theta=self.theta,
+                               backend=self.backend)
 
     def step(self, state, dt, steps=1):
         """Advance ``steps`` leapfrog steps (this model's integrator) of size ``dt``; returns a new state."""

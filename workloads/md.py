@@ -320,11 +320,11 @@ class LennardJones(DomainMethods, DiagnosticMethods):
     # -- forces and time stepping -------------------------------------------------------------
     def forces(self, positions, neighbors):
         """Forces ``(3, N)`` and per-atom energies and virials ``(N,)`` from a neighbour list."""
-        b, n = self.backend, positions.shape[1]
-        forces, energies, virials = b.empty((3, n), self.dtype), b.empty((n,), self.dtype), b.empty((n,), self.dtype)
-        b.kernels("md").forces(positions, self.box, neighbors.neighbors, neighbors.counts, self.cutoff**2, 1.0, 1.0,
-                               self.energy_shift, forces, energies, virials)
-        return forces, energies, virials
+        lj = self.__dict__.get("_lj_forces")
+        if lj is None or lj.backend.name != self.backend.name:
+            lj = self._lj_forces = md_kernels.prepare_lj_forces(self.box, cutoff=self.cutoff, shift=self.shift,
+                                                                backend=self.backend)
+        return lj(positions, neighbors)
 
     def step(self, state, dt, steps=1):
         """Advance ``steps`` steps of size ``dt``; returns a new state."""
@@ -352,23 +352,19 @@ class LennardJones(DomainMethods, DiagnosticMethods):
 
         Each atom on its own; the neighbour list is kept (the kick checks it).
         """
-        fused = getattr(self.backend.kernels("md"), "verlet_drift", None)
-        if self.thermostat == "none" and fused is not None:
-            positions, velocities, images = fused(state.positions, state.velocities, state.forces, state.images,
-                                                  self.box, dt)
+        if self.thermostat == "none":
+            positions, velocities, images = md_kernels.verlet_drift(state.positions, state.velocities, state.forces,
+                                                                    state.images, self.box, dt, backend=self.backend)
             return replace(state, positions=positions, velocities=velocities, images=images, step=state.step + 1)
         half = 0.5 * dt
         velocities = state.velocities + state.forces * half
-        if self.thermostat == "none":
-            positions = state.positions + velocities * dt
-        else:
-            xp = self.backend.xp
-            positions = state.positions + velocities * half
-            c1 = math.exp(-self.friction * dt)
-            key = setup.stream_key(self.seed, setup.STREAM_LANGEVIN, state.step)
-            noise = setup.gaussians(xp, key, state.ids).astype(self.dtype)
-            velocities = c1 * velocities + math.sqrt((1.0 - c1 * c1) * self.temperature) * noise
-            positions = positions + velocities * half
+        xp = self.backend.xp
+        positions = state.positions + velocities * half
+        c1 = math.exp(-self.friction * dt)
+        key = setup.stream_key(self.seed, setup.STREAM_LANGEVIN, state.step)
+        noise = setup.gaussians(xp, key, state.ids).astype(self.dtype)
+        velocities = c1 * velocities + math.sqrt((1.0 - c1 * c1) * self.temperature) * noise
+        positions = positions + velocities * half
         positions, images = setup.wrap(self.backend.xp, self.box, positions, state.images.copy())
         return replace(state, positions=positions, velocities=velocities, images=images, step=state.step + 1)
 
@@ -384,8 +380,7 @@ class LennardJones(DomainMethods, DiagnosticMethods):
 
     def _half_kick(self, velocities, forces, dt):
         """``v + f dt/2`` (one pass on backends that have it; the same numbers)."""
-        kick = getattr(self.backend.kernels("md"), "verlet_kick", None)
-        return kick(velocities, forces, dt) if kick is not None else velocities + forces * (0.5 * dt)
+        return md_kernels.verlet_kick(velocities, forces, dt, backend=self.backend)
 
     def decomposition_size(self):
         return self.n

@@ -43,8 +43,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.matrix._poisson import PoissonOperator
-from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+from hpcgpu.kernels.matrix import PoissonOperator, conjugate_gradient
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _vorticity_cases as cases

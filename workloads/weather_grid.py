@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcgpu.kernels.stencil import MIN_POINTS, normalize_boundary
-from hpcgpu.kernels.stencil._boundary import NAMES, WALL
+from hpcgpu.kernels.stencil import MIN_POINTS, NAMES, WALL, normalize_boundary
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Grid"]

@@ -29,8 +29,7 @@ import numpy as np
 
 from hpcgpu.bench.harness import copy_bandwidth, measure
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.stencil import SSP_RK3_STAGES
-from hpcgpu.kernels.stencil._boundary import CODES
+from hpcgpu.kernels.stencil import CODES, SSP_RK3_STAGES
 
 __all__ = ["run"]
 

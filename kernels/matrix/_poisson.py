@@ -33,7 +33,7 @@ import numpy as np
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil import MIN_POINTS, normalize_boundary
-from hpcgpu.kernels.stencil._boundary import NAMES, OPEN, PERIODIC, WALL
+from hpcgpu.kernels.stencil.boundary import NAMES, OPEN, PERIODIC, WALL
 from hpcgpu.validation import check_dtype, check_float, check_int
 
 __all__ = ["PoissonOperator"]

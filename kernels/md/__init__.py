@@ -63,6 +63,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.md.verlet import FAST_PATHS, PreparedLJForces, verlet_drift, verlet_kick
 from hpcgpu.validation import check_finite_array, check_float, check_int
 
 __all__ = [
@@ -73,6 +74,11 @@ __all__ = [
     "lj_forces",
     "lj_forces_all_pairs",
     "energy_shift",
+    "prepare_lj_forces",
+    "PreparedLJForces",
+    "verlet_drift",
+    "verlet_kick",
+    "FAST_PATHS",
 ]
 
 CAPACITY_HEADROOM = 1.2
@@ -342,10 +348,8 @@ def largest_displacement_squared(positions, reference, box, *, backend=None):
     if n == 0:
         return 0.0
     reference = reference[:, :n]
-    kernel = None if backend is None else getattr(get_backend(backend).kernels("md"),
-                                                  "largest_displacement_squared", None)
-    if kernel is not None:
-        return kernel(positions, reference, box)
+    if backend is not None and get_backend(backend).name in FAST_PATHS["largest_displacement_squared"]:
+        return get_backend(backend).kernels("md").largest_displacement_squared(positions, reference, box)
     xp = _array_module(positions)
     largest = 0.0
     for axis in range(3):
@@ -562,3 +566,33 @@ def _overlap_error(backend, positions, box, forces, energy, virial, neighbors, c
     return ConfigError(f"atoms {i} and {int(others[k])} overlap (r = {r[k]:.3g}): the Lennard-Jones "
                        f"energy or force is not finite in {positions.dtype}; separate them (or start "
                        "from a lattice) before computing forces")
+
+
+def prepare_lj_forces(box, *, cutoff, epsilon=1.0, sigma=1.0, shift=True, backend="auto"):
+    """Per-atom Lennard-Jones forces for one box and interaction, checked once (for a stepper's hot loop).
+
+    Calling the returned :class:`PreparedLJForces` with ``(positions,
+    neighbor_list)`` returns ``(forces (3, N), energies (N,), virials
+    (N,))`` on the backend's device: the per-atom terms that
+    :func:`lj_forces` sums, from the backend's kernel on raw arrays. Each
+    call checks shapes, the dtype and that the list is for these atoms, box
+    and cutoff; not that the positions are finite.
+
+    Parameters
+    ----------
+    box, cutoff, epsilon, sigma, shift, backend
+        As for :func:`lj_forces`.
+
+    Examples
+    --------
+    >>> x = np.array([[0.0, 2.0 ** (1 / 6)], [0.0, 0.0], [0.0, 0.0]])
+    >>> box = (10.0, 10.0, 10.0)
+    >>> nl = build_neighbor_list(x, box, cutoff=2.5, skin=0.3, backend="numpy")
+    >>> forces, energies, virials = prepare_lj_forces(box, cutoff=2.5, shift=False, backend="numpy")(x, nl)
+    >>> round(float(energies.sum()), 12)
+    -1.0
+    """
+    backend = get_backend(backend)
+    box = _box(box)
+    cutoff, epsilon, sigma, shift_value = _interaction(cutoff, box, epsilon, sigma, shift)
+    return PreparedLJForces(backend, box, cutoff, epsilon, sigma, shift_value)

@@ -34,9 +34,10 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.validation import check_choice, check_finite_array, check_float, check_int
+from hpcgpu.kernels.nbody.prepared import PreparedGravity
+from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 
-__all__ = ["METHODS", "MIN_BODIES", "accelerations"]
+__all__ = ["METHODS", "MIN_BODIES", "accelerations", "softening_squared", "prepare_gravity", "PreparedGravity"]
 
 METHODS = ("direct", "tree")
 """Force methods: all-pairs summation, or a Barnes-Hut octree."""
@@ -72,8 +73,19 @@ def _bodies(backend, positions, masses):
     return xp.ascontiguousarray(positions), xp.ascontiguousarray(masses)
 
 
-def _softening_squared(softening, dtype):
-    """eps**2 as a float, checked to be 0 or a normal number of ``dtype``."""
+def softening_squared(softening, dtype):
+    """``softening**2`` as a float, checked to be 0 or a normal number of ``dtype``.
+
+    Raises
+    ------
+    ConfigError
+        ``softening < 0``, or its square outside the normal range of ``dtype``.
+
+    Examples
+    --------
+    >>> softening_squared(0.5, np.dtype("float32"))
+    0.25
+    """
     softening = check_float("softening", softening, minimum=0.0)
     eps2 = softening * softening
     info = np.finfo(dtype)
@@ -160,7 +172,7 @@ def accelerations(positions, masses, *, softening, G=1.0, targets=None, potentia
     if not isinstance(potential, (bool, np.bool_)):
         raise ConfigError(f"potential must be True or False; got {potential!r}")
     positions, masses = _bodies(backend, positions, masses)
-    eps2 = _softening_squared(softening, positions.dtype)
+    eps2 = softening_squared(softening, positions.dtype)
     start, stop = _targets(targets, positions.shape[1])
     dtype = positions.dtype
     if method == "tree":
@@ -186,3 +198,36 @@ def _tree_method(backend, positions, masses, eps2, G, start, stop, theta, potent
     if potential:
         return backend.asarray(acc), backend.asarray(pot)
     return backend.asarray(acc)
+
+
+def prepare_gravity(dtype, *, softening, G=1.0, method="direct", theta=0.5, backend="auto"):
+    """Accelerations and potentials of bodies of ``dtype``, with the parameters checked once.
+
+    For a stepper's hot loop: each call of the returned
+    :class:`PreparedGravity` ``(positions, masses, start=0, stop=None)``
+    checks only shapes, dtypes and the target range (not finiteness nor the
+    sign of the masses, which :func:`accelerations` checks every call) and
+    returns ``(acc, pot)`` as ``accelerations(..., targets=(start, stop),
+    potential=True)`` does.
+
+    Parameters
+    ----------
+    dtype : str or dtype
+        float32 or float64.
+    softening, G, method, theta, backend
+        As for :func:`accelerations`.
+
+    Examples
+    --------
+    >>> gravity = prepare_gravity("float64", softening=0.0, backend="numpy")
+    >>> x = np.array([[0.0, 2.0], [0.0, 0.0], [0.0, 0.0]])
+    >>> acc, pot = gravity(x, np.array([1.0, 3.0]))
+    >>> acc[0].tolist(), pot.tolist()
+    ([0.75, -0.25], [-1.5, -0.5])
+    """
+    backend = get_backend(backend)
+    dtype = check_dtype("dtype", dtype)
+    method = check_choice("method", method, METHODS)
+    theta = check_float("theta", theta, minimum=0.0, strict_min=True)
+    G = check_float("G", G, minimum=0.0, strict_min=True)
+    return PreparedGravity(backend, dtype, softening_squared(softening, dtype), G, method, theta)

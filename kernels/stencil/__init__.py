@@ -4,7 +4,7 @@ Public functions check their input once and dispatch to the backend files
 (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``), which share one signature on
 raw arrays. Grids are ``(ny, nx)`` arrays, x along the last axis. The
 shallow-water fields live on an Arakawa C-grid: ``h`` at cell centres, ``u``
-on west faces, ``v`` on south faces (see :mod:`._boundary`).
+on west faces, ``v`` on south faces (see :mod:`.boundary`).
 
 Boundaries are ``"periodic"`` or ``"wall"`` for both axes, a pair
 ``(x, y)``, or a triple ``(x, south, north)`` where south and north may also
@@ -12,7 +12,7 @@ be ``"open"`` (the edge of a partition with a halo; results within the
 stencil reach of an open edge are not valid). The scalar kernels
 (:func:`laplacian`, :func:`diffuse`) also take ``"dirichlet"`` on any edge:
 the points just beyond it hold ``boundary_value`` (default 0), the textbook
-heat-equation setup (see :mod:`._boundary`).
+heat-equation setup (see :mod:`.boundary`).
 
 Examples
 --------
@@ -35,16 +35,27 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.stencil._boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC
+from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC, WALL
+from hpcgpu.kernels.stencil.prepared import FAST_PATHS, PreparedShallowWater, boundary_names
 from hpcgpu.validation import check_float, check_int
 
 __all__ = [
     "MIN_POINTS",
+    "PERIODIC",
+    "WALL",
+    "OPEN",
+    "DIRICHLET",
+    "CODES",
+    "NAMES",
     "normalize_boundary",
+    "pad",
     "laplacian",
     "diffuse",
     "shallow_water_tendency",
     "shallow_water_stage",
+    "prepare_shallow_water",
+    "PreparedShallowWater",
+    "FAST_PATHS",
     "SSP_RK3_STAGES",
 ]
 
@@ -372,3 +383,86 @@ def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, vis
     f_corner = _coriolis(backend, f_corner, arrays[5].shape[0], arrays[5].dtype)
     backend.kernels("stencil").shallow_water_stage(*arrays, f_corner, g, rdx, rdy, nu, a, b, c, *bc)
     return tuple(arrays[6:])
+
+
+def pad(field, boundary, *, normal=None, width=1):
+    """``field`` with ``width`` ghost points on each side, by the boundary rules of the kernels.
+
+    Periodic edges wrap; wall and open edges copy the edge value; beyond a
+    wall the normal velocity is zero. Array-module generic (NumPy or CuPy
+    arrays, the result on the same device).
+
+    Parameters
+    ----------
+    field : array (ny, nx)
+    boundary : str, tuple of names, or kernel codes ``(x, south, north)``
+        See :func:`normalize_boundary` (``"dirichlet"`` is not a padding rule here).
+    normal : {None, "x", "y"}
+        The axis along which ``field`` is the normal velocity (``u``: ``"x"``, ``v``: ``"y"``).
+    width : int
+        Ghost points per side, >= 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pad(np.arange(4.0).reshape(1, 4).repeat(4, 0), ("periodic", "wall"))[0].tolist()
+    [3.0, 0.0, 1.0, 2.0, 3.0, 0.0]
+    """
+    from hpcgpu.kernels.stencil import _numpy
+
+    bc = normalize_boundary(boundary_names(boundary))
+    if normal not in (None, "x", "y"):
+        raise ConfigError(f"normal must be None, 'x' or 'y'; got {normal!r}")
+    width = check_int("width", width, minimum=1)
+    if getattr(field, "ndim", None) != 2:
+        raise ConfigError(f"field must be a 2D array (ny, nx); got {type(field).__name__}")
+    return _numpy.pad(field, *bc, normal=normal, width=width)
+
+
+def prepare_shallow_water(nx, dtype, *, f_corner, g, dx, dy, viscosity=0.0, boundary="periodic",
+                          backend="auto"):
+    """Shallow-water stages and SSP-RK3 steps on fields ``(rows, nx)`` of ``dtype``, checked once.
+
+    For a stepper's hot loop: the parameters are checked here, once; each
+    call of the returned :class:`PreparedShallowWater` checks only the
+    arrays' dtype and width. Its ``stage`` is :func:`shallow_water_stage`
+    on raw arrays; its ``rk3_step`` is the backend's fused step where it has
+    one (:data:`FAST_PATHS`), bitwise the same as three stages.
+
+    Parameters
+    ----------
+    nx : int
+        Points along x (>= :data:`MIN_POINTS`).
+    dtype : str or dtype
+        float32 or float64.
+    f_corner : array (rows + 1,)
+        Coriolis parameter on the corner rows (1/s), on the backend's device, in ``dtype``.
+    g, dx, dy, viscosity
+        As for :func:`shallow_water_tendency`.
+    boundary : str, tuple of names, or kernel codes ``(x, south, north)``
+        ``"open"`` south or north for the edge of a partition.
+    backend : str or Backend
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> prepared = prepare_shallow_water(8, "float64", f_corner=np.full(9, 1e-4), g=9.81, dx=1e3, dy=1e3,
+    ...                                  backend="numpy")
+    >>> y0 = (np.zeros((8, 8)), np.zeros((8, 8)), np.ones((8, 8)))
+    >>> out = tuple(np.empty((8, 8)) for _ in range(3))
+    >>> prepared.stage(y0, y0, out, a=0.0, b=1.0, c=10.0, rows=(0, 8))
+    >>> float(out[2].max()), prepared.fused
+    (1.0, False)
+    """
+    backend = get_backend(backend)
+    nx = check_int("nx", nx, minimum=MIN_POINTS)
+    dtype = np.dtype(dtype)
+    if dtype.name not in ("float32", "float64"):
+        raise ConfigError(f"dtype must be float32 or float64; got {dtype}")
+    g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
+    bc = normalize_boundary(boundary_names(boundary))
+    if getattr(f_corner, "ndim", None) != 1 or f_corner.dtype != dtype or not isinstance(
+            f_corner, type(backend.empty((1,), dtype))):
+        raise ConfigError(f"f_corner must be a 1D {dtype} array on the {backend.name} backend's device; "
+                          f"got {type(f_corner).__name__}")
+    return PreparedShallowWater(backend, nx, dtype, f_corner, (g, rdx, rdy, nu), bc)

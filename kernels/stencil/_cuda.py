@@ -31,7 +31,7 @@ of a row, coalesced), and the thread walks its strip northwards:
   more per SM (121 registers on sm_90, 25 % occupancy, from 140 and 19 %;
   float32: 68, 44 %). Same operations, same fused multiply-adds: the same bits.
 
-Ghost cells are index arithmetic (wrap or clamp) as in ``_boundary``;
+Ghost cells are index arithmetic (wrap or clamp) as in ``boundary``;
 beyond a Dirichlet edge the five-point kernels use the boundary value
 instead of a load. The per-point physics is ``_physics``, compiled here as
 device functions.
@@ -60,7 +60,7 @@ from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
 
 from hpcgpu.kernels.stencil import _physics  # noqa: E402
-from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL  # noqa: E402
+from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL  # noqa: E402
 
 
 class StencilCudaLaunch(NamedTuple):

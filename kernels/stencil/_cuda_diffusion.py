@@ -46,7 +46,7 @@ from numba import cuda  # noqa: E402
 from hpcgpu.kernels import _launch_limits  # noqa: E402
 from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
-from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC  # noqa: E402
+from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC  # noqa: E402
 
 __all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "launch_problems", "shared_bytes", "multi_step_pass"]
 

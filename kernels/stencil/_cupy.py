@@ -54,7 +54,7 @@ import numpy as np
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import _launch_limits
-from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
+from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 
 
 class StencilCupyLaunch(NamedTuple):
@@ -148,7 +148,7 @@ _KERNEL_BODY = r"""
 
 // ---- grid indexing -------------------------------------------------------
 // Logical indices may lie up to two points beyond the grid; these map them
-// to the stored point they read (the ghost rules of ``_boundary``).
+// to the stored point they read (the ghost rules of ``boundary``).
 
 __device__ __forceinline__ int hg_wrap(int r, int n)
 {

@@ -27,7 +27,7 @@ from numba import njit, prange
 from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels._threads import adaptive_threads
 from hpcgpu.kernels.stencil import _physics
-from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
+from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 
 # contract: allow fused multiply-add; no other fast-math (NaN checks must work).
 # Inner loops are written ``for i in range(n): k = i + offset``: with Numba

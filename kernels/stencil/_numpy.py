@@ -6,13 +6,13 @@ array-module generic, so it also runs on CuPy arrays (the GPU tests use that
 as a second cross-check).
 
 All functions take raw arrays and pre-checked scalars; the public wrappers in
-``hpcgpu.kernels.stencil`` validate input. See ``_boundary`` for the grid and
+``hpcgpu.kernels.stencil`` validate input. See ``boundary`` for the grid and
 boundary conventions.
 """
 
 import numpy as np
 
-from hpcgpu.kernels.stencil._boundary import DIRICHLET, PERIODIC, WALL
+from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 
 GHOST = 2
 

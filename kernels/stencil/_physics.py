@@ -6,7 +6,7 @@ only the loops around them differ. Numeric constants come in as arguments of
 the field's dtype (``quarter``, ``half``, ...) because a float literal would
 promote float32 arithmetic to float64 under Numba's typing rules.
 
-Grid conventions are in ``_boundary``; the scheme is documented in
+Grid conventions are in ``boundary``; the scheme is documented in
 ``_numpy.shallow_water_tendency``.
 """
 

@@ -7,7 +7,7 @@ import pytest
 
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.kernels.stencil import _numba as kernels
-from hpcgpu.kernels.stencil._boundary import DIRICHLET, OPEN, PERIODIC, WALL
+from hpcgpu.kernels.stencil.boundary import DIRICHLET, OPEN, PERIODIC, WALL
 
 BOUNDARIES = [(PERIODIC, PERIODIC, PERIODIC), (WALL, WALL, WALL), (PERIODIC, WALL, WALL), (WALL, PERIODIC, PERIODIC),
               (WALL, OPEN, OPEN), (PERIODIC, OPEN, WALL), (PERIODIC, WALL, OPEN), (PERIODIC, OPEN, OPEN)]

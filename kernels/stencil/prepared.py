@@ -1,0 +1,91 @@
+"""Shallow-water stages and SSP-RK3 steps checked once, for a stepper's hot loop.
+
+:func:`hpcgpu.kernels.stencil.shallow_water_stage` checks every argument on
+every call (dtypes, shapes, overlap of outputs and inputs, boundary names):
+right for a single call, a measurable share of a small grid's step in a loop
+of thousands. :class:`PreparedShallowWater` checks the parameters that do not
+change (physics, spacing, boundary, Coriolis row, dtype, width) once, and per
+call only what is cheap (the arrays' dtype and shape), then hands raw arrays
+to the backend's kernels.
+"""
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.stencil.boundary import CODES, NAMES
+
+__all__ = ["FAST_PATHS", "PreparedShallowWater"]
+
+FAST_PATHS = {"shallow_water_rk3_step": ("numba",)}
+"""Optional fused kernels of the family, by name, and the backends that have
+them. ``shallow_water_rk3_step`` does the three SSP-RK3 stages in one sweep
+over memory, bitwise the same as three :func:`shallow_water_stage` calls;
+:meth:`PreparedShallowWater.rk3_step` uses it where the backend has it."""
+
+
+class PreparedShallowWater:
+    """Shallow-water stages and SSP-RK3 steps on ``(rows, nx)`` fields of one dtype.
+
+    Built by :func:`hpcgpu.kernels.stencil.prepare_shallow_water`, which
+    checks its parameters once.
+
+    Attributes
+    ----------
+    fused : bool
+        Whether :meth:`rk3_step` runs the backend's fused kernel (see
+        :data:`FAST_PATHS`); without it, it runs three stages.
+    """
+
+    def __init__(self, backend, nx, dtype, f_corner, physics, boundary):
+        self.backend = backend
+        self.nx = nx
+        self.dtype = dtype
+        self.f_corner = f_corner
+        self.physics = physics
+        self.boundary = boundary
+        self._kernels = backend.kernels("stencil")
+        self.fused = backend.name in FAST_PATHS["shallow_water_rk3_step"]
+
+    def _window(self, arrays, rows):
+        """The rows ``lo:hi`` of each array (and of the Coriolis corners), checked."""
+        lo, hi = rows
+        window = (slice(lo, hi),)
+        out = []
+        for array in arrays:
+            if array.dtype != self.dtype or array.ndim != 2 or array.shape[1] != self.nx:
+                raise ConfigError(f"fields must be 2D {self.dtype} arrays of width {self.nx}; got "
+                                  f"{array.dtype} of shape {tuple(array.shape)}")
+            out.append(array[window])
+        corners = self.f_corner[lo:hi + 1]
+        if corners.shape[0] != out[0].shape[0] + 1:
+            raise ConfigError(f"rows {lo}:{hi} reach beyond the {self.f_corner.shape[0]} Coriolis corner rows")
+        return out, corners
+
+    def stage(self, state0, state, out, *, a, b, c, rows):
+        """``out = a*state0 + b*state + c*tendency(state)`` on rows ``lo:hi`` (see ``shallow_water_stage``).
+
+        ``c`` carries the time step; ``rows`` is ``(lo, hi)``.
+        """
+        arrays, corners = self._window((*state0, *state, *out), rows)
+        self._kernels.shallow_water_stage(*arrays, corners, *self.physics, a, b, c, *self.boundary)
+
+    def rk3_step(self, state0, out, dt, stages, *, rows):
+        """One fused SSP-RK3 step from ``state0`` into ``out`` on rows ``lo:hi`` (only where ``fused``).
+
+        ``stages`` are the ``(a, b, c)`` of :data:`SSP_RK3_STAGES`.
+        """
+        if not self.fused:
+            raise ConfigError(f"backend {self.backend.name!r} has no fused shallow_water_rk3_step (those "
+                              f"that do: {', '.join(FAST_PATHS['shallow_water_rk3_step'])}); use stage()")
+        arrays, corners = self._window((*state0, *out), rows)
+        self._kernels.shallow_water_rk3_step(*arrays, corners, *self.physics, dt, stages, *self.boundary)
+
+
+def boundary_names(boundary):
+    """Boundary kinds as names: kernel codes ``(x, south, north)`` are turned into their names."""
+    if isinstance(boundary, (tuple, list)) and all(isinstance(b, (int, np.integer)) for b in boundary):
+        unknown = [b for b in boundary if b not in NAMES]
+        if unknown:
+            raise ConfigError(f"boundary codes must be among {sorted(CODES.values())}; got {tuple(boundary)}")
+        return tuple(NAMES[int(b)] for b in boundary)
+    return boundary
