@@ -108,8 +108,11 @@ def check_dtype(name, value):
 
 
 def available_memory(backend):
-    """Bytes this process can still allocate on ``backend``'s device (free GPU memory, or free RAM)."""
-    if getattr(backend, "on_gpu", False):
+    """Bytes this process can still allocate on ``backend``'s device (free GPU memory, or free RAM).
+
+    The CUDA simulator keeps the ``cuda`` backend's arrays in RAM (and needs no CuPy): free RAM.
+    """
+    if getattr(backend, "on_gpu", False) and not getattr(backend, "simulated", False):
         import cupy
 
         free, _ = cupy.cuda.Device().mem_info

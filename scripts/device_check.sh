@@ -1,128 +1,418 @@
 #!/usr/bin/env bash
-# One session on a lent GPU machine: install, run the GPU test tier, run the
-# benchmarks and a weather run; results go under $OUT (see docs/benchmarks.md).
+# The device check: what runs on a lent GPU machine, in two commands of at
+# most 9 minutes (540 s) each, install included (docs/benchmarks.md, "The
+# device check"). Results go under $OUT, each stage's as it runs.
 #
-# The GPU image has numpy, numba, numba-cuda and cupy but not dask or zarr:
-# carry their wheels in .whl (../shared/tools/gpu-wheelhouse.sh).
+#   scripts/device_check.sh 1         # install, info, the GPU test tier, then the
+#                                     # stencil launch variants in the time left
+#   scripts/device_check.sh 2         # install, info, kernel benches (stencil, nbody,
+#                                     # md, matrix; cuda and cupy), engine (bench comm), weather
+#   scripts/device_check.sh plan      # the time plan of both commands (seconds per stage)
+#   scripts/device_check.sh rehearse  # here, without a GPU: both commands under the CUDA
+#                                     # simulator at tiny sizes, in a Python 3.12 environment
+#                                     # that has only the GPU image's packages
+#
+# Each stage runs under `timeout -k 10`, clipped to what is left of the
+# command's DEADLINE_S (default 540 s from the start of the command, minus a
+# reserve for the summary), so the summary is always written: a stage that
+# no longer fits is recorded as skipped. $OUT/stages.jsonl gets one line per
+# stage (status, seconds, timeout); $OUT/summary.txt (also printed) lists
+# them with the key numbers. The GPU image has numpy, numba, numba-cuda and
+# CuPy but not dask, zarr, bokeh or pytest-timeout: carry their wheels in
+# .whl (scripts/gpu_wheelhouse.sh). CPU-only work (bench-cpu, scaling on
+# numba workers, the CPU tier, CPU acceptance) does not belong here: it runs
+# on the development machine.
+#
+# Environment: OUT (default /tmp/hpcgpu-device), DEADLINE_S (540), WHEELS
+# (.whl), SITE (where the wheels and hpcgpu are installed, /tmp/hpcgpu-site),
+# PY (python3). REHEARSE=1 selects the rehearsal sizes (the `rehearse` mode
+# sets it); REHEARSAL_ENV and REHEARSAL_PYTHON choose the rehearsal's
+# environment and its interpreter.
 set -u
-OUT=${OUT:-/tmp/hpcgpu-device}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . || exit 1
-# -P: do not put the source tree first on sys.path (its hpcgpu/ lacks the mapped subpackages)
-PY="python3 -P"
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv;
-  $PY -m pip list 2>/dev/null | grep -iE "numba|cupy|numpy|dask|distributed|zarr|xarray";
-  $PY -m hpcgpu.cli info; } > "$OUT/info.txt" 2>&1
-cat "$OUT/info.txt"
-# STAGES selects what runs (default: all):
-#   variants tests engine bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests
-STAGES=${STAGES:-"variants tests engine bench-cpu bench-gpu nbody matrix scaling weather acceptance cpu-tests"}
-has() { [[ " $STAGES " == *" $1 "* ]]; }
-if has variants; then
-echo "== GPU kernel variants"
-timeout ${VARIANTS_S:-120} $PY scripts/gpu_kernel_variants.py --json "$OUT/variants.json" 2>&1 | tee "$OUT/variants.txt" | tail -40
-fi
-if has tests; then
-echo "== GPU test tier"
-HPCGPU_REQUIRE_GPU=1 timeout ${GPU_TESTS_S:-240} $PY -m pytest tests -m gpu -q -p no:cacheprovider \
-    -o addopts="--import-mode=importlib" 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
-fi
-if has engine; then
-# The SPMD engine's NCCL transport (hpcgpu/partition/nccl_comm.py): its communicator contract on CuPy arrays,
-# mandatory here (a skip says why NCCL would not run two ranks on this machine), then bench comm on two local
-# workers. Two files: engine.log (tests, skip reasons, bench stderr) and comm.jsonl. At most ~4.5 minutes.
-echo "== engine: the NCCL communicator contract and bench comm"
-{ HPCGPU_REQUIRE_GPU=1 timeout -k 10 ${NCCL_TESTS_S:-180} $PY -m pytest tests/partition/test_nccl.py -q -rs \
-      -p no:cacheprovider -o addopts="--import-mode=importlib" -o timeout=120
-  echo "pytest exit status $?"; } 2>&1 | tee "$OUT/engine.log" | tail -25
-timeout -k 10 ${COMM_S:-90} $PY -m hpcgpu.cli bench comm --workers 2 --size 4096 --size 1048576 --size 16777216 \
-    --repeats 50 > "$OUT/comm.jsonl" 2>> "$OUT/engine.log"
-echo "bench comm exit status $?" | tee -a "$OUT/engine.log"
-$PY - "$OUT/comm.jsonl" <<'PY'
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
+cd "$ROOT" || exit 1
+MODE=${1:-help}
+
+# The time plan: command, stage, timeout (s), and "fill" for a stage that
+# only gets what the stages before it left (clipped to the deadline).
+# Planned: the sum of each command's non-fill timeouts stays <= 540 - reserve.
+plan_table() {
+cat <<'EOF'
+1 install 60
+1 info 20
+1 gpu-tests 420
+1 variants 90 fill
+2 install 60
+2 info 20
+2 stencil-cuda 45
+2 stencil-cupy 35
+2 nbody-cuda 30
+2 nbody-cupy 25
+2 md-cuda 45
+2 md-cupy 35
+2 matrix-cuda 45
+2 matrix-cupy 35
+2 engine 45
+2 weather 60
+EOF
+}
+DEADLINE_S=${DEADLINE_S:-540}
+KILL_S=${KILL_S:-10}             # timeout -k: grace after TERM (INT for the test tier) before KILL
+RESERVE_S=${RESERVE_S:-15}       # kept back for the summary
+MIN_STAGE_S=${MIN_STAGE_S:-10}   # a stage with less time left is skipped
+
+planned() { plan_table | awk -v c="$1" -v s="$2" '$1 == c && $2 == s { print $3 }'; }
+
+print_plan() {
+    plan_table | awk -v d="$DEADLINE_S" -v r="$RESERVE_S" -v k="$KILL_S" '
+        { fill = ($4 == "fill"); printf "%s %-13s %4d s%s\n", $1, $2, $3, fill ? "  (fill: clipped to what is left)" : "";
+          if (!fill) { sum[$1] += $3; n[$1]++ } }
+        END { for (c = 1; c <= 2; c++)
+                  printf "command %d: %d s of timeouts + %d s reserve = %d s (deadline %d s; each stage is " \
+                         "clipped so that its timeout and %d s kill grace end before the reserve)\n",
+                         c, sum[c], r, sum[c] + r, d, k }'
+}
+
+rehearsal_sizes() {
+    # Tiny sizes for the CUDA simulator; the same stages and options otherwise.
+    STENCIL_ARGS="--size 32 --steps 2 --dtype float32 --budget 0.05"
+    NBODY_ARGS="--size 64 --steps 1 --dtype float32 --budget 0.05"
+    MD_ARGS="--size 108 --steps 1 --dtype float32 --budget 0.05"
+    MATRIX_ARGS="--size 16 --steps 1 --dtype float32 --budget 0.05"
+    COMM_ARGS="--workers 2 --size 4096 --repeats 3"
+    WEATHER_ARGS="--nx 32 --ny 16 --dtype float32 --steps 2 --snapshots 1"
+    VARIANTS_ARGS="--size 32 --check-size 32 --repeats 1 --dtype float32"
+    TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+}
+
+gpu_sizes() {
+    STENCIL_ARGS="--size 8192 --dtype float32 --dtype float64 --budget 1"
+    NBODY_ARGS="--size 16384 --size 131072 --dtype float32 --dtype float64 --budget 1"
+    MD_ARGS="--size 1048576 --steps 20 --dtype float32 --dtype float64 --budget 1"
+    MATRIX_ARGS="--size 8192 --dtype float32 --dtype float64 --budget 1"
+    COMM_ARGS="--workers 2 --size 4096 --size 1048576 --size 16777216 --repeats 50"
+    WEATHER_ARGS="--nx 2048 --ny 1024 --dtype float32 --stop-time 172800 --snapshots 2"
+    VARIANTS_ARGS="--size 8192 --check-size 2048 --repeats 15"
+    TEST_TIMEOUT=${TEST_TIMEOUT:-120}   # pytest-timeout, per test: one hang does not eat the tier
+}
+
+setup_env() {
+    OUT=${OUT:-/tmp/hpcgpu-device}
+    mkdir -p "$OUT"
+    OUT=$(cd "$OUT" && pwd)
+    WHEELS=${WHEELS:-$ROOT/.whl}
+    SITE=${SITE:-/tmp/hpcgpu-site}
+    PY=${PY:-python3}
+    export OUT WHEELS SITE PY PYTHONUNBUFFERED=1
+    # -P for every Python started from here on (subprocesses of tests, dask workers): the source
+    # tree's hpcgpu/ lacks the mapped subpackages (kernels/, workloads/), so it must not come first.
+    export PYTHONSAFEPATH=1
+    export PYTHONPATH=$SITE
+    export PATH=$SITE/bin:$PATH
+    export MPLBACKEND=Agg
+    if [[ ${REHEARSE:-0} == 1 ]]; then
+        export NUMBA_ENABLE_CUDASIM=1 HPCGPU_REQUIRE_GPU=0
+        # The CUDA simulator runs a block's threads as Python threads: even tiny kernels take seconds.
+        # Rehearsal timeouts are the GPU plan's times SLACK; the verdict compares with the plan itself.
+        SLACK=${REHEARSAL_SLACK:-3}
+        rehearsal_sizes
+    else
+        export HPCGPU_REQUIRE_GPU=1
+        SLACK=1
+        gpu_sizes
+    fi
+}
+
+record() {  # record STAGE STATUS SECONDS TIMEOUT PLANNED NOTE
+    printf '{"command": "%s", "stage": "%s", "status": %s, "seconds": %s, "timeout": %s, "planned": %s, "note": "%s"}\n' \
+        "$COMMAND" "$1" "$2" "$3" "$4" "$5" "$6" >> "$OUT/stages.jsonl"
+}
+
+now() { date +%s.%N; }
+
+# run_stage NAME KIND CMD...: KIND "jsonl": stdout appended to NAME.jsonl, stderr to NAME.log;
+# KIND "log": stdout and stderr to NAME.log (line by line, through tee). SIGNAL (default TERM)
+# is what timeout sends first.
+run_stage() {
+    local name=$1 kind=$2 nominal left t rc start secs note=""
+    shift 2
+    nominal=$(planned "$COMMAND" "$name")
+    nominal=$(( nominal * SLACK ))
+    left=$(( DEADLINE_S * SLACK - (SECONDS - T0) - KILL_S - RESERVE_S ))
+    t=$(( nominal < left ? nominal : left ))
+    if (( t < MIN_STAGE_S )); then
+        echo "== $name: skipped, ${left} s left of the deadline"
+        record "$name" null 0 0 "$(planned "$COMMAND" "$name")" "skipped: no time left"
+        return
+    fi
+    if [[ $name == install && ${REUSE_INSTALL:-0} == 1 && -d $SITE/hpcgpu ]]; then
+        echo "== install: reusing $SITE (rehearsal: command 1 installed the same wheels and sources)"
+        record install 0 0 "$t" "$(planned "$COMMAND" install)" "reused the install of command 1"
+        return
+    fi
+    (( t < nominal )) && note="clipped to the deadline"
+    echo "== $name (timeout $t s$([[ -n $note ]] && echo ", $note"); $(date +%T))"
+    start=$(now)
+    if [[ $kind == jsonl ]]; then
+        timeout -s "${SIGNAL:-TERM}" -k "$KILL_S" "$t" "$@" >> "$OUT/$name.jsonl" 2>> "$OUT/$name.log"
+        rc=$?
+        tail -n 4 "$OUT/$name.log"
+    else
+        timeout -s "${SIGNAL:-TERM}" -k "$KILL_S" "$t" "$@" 2>&1 | tee -a "$OUT/$name.log" | tail -n "${TAIL_LINES:-6}"
+        rc=${PIPESTATUS[0]}
+    fi
+    secs=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+    (( rc == 124 || rc == 137 )) && note="${note:+$note; }timed out"
+    record "$name" "$rc" "$secs" "$t" "$(planned "$COMMAND" "$name")" "$note"
+    echo "-- $name: exit status $rc in $secs s${note:+ ($note)}"
+}
+
+# A bench suite on one backend; a run that ends with no line (cupy missing, say) leaves one
+# error line in NAME.jsonl, so that every stage reports in the same place.
+bench() {  # bench NAME SUITE BACKEND ARGS...
+    local name=$1 suite=$2 backend=$3
+    shift 3
+    run_stage "$name" jsonl "$PY" -m hpcgpu.cli bench "$suite" --backend "$backend" "$@"
+    if [[ ! -s "$OUT/$name.jsonl" ]]; then
+        "$PY" - "$OUT/$name.jsonl" "$OUT/$name.log" "$suite" "$backend" <<'PY'
 import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(f"{r['case']:16s} {r['size']:>9d} B {r['value']:10.4g} {r['unit']:4s} {r.get('transport')} {r.get('path')}")
+jsonl, log, suite, backend = sys.argv[1:]
+try:
+    lines = [line.strip() for line in open(log, errors="replace") if line.strip()]
+except OSError:
+    lines = ["the stage did not run (no time left)"]
+error = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "no output")
+with open(jsonl, "a") as f:
+    f.write(json.dumps({"suite": suite, "backend": backend, "case": None, "error": error[:1000]}) + "\n")
 PY
-fi
-echo "== benchmarks"
-: > "$OUT/bench.jsonl"
-has bench-cpu && timeout ${BENCH_S:-200} $PY -m hpcgpu.cli bench stencil --size 4096 --budget 2 \
-    --backend numpy --backend numba >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
-has bench-gpu && timeout ${BENCH_S:-200} $PY -m hpcgpu.cli bench stencil --size 4096 --size 8192 \
-    --dtype float32 --dtype float64 --backend cuda --backend cupy --budget 2 >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
-has bench-gpu && { timeout ${MD_S:-150} $PY -m hpcgpu.cli bench md --backend cuda --backend cupy --size 1048576 --steps 20 --dtype float32 --dtype float64 --budget 2 > "$OUT/md.jsonl" 2> "$OUT/md.err"; cut -c1-420 "$OUT/md.jsonl"; }
-$PY - "$OUT/bench.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("error"):
-        print(f"{r['case']:14s} {r['backend']:6s} {r['dtype']:8s} {r['size']:5d} ERROR {r['error'][:200]}")
-        continue
-    print(f"{r['case']:14s} {r['backend']:6s} {r['dtype']:8s} {r['size']:5d} {r['value']/1e9:9.2f} Gpt/s "
-          f"x{(r['ratio_to_numpy'] or 0):7.1f}  {r.get('gb_per_s', 0):8.1f} GB/s eff  "
-          f"{r.get('fraction_of_copy', 0)*100:5.1f}% of copy ({r.get('copy_gb_per_s', 0):.0f} GB/s)")
+    fi
+}
+
+# ---- stages run as subcommands (under timeout, in their own process) ----
+
+stage_install() {
+    # Exit status: 0 all well; 1 hpcgpu or a module every stage needs does not import (the command
+    # stops); 3 an optional module (dask, zarr, bokeh, pytest-timeout) is missing: stages go on.
+    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
+    local src rc
+    src=$(mktemp -d)
+    # hpcgpu is built from a clean copy: an in-tree build would write build/ into the checkout
+    # (and a stale build/lib can put deleted modules back into the wheel).
+    tar -C "$ROOT" --exclude=__pycache__ -cf - pyproject.toml README.md hpcgpu kernels workloads | tar -C "$src" -xf -
+    local wheels=("$WHEELS"/*.whl)
+    [[ -e ${wheels[0]} ]] || { echo "no wheels in $WHEELS: run scripts/gpu_wheelhouse.sh and carry .whl"; return 1; }
+    # Only the wheels this Python can install (one that is not, for another Python version, would
+    # fail the whole pip command): the others are named, and the import check says what is missing.
+    mapfile -t wheels < <("$PY" - "${wheels[@]}" <<'PY'
+import os, sys
+try:
+    from pip._vendor.packaging.tags import sys_tags
+    from pip._vendor.packaging.utils import parse_wheel_filename
+    supported = set(sys_tags())
+except Exception:  # noqa: BLE001 - an old pip: try them all
+    supported = None
+for path in sys.argv[1:]:
+    if supported is None or parse_wheel_filename(os.path.basename(path))[3] & supported:
+        print(path)
+    else:
+        print(f"not for this Python, left out: {os.path.basename(path)}", file=sys.stderr)
 PY
-if has nbody; then
-echo "== N-body on the GPU"
-timeout ${NBODY_S:-120} $PY -m hpcgpu.cli bench nbody --backend cuda --backend cupy --size 16384 --size 131072 \
-    --dtype float32 --dtype float64 --budget 2 > "$OUT/nbody.jsonl" 2> "$OUT/nbody.err"
-$PY - "$OUT/nbody.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(r.get("backend"), r.get("dtype"), r.get("size"), r.get("value"), r.get("gflops"), r.get("error", ""))
+)
+    echo "installing ${#wheels[@]} wheels from $WHEELS and hpcgpu into $SITE"
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+        --target "$SITE" "${wheels[@]}" || { rm -rf "$src"; return 1; }
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --disable-pip-version-check \
+        --target "$SITE" "$src"
+    rc=$?
+    rm -rf "$src"
+    (( rc == 0 )) || return 1
+    "$PY" - <<'PY'
+import importlib, os, sys
+needed, missing = [], []
+for name in ("hpcgpu", "hpcgpu.kernels", "hpcgpu.workloads", "hpcgpu.cli", "numpy", "numba", "pytest",
+             "dask", "distributed", "zarr", "bokeh", "pytest_timeout", "scipy", "xarray"):
+    try:
+        importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001
+        (needed if name.startswith("hpcgpu") or name in ("numpy", "numba", "pytest") else missing).append(
+            f"{name} ({type(error).__name__}: {error})")
+hpcgpu = sys.modules.get("hpcgpu")
+if hpcgpu is not None:
+    print(f"hpcgpu from {hpcgpu.__file__}")
+    if not hpcgpu.__file__.startswith(os.environ["SITE"]):
+        needed.append(f"hpcgpu (imported from {hpcgpu.__file__}, not from {os.environ['SITE']})")
+if needed or missing:
+    print("cannot import: " + "; ".join(needed + missing))
+    sys.exit(1 if needed else 3)
+print("every module the stages need imports")
 PY
-fi
-if has matrix; then
-echo "== matrix kernels on the GPU (GEMM n = 8192, SpMV on the 8192^2-point Poisson matrix)"
-timeout ${MATRIX_S:-180} $PY -m hpcgpu.cli bench matrix --backend cuda --backend cupy --size 8192 \
-    --dtype float32 --dtype float64 --budget 2 > "$OUT/matrix.jsonl" 2> "$OUT/matrix.err"
-$PY - "$OUT/matrix.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("error"):
-        print(r["case"], r["backend"], r["dtype"], r["size"], "ERROR", r["error"][:200]); continue
-    scale, unit = (1e12, "TFLOP/s") if r["metric"] == "flops_per_s" else (1e9, "GB/s")
-    print(f"{r['case']:10s} {r['backend']:5s} {r['dtype']:8s} {r['size']:5d} {r['value']/scale:8.2f} {unit}"
-          f"  cuBLAS fraction {r.get('fraction_of_cublas') or 0:.2f}  copy fraction {r.get('fraction_of_copy') or 0:.2f}"
-          f"  rel. error {r.get('relative_error', 0):.1e}")
-PY
-fi
-if has scaling; then
-echo "== scaling on the CPU cores of this machine (numba workers)"
-timeout ${SCALING_S:-240} $PY -m hpcgpu.cli bench scaling weather --backend numba --size 2048 --steps 16 \
-    --workers ${SCALING_WORKERS:-8} > "$OUT/scaling.jsonl" 2> "$OUT/scaling.err"
-echo "== one GPU worker against dask.array.map_overlap once per step"
-timeout ${SCALING_GPU_S:-120} $PY -m hpcgpu.cli bench scaling weather --backend cuda --size 4096 --steps 16 \
-    >> "$OUT/scaling.jsonl" 2>> "$OUT/scaling.err"
-$PY - "$OUT/scaling.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    extra = {k: r[k] for k in ("workers", "steps_per_task", "scheduler_share", "compute_s", "halo_s",
-                                "rows_per_partition", "weights") if k in r}
-    print(f"{r['case']:22s} {r['metric']:24s} {r['value']:10.4g} {extra}")
-PY
-fi
-if has weather; then
-echo "== weather on the GPU"
-timeout ${RUN_S:-90} $PY -m hpcgpu.cli run weather --nx 2048 --ny 1024 --dtype float32 --backend cuda \
-    --stop-time 345600 --snapshots 2 --no-progress --out /tmp/weather > "$OUT/weather.txt" 2>&1
-cat "$OUT/weather.txt"; cp /tmp/weather/final.png /tmp/weather/summary.json "$OUT/" 2>/dev/null
-fi
-if has acceptance; then
-echo "== cluster acceptance on this GPU machine (one dask-cuda worker per GPU, quick sizes)"
-timeout ${ACCEPT_S:-150} $PY -m hpcgpu.cli bench --quick --report "$OUT/acceptance.html" \
-    > "$OUT/acceptance.jsonl" 2> "$OUT/acceptance.err"
-tail -12 "$OUT/acceptance.err"
-fi
-if has cpu-tests; then
-echo "== CPU tier on this machine"
-timeout ${CPU_TESTS_S:-150} $PY -m pytest tests -m "not gpu" -q -x -p no:cacheprovider \
-    -o addopts="--import-mode=importlib" 2>&1 | tee "$OUT/cpu-tests.log" | tail -5
-fi
+}
+
+stage_info() {
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi -L
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+    else
+        echo "no nvidia-smi on this machine"
+    fi
+    "$PY" -c 'import sys; print("python", sys.version.split()[0])'
+    "$PY" -m pip list --disable-pip-version-check 2>/dev/null \
+        | grep -iE "^(numba|numba-cuda|cupy|numpy|dask|distributed|zarr|xarray|nvidia-nccl|cuda-bindings|pytest) "
+    "$PY" -m hpcgpu.cli info
+}
+
+stage_tier() {
+    # Priority order: kernels, workloads, partition (the engine's NCCL checks), then the rest.
+    local paths=(tests/kernels tests/workloads tests/partition) d
+    for d in tests/*/; do
+        d=${d%/}
+        [[ $d == tests/__pycache__ || " ${paths[*]} " == *" $d "* ]] || paths+=("$d")
+    done
+    paths+=(tests/test_*.py)
+    # SIGINT from timeout ends pytest as a KeyboardInterrupt: it still writes the junit XML and the
+    # summary. Python ignores SIGINT when started with it ignored (a background job), so restore it.
+    "$PY" -c 'import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); sys.exit(pytest.main(sys.argv[1:]))' \
+        "${paths[@]}" -m gpu -v -rA --durations=25 --continue-on-collection-errors -p no:cacheprovider \
+        -o addopts="--import-mode=importlib --strict-markers" -o timeout="$TEST_TIMEOUT" \
+        -o pythonpath="$SITE tests ." --junitxml="$OUT/gpu-tests.xml"
+}
+
+stage_weather() {
+    local dir
+    dir=$(mktemp -d)
+    "$PY" -m hpcgpu.cli run weather $WEATHER_ARGS --backend cuda --no-progress --out "$dir/weather"
+    local rc=$?
+    cp "$dir/weather/summary.json" "$OUT/weather-summary.json" 2>/dev/null
+    cp "$dir/weather/final.png" "$OUT/weather-final.png" 2>/dev/null
+    rm -rf "$dir"
+    return $rc
+}
+
+installed() {  # the install stage left hpcgpu importable (status 0, or 3: an optional module missing)
+    [[ $(tail -n 1 "$OUT/stages.jsonl") == *'"stage": "install", "status": '[03],* ]]
+}
+
+command_1() {
+    run_stage install log "$SELF" _install
+    installed || { summary; return 1; }
+    run_stage info log "$SELF" _info
+    SIGNAL=INT TAIL_LINES=25 run_stage gpu-tests log "$SELF" _tier
+    run_stage variants log "$PY" "$ROOT/scripts/gpu_kernel_variants.py" $VARIANTS_ARGS --jsonl "$OUT/variants.jsonl"
+    summary
+}
+
+command_2() {
+    run_stage install log "$SELF" _install
+    installed || { summary; return 1; }
+    run_stage info log "$SELF" _info
+    bench stencil-cuda stencil cuda $STENCIL_ARGS
+    bench stencil-cupy stencil cupy $STENCIL_ARGS
+    bench nbody-cuda nbody cuda $NBODY_ARGS
+    bench nbody-cupy nbody cupy $NBODY_ARGS
+    bench md-cuda md cuda $MD_ARGS
+    bench md-cupy md cupy $MD_ARGS
+    bench matrix-cuda matrix cuda $MATRIX_ARGS
+    bench matrix-cupy matrix cupy $MATRIX_ARGS
+    run_stage engine jsonl "$PY" -m hpcgpu.cli bench comm $COMM_ARGS
+    run_stage weather log "$SELF" _weather
+    summary
+}
+
+summary() {
+    "$PY" "$ROOT/scripts/device_check_summary.py" "$OUT" $([[ ${REHEARSE:-0} == 1 ]] && echo --rehearsal) \
+        > "$OUT/summary.txt" 2>&1 \
+        || echo "(the summary script failed: see the end of summary.txt and the stage logs)" >> "$OUT/summary.txt"
+    echo
+    cat "$OUT/summary.txt"
+}
+
+# ---- the rehearsal ----
+
+# The GPU image's packages (less CuPy and NCCL: several hundred MB and useless without a GPU;
+# mpi4py where a binary wheel installs), at the versions this project's CI uses.
+IMAGE_PACKAGES="numpy==2.4.6 numba==0.68.1 numba-cuda==0.30.4 scipy==1.17.1 pandas==3.1.1 matplotlib==3.11.2
+xarray==2026.9.0 pytest==9.2.0 hypothesis==6.170.17 tqdm==4.70.1 pyyaml==6.0.4 psutil==7.2.2 msgpack==1.2.4
+toolz==1.2.0 cloudpickle==3.1.3 sortedcontainers==2.4.0 nvidia-ml-py==13.615.71"
+
+rehearsal_python() {
+    local p
+    for p in "${REHEARSAL_PYTHON:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 \
+             python3.11 /usr/bin/python3.11; do
+        [[ -n $p ]] && command -v "$p" > /dev/null 2>&1 && "$p" -c 'import venv' 2>/dev/null && { echo "$p"; return; }
+    done
+    return 1
+}
+
+rehearse() {
+    local python version envdir stamp wanted out started
+    python=$(rehearsal_python) || { echo "rehearse: no Python 3.12 or 3.11 here"; return 1; }
+    version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    [[ $version == 3.12 ]] || echo "rehearse: Python 3.12 not found; using $version (the GPU image has 3.12)"
+    envdir=${REHEARSAL_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcgpu/device-rehearsal-py$version}
+    wanted="$version $(echo $IMAGE_PACKAGES | tr ' ' '\n' | sort | tr '\n' ' ')"
+    stamp=$envdir/.image-packages
+    started=$SECONDS
+    if [[ ${FRESH:-0} == 1 || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+        echo "rehearse: building the image-like environment $envdir (Python $version; no CuPy, no NCCL)"
+        rm -rf "$envdir"
+        "$python" -m venv "$envdir" || return 1
+        "$envdir/bin/python" -m pip install -q --disable-pip-version-check --no-compile --only-binary=:all: \
+            $IMAGE_PACKAGES || return 1
+        "$envdir/bin/python" -m pip install -q --disable-pip-version-check --no-compile --only-binary=:all: mpi4py \
+            || echo "rehearse: no binary wheel of mpi4py installs here: the environment goes without it"
+        echo "$wanted" > "$stamp"
+    else
+        echo "rehearse: reusing the image-like environment $envdir (FRESH=1 rebuilds it)"
+    fi
+    echo "rehearse: environment ready in $(( SECONDS - started )) s"
+    PYTHON="$envdir/bin/python" "$ROOT/scripts/gpu_wheelhouse.sh" "${WHEELS:-$ROOT/.whl}" || return 1
+    out=${OUT:-$ROOT/test-artifacts/device-rehearsal}
+    rm -rf "$out" && mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    local site=${SITE:-$(mktemp -d)/site} c
+    for c in 1 2; do
+        echo
+        echo "######## rehearsal of command $c"
+        env -u PYTHONPATH -u VIRTUAL_ENV REHEARSE=1 OUT="$out/$c" PY="$envdir/bin/python" SITE="$site" \
+            PATH="$envdir/bin:$PATH" REUSE_INSTALL=$(( c > 1 )) "$SELF" "$c"
+    done
+    # The tier's collection on a bare image (hpcgpu alone, no wheelhouse): modules that need dask,
+    # zarr, bokeh, ... must skip, not fail to import.
+    echo
+    echo "######## rehearsal: collecting the GPU tier on a bare image (no wheelhouse)"
+    local bare
+    bare=$(mktemp -d)
+    cp -r "$site"/hpcgpu "$site"/hpcgpu-*.dist-info "$bare"/
+    env -u VIRTUAL_ENV PYTHONSAFEPATH=1 PYTHONPATH="$bare" NUMBA_ENABLE_CUDASIM=1 HPCGPU_REQUIRE_GPU=0 \
+        timeout -k 10 300 "$envdir/bin/python" -m pytest tests -m gpu --collect-only -q -p no:cacheprovider \
+        -o addopts="--import-mode=importlib --strict-markers" -o pythonpath="$bare tests ." \
+        > "$out/bare-collection.log" 2>&1
+    echo "exit status $?" >> "$out/bare-collection.log"
+    tail -n 2 "$out/bare-collection.log"
+    rm -rf "$bare"
+    [[ -n ${SITE:-} ]] || rm -rf "$(dirname "$site")"
+    "$envdir/bin/python" "$ROOT/scripts/device_check_summary.py" --verdict "$out/1" "$out/2" | tee "$out/rehearsal.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+case $MODE in
+    1|2)
+        COMMAND=$MODE
+        T0=$SECONDS
+        setup_env
+        : > "$OUT/stages.jsonl"
+        echo "device check, command $COMMAND$([[ ${REHEARSE:-0} == 1 ]] && echo " (rehearsal: CUDA simulator, tiny sizes)"); deadline $DEADLINE_S s; results in $OUT"
+        "command_$COMMAND"
+        ;;
+    _install) setup_env; stage_install ;;
+    _info) setup_env; stage_info ;;
+    _tier) setup_env; stage_tier ;;
+    _weather) setup_env; stage_weather ;;
+    plan) print_plan ;;
+    rehearse) rehearse ;;
+    *)
+        sed -n '2,/^set -u/p' "$SELF" | sed '$d'
+        [[ $MODE == help || $MODE == -h || $MODE == --help ]]
+        ;;
+esac
