@@ -25,14 +25,6 @@ from hpcgpu.errors import HpcgpuError
 
 __all__ = ["main"]
 
-# Workloads register their command-line glue here by module path, so the core
-# never imports physics until a workload is asked for.
-WORKLOADS = {
-    "weather": "hpcgpu.workloads.weather_cli",
-    "astro": "hpcgpu.workloads.astro_cli",
-    "md": "hpcgpu.workloads.md_cli",
-    "vorticity": "hpcgpu.workloads.vorticity_cli",
-}
 SUITES = ("stencil", "scaling", "nbody", "md", "matrix", "soak", "comm")
 # Per suite: (sizes, steps) defaults. Sizes are grid points per side
 # (stencil, scaling) or bodies (nbody); steps are diffusion steps per timed
@@ -204,6 +196,45 @@ def _plan(args):
     return run_command(args)
 
 
+def _add_workloads(run_sub):
+    """One ``hpcgpu run NAME`` per registered workload (:mod:`hpcgpu.registry`); a broken one says why when run."""
+    from hpcgpu import registry
+
+    for name, declared in registry.workloads().items():
+        try:
+            module = declared.cli_module()
+            parser = run_sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
+        except Exception as error:  # noqa: BLE001 - one broken plugin must not take the command line down
+            _add_broken(run_sub, name, _cli_failed(declared, error))
+            continue
+        try:
+            module.add_arguments(parser)
+        except Exception as error:  # noqa: BLE001
+            parser.set_defaults(handler=_fail(_cli_failed(declared, error)))
+            continue
+        parser.set_defaults(handler=module.run)
+    for name, message in registry.broken().items():
+        _add_broken(run_sub, name, message)
+
+
+def _cli_failed(declared, error):
+    return (f"workload {declared.name!r} is not usable: its command line {declared.cli!r} "
+            f"({declared.entry_point}) failed: {type(error).__name__}: {error}")
+
+
+def _fail(message):
+    def fail(args):
+        raise HpcgpuError(message)
+
+    return fail
+
+
+def _add_broken(run_sub, name, message):
+    parser = run_sub.add_parser(name, help="(not usable: run it to see why)", add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    parser.set_defaults(handler=_fail(message))
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="hpcgpu",
@@ -221,11 +252,7 @@ def build_parser():
 
     run = sub.add_parser("run", help="run a workload")
     run_sub = run.add_subparsers(dest="workload", required=True)
-    for name, module_path in WORKLOADS.items():
-        module = importlib.import_module(module_path)
-        workload = run_sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
-        module.add_arguments(workload)
-        workload.set_defaults(handler=module.run)
+    _add_workloads(run_sub)
 
     bench = sub.add_parser("bench", help="accept a cluster, or run one benchmark suite (JSON lines)",
                            description="Without a suite: cluster acceptance (inventory, ceilings, kernels "

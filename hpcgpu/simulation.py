@@ -11,6 +11,11 @@ A model plugs in by providing (see :class:`hpcgpu.workloads.weather.ShallowWater
 ``to_dataset(state, time)``, ``attributes()``
     output as xarray.
 
+What the summary reports of it (the diagnostics it conserves, the grid
+points a step updates) its workload declares to :mod:`hpcgpu.registry`
+under ``model.name``; a model no one registered may give ``conserved`` and
+``grid_points(model)`` itself.
+
 Examples
 --------
 >>> from hpcgpu import Simulation
@@ -414,14 +419,15 @@ class Simulation:
         t = dict(self.timing)
         steps = max(t["steps"], 1)
         t["steps_per_s"] = t["steps"] / t["run_s"] if t["run_s"] > 0 else float("nan")
-        points = getattr(getattr(self.model, "grid", None), "nx", 0) * getattr(getattr(self.model, "grid", None), "ny", 0)
-        t["point_updates_per_s"] = t["steps_per_s"] * points
+        declared = _declaration(self.model)
+        if declared.grid_points is not None:
+            t["point_updates_per_s"] = t["steps_per_s"] * declared.grid_points(self.model)
         t["seconds_per_step"] = t["run_s"] / steps
         out = {"name": self.name, "step": self.step, "time": self.time, "dt": self.dt, **t}
         if len(self._records) >= 1:
             current = self._records[-1]["step"] == self.step or self._closed
             first, last = self._records[0], self._records[-1] if current else self.record_diagnostics()
-            for key in ("mass", "energy", "enstrophy"):
+            for key in declared.conserved:
                 if key in first and first[key]:
                     out[f"{key}_relative_change"] = (last[key] - first[key]) / abs(first[key])
             out["max_cfl"] = last.get("max_cfl")
@@ -560,6 +566,21 @@ class Simulation:
             heading = f"diagnostics at step {last['step']} ({len(self._records)} records: sim.diagnostics)"
             sections.append((heading, html_views.table(rows), True))
         return html_views.summary(f"Simulation: {self.name}", sections)
+
+
+def _declaration(model):
+    """What the model's workload declares of its summary (:mod:`hpcgpu.registry`).
+
+    A model no one registered may say the same itself: ``conserved`` (the
+    diagnostics whose relative change to report) and ``grid_points(model)``.
+    """
+    from hpcgpu import registry
+
+    declared = registry.for_model(model)
+    if declared is not None:
+        return declared
+    return registry.Workload(name=getattr(model, "name", ""), cli="", conserved=tuple(getattr(model, "conserved", ())),
+                             grid_points=getattr(type(model), "grid_points", None))
 
 
 def _restore(model, host_state):

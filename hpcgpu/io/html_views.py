@@ -201,12 +201,8 @@ def model_html(model, facts):
     return summary(title, [(None, table(facts), True), ("all parameters", table(attributes), False)])
 
 
-# Models whose time unit is the second (the others use reduced or N-body units).
-_SECONDS = ("weather", "vorticity")
-
-
 def model_time(model, time):
-    """Model time as text, in days too for models that count seconds.
+    """Model time as text, in days too for models that count seconds (their ``time_unit``: :mod:`hpcgpu.registry`).
 
     Examples
     --------
@@ -216,7 +212,10 @@ def model_time(model, time):
     >>> model_time(SimpleNamespace(name="md"), 40.0)
     '40'
     """
+    from hpcgpu import registry
+
     text = format_value(float(time))
-    if getattr(model, "name", None) in _SECONDS:
+    declared = registry.for_model(model)  # each workload declares its time unit
+    if declared is not None and declared.time_unit == "s":
         text += " s" + (f" ({time / 86400:.3g} days)" if time >= 3600 else "")
     return text

@@ -32,7 +32,7 @@ import numpy as np
 
 from hpcgpu.cluster import worker_info
 from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, SchedulerModel
-from hpcgpu.plan.workload_costs import WeatherCost
+from hpcgpu.plan.workload_costs import make_workload
 
 __all__ = ["check_against_this_machine", "fit_link", "format_check"]
 
@@ -159,7 +159,8 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
     from hpcgpu.cluster import start_cluster
 
     model = _model(nx, ny, dtype, "numba")
-    workload = WeatherCost(nx, ny, steps=1, dtype=dtype, steps_per_task=steps_per_task, periodic=model.periodic_rows())
+    workload = make_workload("weather", nx=nx, ny=ny, steps=1, dtype=dtype, steps_per_task=steps_per_task,
+                             periodic=model.periodic_rows())
     load_before = os.getloadavg()[0]
     client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:

@@ -10,31 +10,36 @@ import json
 from hpcgpu.errors import ConfigError
 from hpcgpu.plan.prediction import EFFICIENCY_THRESHOLD, plan
 from hpcgpu.plan.profiles import DEVICES, EPOCH_OVERHEAD_S, LINKS, TASK_OVERHEAD_S, SchedulerModel, link_profile
-from hpcgpu.plan.workload_costs import WORKLOADS
 from hpcgpu.validation import check_float
 
 __all__ = ["add_arguments", "run_command"]
 
-_SIZE_OPTIONS = ("nx", "ny", "atoms", "bodies", "steps", "dtype", "steps_per_task", "periodic", "density",
-                 "cutoff", "skin", "rebuild_every")
+
+def _declared_options():
+    """``{name: PlanOption}``: the options the registered workloads' cost models take (first declaration wins)."""
+    from hpcgpu import registry
+
+    options = {}
+    for declared in registry.plan_workloads().values():
+        for option in declared.plan_options:
+            options.setdefault(option.name, option)
+    return options
 
 
 def add_arguments(parser):
-    """Add the options of ``hpcgpu plan`` to an argparse parser."""
-    parser.add_argument("workload", nargs="?", help=f"one of {', '.join(WORKLOADS)} (weather with --check)")
+    """Add the options of ``hpcgpu plan`` to an argparse parser (each workload declares its own)."""
+    from hpcgpu import registry
+
+    names = ", ".join(registry.plan_workloads())
+    parser.add_argument("workload", nargs="?", help=f"one of {names} (weather with --check)")
     size = parser.add_argument_group("problem")
-    size.add_argument("--nx", type=int, help="weather: grid cells along x")
-    size.add_argument("--ny", type=int, help="weather: grid cells along y (the axis split into row blocks)")
-    size.add_argument("--atoms", type=float, help="md: number of atoms (1e7 is accepted)")
-    size.add_argument("--bodies", type=float, help="nbody: number of bodies")
     size.add_argument("--steps", type=float, default=1000, help="time steps to solution (default 1000)")
-    size.add_argument("--dtype", help="float32 or float64 (default: float32; md float64)")
-    size.add_argument("--steps-per-task", type=int,
-                      help="weather: steps per halo exchange K (default: the engine's, up to 16)")
-    size.add_argument("--periodic", action="store_true", help="weather: periodic in y (default: walls)")
-    for name, text in (("density", "0.8442"), ("cutoff", "2.5"), ("skin", "0.3")):
-        size.add_argument(f"--{name}", type=float, help=f"md: {name} (default {text})")
-    size.add_argument("--rebuild-every", type=int, help="md: steps between neighbour-list builds (default 15)")
+    size.add_argument("--dtype", help="float32 or float64 (default: the workload's; float32 for most)")
+    for option in _declared_options().values():
+        if option.type is bool:
+            size.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            size.add_argument(option.flag, type=option.type, help=option.help)
     machine = parser.add_argument_group("machine")
     machine.add_argument("--device", default="h100",
                          help=f"one of {', '.join(DEVICES)}, or a .jsonl file of `hpcgpu bench` results "
@@ -62,13 +67,18 @@ def run_command(args):
     """Run ``hpcgpu plan`` from parsed arguments; returns the exit status."""
     if args.check:
         return _run_check(args)
+    from hpcgpu import registry
+
     if args.workload is None:
-        raise ConfigError(f"workload must be one of {', '.join(repr(w) for w in WORKLOADS)}; got none "
-                          "(or give --check)")
-    size = {k: getattr(args, k) for k in _SIZE_OPTIONS if getattr(args, k) is not None}
-    if not size.get("periodic"):
-        size.pop("periodic", None)  # the flag's absence is the model's default
-    for key in ("atoms", "bodies", "steps"):
+        names = ", ".join(repr(w) for w in registry.plan_workloads())
+        raise ConfigError(f"workload must be one of {names}; got none (or give --check)")
+    options = _declared_options()
+    size = {k: getattr(args, k, None) for k in ("steps", "dtype", *options)}
+    size = {k: v for k, v in size.items() if v is not None}
+    for name, option in options.items():
+        if option.type is bool and not size.get(name):
+            size.pop(name, None)  # a flag's absence is the model's default
+    for key in ("steps", *(name for name, option in options.items() if option.count)):
         if key in size and float(size[key]).is_integer():
             size[key] = int(size[key])
     epoch = check_float("epoch_overhead_ms", args.epoch_overhead_ms, minimum=0.0)
