@@ -186,7 +186,7 @@ def _unique(items):
 
 
 def _stencil_cuda():
-    from hpcgpu.kernels.stencil import _cuda, _cuda_diffusion
+    from hpcgpu.kernels.stencil import _cuda, diffusion_cuda
     out = []
     for dtype in DTYPES:
         for launch in _unique([_cuda.LAUNCH[("five_point", dtype)], *_cuda.VARIANTS[("five_point", dtype)]]):
@@ -198,37 +198,37 @@ def _stencil_cuda():
             out.append(Config("cuda", "stencil", "shallow_water_stage", dtype, f"rows {launch.rows}",
                               launch.threads, 0, _refusal(lambda: _cuda._grid((4096, 4096), launch)),
                               ("stage", dtype)))
-        passes = [p for p in _cuda_diffusion.PASS.values() if p is not None]
-        for launch in _unique([*passes, *_cuda_diffusion.VARIANTS]):
+        passes = [p for p in diffusion_cuda.PASS.values() if p is not None]
+        for launch in _unique([*passes, *diffusion_cuda.VARIANTS]):
             out.append(Config("cuda", "stencil", "diffusion pass", dtype, f"T {launch.steps}, rows {launch.rows}",
-                              launch.threads, _cuda_diffusion.shared_bytes(launch, dtype),
-                              "; ".join(_cuda_diffusion.launch_problems(launch, dtype)),
+                              launch.threads, diffusion_cuda.shared_bytes(launch, dtype),
+                              "; ".join(diffusion_cuda.launch_problems(launch, dtype)),
                               ("pass", dtype, launch.steps, launch.threads)))
     return out
 
 
 def _nbody_launches(dtype):
-    from hpcgpu.kernels.nbody import _tiling
-    return _unique([_tiling.LAUNCH[dtype], *_tiling.VARIANTS[dtype]])
+    from hpcgpu.kernels.nbody import tiling
+    return _unique([tiling.LAUNCH[dtype], *tiling.VARIANTS[dtype]])
 
 
 def _nbody(backend):
-    from hpcgpu.kernels.nbody import _cupy, _tiling
+    from hpcgpu.kernels.nbody import _cupy, tiling
     out = []
     for dtype in DTYPES:
         for launch in _nbody_launches(dtype):
-            refused = _refusal(lambda: _tiling.check(launch, dtype))
+            refused = _refusal(lambda: tiling.check(launch, dtype))
             for potential in (False, True):
                 binary = (("direct", dtype, launch.threads, potential) if backend == "cuda" else
                           ("cupy", "nbody", _cupy._direct_expression(dtype, launch.threads, potential)))
                 out.append(Config(backend, "nbody", "direct" + (" +potential" if potential else ""), dtype,
-                                  f"tile {launch.threads}", launch.threads, _tiling.shared_bytes(launch, dtype),
+                                  f"tile {launch.threads}", launch.threads, tiling.shared_bytes(launch, dtype),
                                   refused, binary))
         for potential in (False, True) if backend == "cupy" else (None,):
             binary = (("finalize", dtype) if backend == "cuda" else
                       ("cupy", "nbody", _cupy._finalize_expression(dtype, potential)))
             out.append(Config(backend, "nbody", "finalize" + (" +potential" if potential else ""), dtype, "",
-                              _tiling.FINALIZE_THREADS, 0, "", binary))
+                              tiling.FINALIZE_THREADS, 0, "", binary))
     return out
 
 
@@ -320,8 +320,8 @@ def _numba_kernel(binary):
         from hpcgpu.kernels.stencil import _cuda
         return _cuda._stage_kernel, (a,) * 10 + (i64, i64) + (f,) * 7 + (i64,) * 4 + (f,) * 6
     if kind == "pass":
-        from hpcgpu.kernels.stencil import _cuda_diffusion
-        return (_cuda_diffusion._pass_kernel(dtype, binary[2], binary[3]),
+        from hpcgpu.kernels.stencil import diffusion_cuda
+        return (diffusion_cuda._pass_kernel(dtype, binary[2], binary[3]),
                 (a, a, i64, i64, i64, f, f, i64, i64, i64, f))
     if kind == "direct":
         from hpcgpu.kernels.nbody import _cuda
@@ -543,11 +543,11 @@ def occupancy(threads, registers, shared):
 
 def check(config, info):
     """What is wrong with one configuration, given its binary's ptxas report; empty if nothing."""
-    from hpcgpu.kernels import _launch_limits
+    from hpcgpu.kernels import launch_limits
     if info is None or "error" in info:
         return [f"did not compile: {(info or {}).get('error', 'no result')}"]
     registers, shared = info["registers"], info["shared"]
-    exceeded = _launch_limits.problems(config.threads, shared, registers)
+    exceeded = launch_limits.problems(config.threads, shared, registers)
     if config.refused:
         # The chooser refuses it: that must be for a real reason.
         if not exceeded and "ptxas_error" not in info:

@@ -11,7 +11,7 @@ them) are timed on a ``--size`` grid with CUDA events: the median over
 is measured the same way on the same working sets, as ``hpcgpu bench`` does.
 
 The ``cuda`` backend also runs its multi-step diffusion passes (``pass T..``:
-T steps per pass over memory, ``_cuda_diffusion.VARIANTS``; off by default
+T steps per pass over memory, ``diffusion_cuda.VARIANTS``; off by default
 until these numbers say which, if any, beats the one-step kernel), checked
 after 8 steps against NumPy.
 
@@ -108,8 +108,8 @@ class _Runner:
         """Multi-step diffusion passes (temporal blocking) this backend has: ``cuda`` only."""
         if self.name != "cuda":
             return ()
-        from hpcgpu.kernels.stencil import _cuda_diffusion
-        return _cuda_diffusion.VARIANTS
+        from hpcgpu.kernels.stencil import diffusion_cuda
+        return diffusion_cuda.VARIANTS
 
     def diffuse_passes(self, src, work, steps, bc, launch):
         """``steps`` diffusion steps by passes of ``launch`` (overwrites both buffers); the result."""

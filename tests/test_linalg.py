@@ -33,7 +33,7 @@ def test_distributed_cg_equals_the_direct_solve(client, partitions):
 
 
 def test_distributed_cg_matches_the_local_solver_on_a_random_spd_matrix(client):
-    from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+    from hpcgpu.kernels.matrix.solvers import conjugate_gradient
 
     rng = np.random.default_rng(7)
     n = 300
@@ -139,7 +139,7 @@ def test_distributed_matmul_bad_input(client, a, b, match):
 # -- distributed CG: SPMD ranks on the communicator ----------------------------------------------------
 @pytest.mark.parametrize("partitions", [1, 2, 3])  # 3: two ranks share a worker (threads of one task)
 def test_distributed_cg_agrees_with_the_single_process_solver_on_poisson(client, partitions):
-    from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+    from hpcgpu.kernels.matrix.solvers import conjugate_gradient
 
     A = poisson(24)
     b = np.random.default_rng(11).standard_normal(576)
@@ -170,7 +170,7 @@ def test_distributed_cg_stops_every_rank_at_the_first_negative_curvature(client,
     import time
 
     from hpcgpu.linalg import cg_ranks
-    from hpcgpu.kernels.matrix._solvers import conjugate_gradient
+    from hpcgpu.kernels.matrix.solvers import conjugate_gradient
 
     A = (poisson(12) - 0.2 * sp.eye(144)).tocsr()  # two eigenvalues below zero, diagonal still positive
     b = np.random.default_rng(5).standard_normal(144)

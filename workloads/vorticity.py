@@ -44,6 +44,7 @@ import numpy as np
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.matrix import PoissonOperator, conjugate_gradient
+from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads import _vorticity_cases as cases
@@ -246,20 +247,15 @@ class BarotropicVorticity:
         """``d zeta/dt = -J(psi, zeta) - beta d psi/dx + nu lap zeta`` (1/s**2), Arakawa's Jacobian.
 
         ``J = (J++ + J+x + Jx+) / 3`` (Arakawa 1966, eq. 46 with rectangular
-        cells); it is zero on the walls of a channel.
+        cells; :func:`hpcgpu.kernels.stencil.arakawa_jacobian`, zero beyond
+        the walls of a channel); the tendency is zero on the south wall.
         """
         g = self.grid
-        P, Z = self._pad(psi), self._pad(zeta)
-        pe, pw, pn, ps = P[1:-1, 2:], P[1:-1, :-2], P[2:, 1:-1], P[:-2, 1:-1]
-        ze, zw, zn, zs = Z[1:-1, 2:], Z[1:-1, :-2], Z[2:, 1:-1], Z[:-2, 1:-1]
-        pne, pnw, pse, psw = P[2:, 2:], P[2:, :-2], P[:-2, 2:], P[:-2, :-2]
-        zne, znw, zse, zsw = Z[2:, 2:], Z[2:, :-2], Z[:-2, 2:], Z[:-2, :-2]
-        j_pp = (pe - pw) * (zn - zs) - (pn - ps) * (ze - zw)
-        j_px = pe * (zne - zse) - pw * (znw - zsw) - pn * (zne - znw) + ps * (zse - zsw)
-        j_xp = zn * (pne - pnw) - zs * (pse - psw) - ze * (pne - pse) + zw * (pnw - psw)
-        out = (j_pp + j_px + j_xp) * (-1.0 / (12.0 * g.dx * g.dy))
+        out = stencil.arakawa_jacobian(psi, zeta, dx=g.dx, dy=g.dy, scale=-1.0, backend=self.backend,
+                                       boundary=("periodic", "dirichlet" if g.wall_y else "periodic"))
         if self.params.beta != 0:
-            out -= (pe - pw) * (self.params.beta / (2.0 * g.dx))
+            xp = self.backend.xp
+            out -= (xp.roll(psi, -1, axis=1) - xp.roll(psi, 1, axis=1)) * (self.params.beta / (2.0 * g.dx))
         if self.params.viscosity != 0:
             out += self.params.viscosity * self.poisson.laplacian(zeta)
         if g.wall_y:

@@ -63,7 +63,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.matrix._csr import CSRMatrix
+from hpcgpu.kernels.matrix.csr import CSRMatrix
 from hpcgpu.validation import check_float
 
 __all__ = ["CSRMatrix", "matmul", "spmv", "dot", "axpy", "CGResult", "as_operator", "conjugate_gradient",
@@ -348,5 +348,5 @@ def _same_memory(a, b):
 
 
 # Solvers built on the kernels above (imported last: they use matmul, spmv and dot).
-from hpcgpu.kernels.matrix._solvers import CGResult, as_operator, conjugate_gradient  # noqa: E402
-from hpcgpu.kernels.matrix._poisson import PoissonOperator  # noqa: E402
+from hpcgpu.kernels.matrix.solvers import CGResult, as_operator, conjugate_gradient  # noqa: E402
+from hpcgpu.kernels.matrix.poisson import PoissonOperator  # noqa: E402

@@ -40,7 +40,7 @@ shared-memory tree per block, one partial sum per block added up by CuPy
 ``axpy``: one thread per element.
 
 Arrays stay CuPy arrays (one memory pool with CuPy); each call wraps them
-for Numba without a host sync (wrappers cached: :mod:`.._cuda_interop`) and
+for Numba without a host sync (wrappers cached: :mod:`..cuda_interop`) and
 launches on CuPy's current stream. Under the CUDA simulator they are NumPy
 arrays and pass through.
 """
@@ -58,10 +58,10 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
-from hpcgpu.kernels import _launch_limits  # noqa: E402
-from hpcgpu.kernels._cuda_interop import array_module as _xp  # noqa: E402
-from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
-from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+from hpcgpu.kernels import launch_limits  # noqa: E402
+from hpcgpu.kernels.cuda_interop import array_module as _xp  # noqa: E402
+from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 
 
 class GemmLaunch(NamedTuple):
@@ -267,12 +267,12 @@ def check_gemm(launch, dtype):
     if launch.block_m % launch.thread_m or launch.block_n % launch.thread_n or min(launch) < 1:
         raise ConfigError(f"GEMM launch={launch!r}: thread_m and thread_n must divide block_m and "
                           "block_n (all at least 1)")
-    _launch_limits.check("matrix gemm kernel", launch, launch.threads, gemm_shared_bytes(launch, dtype))
+    launch_limits.check("matrix gemm kernel", launch, launch.threads, gemm_shared_bytes(launch, dtype))
 
 
 def _vector_blocks(kernel, n, shared_bytes=0):
     """Blocks of :data:`THREADS` covering ``n`` items, once the block is checked against the GPU."""
-    _launch_limits.check(f"matrix {kernel} kernel", THREADS, THREADS, shared_bytes)
+    launch_limits.check(f"matrix {kernel} kernel", THREADS, THREADS, shared_bytes)
     return _blocks(n, THREADS)
 
 

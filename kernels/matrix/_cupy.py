@@ -38,7 +38,7 @@ import threading
 
 import numpy as np
 
-from hpcgpu.kernels import _launch_limits
+from hpcgpu.kernels import launch_limits
 
 THREADS = 256
 """Threads per block of the SpMV kernel."""
@@ -136,7 +136,7 @@ def check_spmv(dtype_name, lanes):
     if lanes not in LANES or THREADS % lanes:
         from hpcgpu.errors import ConfigError
         raise ConfigError(f"spmv lanes={lanes}: must be one of {LANES} and divide THREADS={THREADS}")
-    _launch_limits.check("matrix spmv_kernel", (dtype_name, lanes), THREADS, spmv_shared_bytes(dtype_name))
+    launch_limits.check("matrix spmv_kernel", (dtype_name, lanes), THREADS, spmv_shared_bytes(dtype_name))
 
 
 @functools.cache

@@ -3,9 +3,9 @@
 Neighbour build, all on the GPU:
 
 1. ``_assign_cells_kernel``, one thread per atom: its cell (float64
-   arithmetic, :mod:`._cells`; cells at least ``radius`` wide);
+   arithmetic, :mod:`.cells`; cells at least ``radius`` wide);
 2. a stable sort of the atoms by cell and the start of every cell
-   (:func:`._cells.sort_by_cell`: CuPy's radix sort and binary search), and
+   (:func:`.cells.sort_by_cell`: CuPy's radix sort and binary search), and
    the positions gathered in that order;
 3. ``build kernel``, one thread per atom in cell order (neighbouring
    threads scan the same cells, which stay in cache): the distinct cells
@@ -15,7 +15,7 @@ Neighbour build, all on the GPU:
    deterministic (no atomics anywhere).
 
 Forces: one thread per atom over its own row (a full list: no atomics),
-pair physics from :mod:`._physics` as device functions, the minimum image
+pair physics from :mod:`.physics` as device functions, the minimum image
 with libdevice's ``rint`` (``rintf`` in float32). The kernels are compiled
 without ``fastmath``: its no-NaN/no-inf assumptions could hide an overlap,
 and these kernels are bound by the gathers, not by arithmetic.
@@ -28,7 +28,7 @@ so that this stays true; the build walks them in cell order, where its
 reads are shared, and its scattered writes happen once per rebuild.
 
 Arrays stay CuPy arrays (one memory pool with CuPy); each call wraps them
-for Numba without a host sync (wrappers cached: :mod:`.._cuda_interop`) and
+for Numba without a host sync (wrappers cached: :mod:`..cuda_interop`) and
 launches on CuPy's current stream, after the CuPy sort it depends on. Under
 the CUDA simulator the arrays are NumPy arrays and pass through.
 """
@@ -45,12 +45,12 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
-from hpcgpu.kernels import _launch_limits  # noqa: E402
-from hpcgpu.kernels._cuda_interop import array_module as _xp  # noqa: E402
-from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
-from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+from hpcgpu.kernels import launch_limits  # noqa: E402
+from hpcgpu.kernels.cuda_interop import array_module as _xp  # noqa: E402
+from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 
-from hpcgpu.kernels.md import _cells, _physics  # noqa: E402
+from hpcgpu.kernels.md import cells, physics  # noqa: E402
 
 THREADS = 128
 """Threads per block of every kernel."""
@@ -63,9 +63,9 @@ _index = np.uint64
 """Cast of an index known to be >= 0: Numba checks signed indices for wraparound."""
 
 _device_function = cuda.jit(device=True)
-lennard_jones = _device_function(_physics.lennard_jones)
-minimum_image = _device_function(_physics.minimum_image)
-within = _device_function(_physics.within)
+lennard_jones = _device_function(physics.lennard_jones)
+minimum_image = _device_function(physics.minimum_image)
+within = _device_function(physics.within)
 
 if _gpu_probe.simulator_enabled():
     @cuda.jit(device=True)
@@ -215,7 +215,7 @@ def _kernels(dtype_name):
 
 def _blocks(n):
     # No shared memory in any of the three kernels.
-    _launch_limits.check("md cuda kernels", THREADS, THREADS)
+    launch_limits.check("md cuda kernels", THREADS, THREADS)
     return max(1, -(-n // THREADS))
 
 
@@ -225,13 +225,13 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
     dtype = np.dtype(positions.dtype)
     t = dtype.type
     n = positions.shape[1]
-    nx, ny, nz = _cells.grid(box, radius, n)
+    nx, ny, nz = cells.grid(box, radius, n)
     lx, ly, lz = (float(v) for v in box)
     stream = _stream(positions)
     cell = xp.empty(n, np.int32)
     _assign_cells_kernel[_blocks(n), THREADS, stream](
         *(_on_device(positions[k]) for k in range(3)), lx, ly, lz, nx, ny, nz, _on_device(cell))
-    order, start = _cells.sort_by_cell(xp, cell, nx * ny * nz)
+    order, start = cells.sort_by_cell(xp, cell, nx * ny * nz)
     sorted_positions = xp.ascontiguousarray(positions[:, order])
     sorted_cell = cell[order]
     build, _ = _kernels(dtype.name)

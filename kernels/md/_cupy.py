@@ -2,14 +2,14 @@
 
 The same algorithm as ``_cuda``: ``assign_cells`` (one thread per atom,
 float64 cell arithmetic), a stable sort of the atoms by cell in CuPy
-(:func:`._cells.sort_by_cell`), ``build_kernel`` (one thread per atom in
+(:func:`.cells.sort_by_cell`), ``build_kernel`` (one thread per atom in
 cell order, scanning the distinct cells around its own with the minimum
 image, appending to its row while there is room and counting anyway) and
 ``forces_kernel`` (one thread per atom, in index order, over its own row).
 The list is built column-major (:data:`NEIGHBOR_ORDER`; see
 ``_cuda``'s docstring for why); both kernels take the list's two strides
 and so read or write either layout. The pair
-interaction mirrors ``_physics`` as ``__device__`` functions; the minimum
+interaction mirrors ``physics`` as ``__device__`` functions; the minimum
 image rounds with ``rintf`` / ``rint``. The module is compiled without
 fast-math options (no approximate division, no flush-to-zero): an overlap's
 inf and NaN must survive to the public API's check.
@@ -27,8 +27,8 @@ import functools
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels import _launch_limits
-from hpcgpu.kernels.md import _cells
+from hpcgpu.kernels import launch_limits
+from hpcgpu.kernels.md import cells
 
 OPTIONS = ("--std=c++17",)
 """NVRTC options of the module."""
@@ -49,7 +49,7 @@ NAME_EXPRESSIONS = tuple(f"{kernel}<{ctype}>" for ctype in CTYPES.values() for k
 """Template instances, as passed to ``get_function``."""
 
 KERNEL_SOURCE = r"""
-// ---- pair interaction and minimum image (mirror _physics.py) -----------------
+// ---- pair interaction and minimum image (mirror physics.py) -----------------
 
 template<typename T>
 __device__ __forceinline__ T md_rint(T x);
@@ -82,7 +82,7 @@ __device__ __forceinline__ void lennard_jones(T r2, T sigma2, T four_epsilon, T 
     weight = virial * inv_r2;
 }
 
-// ---- cells (mirror _cells.py) ---------------------------------------------------
+// ---- cells (mirror cells.py) ---------------------------------------------------
 
 __device__ __forceinline__ int md_axis_cell(double x, double length, int cells)
 {
@@ -255,7 +255,7 @@ def _list_memory(neighbors):
 
 def _blocks(n, threads):
     # No shared memory in any of the three kernels.
-    _launch_limits.check("md cupy kernels", threads, threads)
+    launch_limits.check("md cupy kernels", threads, threads)
     return (max(1, -(-n // threads)), 1, 1)
 
 
@@ -270,14 +270,14 @@ def _build(positions, box, radius, neighbors_out, counts_out, threads):
     positions = xp.ascontiguousarray(positions)
     t = positions.dtype.type
     n = positions.shape[1]
-    nx, ny, nz = _cells.grid(box, radius, n)
+    nx, ny, nz = cells.grid(box, radius, n)
     lx, ly, lz = (float(v) for v in box)
     cell = xp.empty(n, np.int32)
     _kernel(f"assign_cells<{ctype}>")(
         _blocks(n, threads), (threads, 1, 1),
         (positions, np.int32(n), np.float64(lx), np.float64(ly), np.float64(lz),
          np.int32(nx), np.int32(ny), np.int32(nz), cell))
-    order, start = _cells.sort_by_cell(xp, cell, nx * ny * nz)
+    order, start = cells.sort_by_cell(xp, cell, nx * ny * nz)
     sorted_positions = xp.ascontiguousarray(positions[:, order])
     sorted_cell = xp.ascontiguousarray(cell[order])
     layout = _list_memory(neighbors_out)

@@ -2,7 +2,7 @@
 
 Neighbour build (:func:`build_neighbors`), from cell lists:
 
-1. every atom's cell (float64 arithmetic, :mod:`._cells`), in parallel;
+1. every atom's cell (float64 arithmetic, :mod:`.cells`), in parallel;
 2. a counting sort of the atoms by cell (serial, O(N)): ``order`` lists the
    atoms cell by cell, in increasing index within a cell, and ``start``
    where each cell begins; the positions are gathered in that order into
@@ -31,7 +31,7 @@ except where the scan wraps around the box.
 Forces (:func:`forces`): in parallel over atoms, each atom runs over its
 own row (a full list: no atomics, no scatter). The loop gathers the
 neighbours' coordinates, applies the minimum image (``rint``: one rounding
-instruction), evaluates :func:`._physics.lennard_jones` for every listed
+instruction), evaluates :func:`.physics.lennard_jones` for every listed
 neighbour and selects the pairs inside the cutoff; LLVM vectorises it with
 gather instructions, the sums kept in vector lanes (``reassoc``). The pair
 physics is compiled without ``reassoc``, so only the sums are reordered.
@@ -49,7 +49,7 @@ The loop is bound by floating-point instructions, so two of them go:
 (A float32 reciprocal refined by Newton steps in place of the float64
 division measured slower: the divider is not the bottleneck.)
 
-Subnormals are flushed inside the parallel loops (:mod:`hpcgpu.kernels._fpenv`).
+Subnormals are flushed inside the parallel loops (:mod:`hpcgpu.kernels.fpenv`).
 """
 
 import numba
@@ -59,9 +59,9 @@ from numba import njit, prange, types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
 
-from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
-from hpcgpu.kernels._threads import adaptive_threads
-from hpcgpu.kernels.md import _cells, _physics
+from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels.threads import adaptive_threads
+from hpcgpu.kernels.md import cells, physics
 
 FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
 """LLVM fast-math flags of the kernels: no ``nnan``/``ninf`` (an overlap's
@@ -70,9 +70,9 @@ inf and NaN must come out, where the public API reports them)."""
 _OPTS = dict(cache=True, fastmath=set(FASTMATH), error_model="numpy")
 _PAIR_OPTS = dict(_OPTS, fastmath=set(FASTMATH - {"reassoc"}))
 
-lennard_jones = njit(**_PAIR_OPTS)(_physics.lennard_jones)
-minimum_image = njit(**_PAIR_OPTS)(_physics.minimum_image)
-within = njit(**_PAIR_OPTS)(_physics.within)
+lennard_jones = njit(**_PAIR_OPTS)(physics.lennard_jones)
+minimum_image = njit(**_PAIR_OPTS)(physics.minimum_image)
+within = njit(**_PAIR_OPTS)(physics.within)
 
 
 @njit(**_PAIR_OPTS)
@@ -471,7 +471,7 @@ def build_neighbors_rows(positions, box, radius, neighbors_out, counts_out, rows
     dtype = positions.dtype
     t = dtype.type
     n = positions.shape[1]
-    nx, ny, nz = _cells.grid(box, radius, n, reach=REACH)
+    nx, ny, nz = cells.grid(box, radius, n, reach=REACH)
     lx, ly, lz = (float(v) for v in box)
     cell = np.empty(n, np.int32)
     _assign_cells(positions[0], positions[1], positions[2], lx, ly, lz, nx, ny, nz, cell)
@@ -489,7 +489,7 @@ def build_neighbors_rows(positions, box, radius, neighbors_out, counts_out, rows
     else:
         _gather(positions[0], positions[1], positions[2], order, xs, ys, zs)
     # Rows are skipped only when their gap exceeds the radius by the cells' margin.
-    prune2 = (radius * (1.0 + _cells.MARGIN)) ** 2
+    prune2 = (radius * (1.0 + cells.MARGIN)) ** 2
     largest = _build_kernel(xs, ys, zs, padded_order, start, cell[order], nx, ny, nz, REACH,
                             lx / nx, ly / ny, lz / nz, t(lx), t(ly), t(lz),
                             t(1.0 / lx), t(1.0 / ly), t(1.0 / lz), t(radius * radius), prune2, shifted,
@@ -634,7 +634,7 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
 
 
 # One-pass per-atom steps of velocity Verlet (kept in their own module).
-from hpcgpu.kernels.md._numba_atoms import (  # noqa: E402, F401
+from hpcgpu.kernels.md.atoms_numba import (  # noqa: E402, F401
     largest_displacement_squared,
     verlet_drift,
     verlet_kick,

@@ -1,7 +1,7 @@
 """Lennard-Jones kernels in plain vectorised NumPy: the reference.
 
 Written on whole blocks of pairs with the very functions of
-:mod:`._physics`; every other backend is tested against it. Neighbour lists
+:mod:`.physics`; every other backend is tested against it. Neighbour lists
 are built by brute force over all pairs (minimum image), with each row in
 ascending order of the neighbour's index; forces come either from such a
 list (:func:`forces`) or from all pairs (:func:`forces_all_pairs`). Rows of
@@ -19,7 +19,7 @@ import contextlib
 
 import numpy as np
 
-from hpcgpu.kernels.md import _physics
+from hpcgpu.kernels.md import physics
 
 CHUNK_BYTES = 32 * 2**20
 """Budget for the pair temporaries of one chunk of atoms."""
@@ -57,7 +57,7 @@ def _separations(xp, positions, rows, columns, box):
         inverse = t(1.0 / box[axis])
         x = positions[axis]
         delta = x[columns] - x[rows]
-        d.append(_physics.minimum_image(delta, length, inverse, xp.rint(delta * inverse)))
+        d.append(physics.minimum_image(delta, length, inverse, xp.rint(delta * inverse)))
     return d, d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
 
 
@@ -82,7 +82,7 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
         stop = min(start + step, n)
         rows = xp.arange(start, stop)[:, None]
         _, r2 = _separations(xp, positions, rows, columns[None, :], box)
-        close = _physics.within(r2, radius2) & (columns[None, :] != rows)
+        close = physics.within(r2, radius2) & (columns[None, :] != rows)
         counts = close.sum(axis=1)
         counts_out[start:stop] = counts
         if stop > start:
@@ -95,7 +95,7 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
 
 
 def _pair_terms(xp, r2, interacting, cutoff2, epsilon, sigma, energy_shift, t):
-    weight, energy, virial = _physics.lennard_jones(
+    weight, energy, virial = physics.lennard_jones(
         r2, t(sigma * sigma), t(4.0 * epsilon), t(24.0 * epsilon), t(energy_shift), t(1), t(2))
     zero = t(0)
     return (xp.where(interacting, weight, zero), xp.where(interacting, energy, zero),
@@ -116,7 +116,7 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
 
     ``forces_out`` (3, N) receives each atom's total force; ``energy_out``
     and ``virial_out`` (N,) half of each of its pairs' energy and ``r . F``
-    (see :mod:`._physics`), so that their sums are the totals. Only the
+    (see :mod:`.physics`), so that their sums are the totals. Only the
     first ``counts[i]`` entries of row ``i`` are read; neighbours at
     ``r^2 >= cutoff2`` contribute nothing.
     """
@@ -135,7 +135,7 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
             # Unused slots point at the atom itself (r2 = 0) and are masked out.
             columns = xp.where(listed, neighbors[start:stop, :width], rows)
             d, r2 = _separations(xp, positions, rows, columns, box)
-            interacting = listed & _physics.within(r2, cutoff2)
+            interacting = listed & physics.within(r2, cutoff2)
             weight, energy, virial = _pair_terms(xp, r2, interacting, cutoff2, epsilon, sigma,
                                                  energy_shift, t)
             _store(start, stop, d, weight, energy, virial, forces_out, energy_out, virial_out, t)
@@ -156,7 +156,7 @@ def forces_all_pairs(positions, box, cutoff2, epsilon, sigma, energy_shift,
             stop = min(start + step, n)
             rows = xp.arange(start, stop)[:, None]
             d, r2 = _separations(xp, positions, rows, columns, box)
-            interacting = (columns != rows) & _physics.within(r2, cutoff2)
+            interacting = (columns != rows) & physics.within(r2, cutoff2)
             weight, energy, virial = _pair_terms(xp, r2, interacting, cutoff2, epsilon, sigma,
                                                  energy_shift, t)
             _store(start, stop, d, weight, energy, virial, forces_out, energy_out, virial_out, t)

@@ -134,6 +134,14 @@ class PreparedLJForces:
         self._cutoff2 = cutoff**2
         self._kernels = backend.kernels("md")
 
+    def __getstate__(self):
+        # the backend file (a module) does not pickle: workers look it up again
+        return {key: value for key, value in self.__dict__.items() if key != "_kernels"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._kernels = self.backend.kernels("md")
+
     def __call__(self, positions, neighbor_list):
         n = _atoms("positions", positions).shape[1]
         if positions.dtype.name not in ("float32", "float64"):

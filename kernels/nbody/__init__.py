@@ -17,7 +17,7 @@ partition of the bodies asks for the forces on its own bodies.
 
 Methods: ``"direct"`` sums all pairs (every backend); ``"tree"`` is a
 Barnes-Hut octree with quadrupole moments and opening angle ``theta`` (see
-:mod:`hpcgpu.kernels.nbody._tree`).
+:mod:`hpcgpu.kernels.nbody.tree`).
 
 Each backend file (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``) exports::
 
@@ -186,15 +186,14 @@ def accelerations(positions, masses, *, softening, G=1.0, targets=None, potentia
 
 def _tree_method(backend, positions, masses, eps2, G, start, stop, theta, potential):
     """The Barnes-Hut method, on the host whatever the backend."""
-    from hpcgpu.kernels.nbody import _tree
+    from hpcgpu.kernels.nbody.tree import tree
 
     host_positions = backend.to_host(positions)
     host_masses = backend.to_host(masses)
     dtype = host_positions.dtype
     acc = np.empty((3, stop - start), dtype)
     pot = np.empty(stop - start, dtype) if potential else None
-    _tree.tree(host_positions[:, start:stop], host_positions, host_masses, eps2, G, start, theta,
-               acc, pot)
+    tree(host_positions[:, start:stop], host_positions, host_masses, eps2, G, start, theta, acc, pot)
     if potential:
         return backend.asarray(acc), backend.asarray(pot)
     return backend.asarray(acc)

@@ -1,15 +1,15 @@
 """Direct-summation N-body kernel for NVIDIA GPUs with Numba-CUDA.
 
 The classic shared-memory tiled kernel, with the sources cut into slices
-(:mod:`._tiling`): one thread per target, blocks of ``threads`` targets; the
+(:mod:`.tiling`): one thread per target, blocks of ``threads`` targets; the
 block loads a tile of ``threads`` sources (x, y, z, m) into shared memory,
 every thread sums the whole tile for its target, and the block moves to the
 next tile of its slice. Partial sums go to a ``(slices, 3 or 4, targets)``
 array that a second kernel adds up in slice order, times ``G``.
 
-The pair interaction is ``_physics``, compiled here as device functions;
+The pair interaction is ``physics``, compiled here as device functions;
 ``1/sqrt`` is libdevice's ``rsqrtf`` / ``rsqrt`` (one multi-function-unit
-instruction in float32; under the simulator, ``_physics.inverse_sqrt``).
+instruction in float32; under the simulator, ``physics.inverse_sqrt``).
 float32 kernels are compiled with ``fastmath`` (approximate division and
 square root, flush-to-zero), float64 kernels without. Kernels are built per
 dtype, launch and whether the potential is wanted.
@@ -34,17 +34,17 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
-from hpcgpu.kernels._cuda_interop import array_module as _xp  # noqa: E402
-from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
-from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+from hpcgpu.kernels.cuda_interop import array_module as _xp  # noqa: E402
+from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 
-from hpcgpu.kernels.nbody import _physics  # noqa: E402
-from hpcgpu.kernels.nbody._tiling import FINALIZE_THREADS, LAUNCH, blocks, check, slices  # noqa: E402
+from hpcgpu.kernels.nbody import physics  # noqa: E402
+from hpcgpu.kernels.nbody.tiling import FINALIZE_THREADS, LAUNCH, blocks, check, slices  # noqa: E402
 
 _device_function = cuda.jit(device=True)
-distance_squared = _device_function(_physics.distance_squared)
-exclude_coincident = _device_function(_physics.exclude_coincident)
-pair_weights = _device_function(_physics.pair_weights)
+distance_squared = _device_function(physics.distance_squared)
+exclude_coincident = _device_function(physics.exclude_coincident)
+pair_weights = _device_function(physics.pair_weights)
 
 if _gpu_probe.simulator_enabled():
     @cuda.jit(device=True)

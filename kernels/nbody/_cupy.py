@@ -1,13 +1,13 @@
 """Direct-summation N-body kernel for the GPU as a CuPy ``RawModule`` (CUDA C++).
 
-The same algorithm as ``_cuda`` (see :mod:`._tiling`): ``direct_kernel``
+The same algorithm as ``_cuda`` (see :mod:`.tiling`): ``direct_kernel``
 gives each thread one target and each block a tile of ``THREADS`` sources
 at a time in shared memory, packed as one 16-byte ``{x, y, z, m}`` struct
 per body in float (one shared-memory load per source), over one slice of
 the sources per block row; ``finalize_kernel`` adds a target's partial sums
 in slice order and applies ``G``. ``1/sqrt`` is ``rsqrtf`` in float (the
 hardware reciprocal square root, within 2 ulp) and ``rsqrt`` in double. The
-pair interaction mirrors ``_physics`` as ``__device__`` functions.
+pair interaction mirrors ``physics`` as ``__device__`` functions.
 
 The CUDA source is the string :data:`KERNEL_SOURCE` (templates on the float
 type, block size and whether the potential is summed; no headers),
@@ -26,7 +26,7 @@ import functools
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.nbody._tiling import FINALIZE_THREADS, LAUNCH, VARIANTS, blocks, check, slices
+from hpcgpu.kernels.nbody.tiling import FINALIZE_THREADS, LAUNCH, VARIANTS, blocks, check, slices
 
 OPTIONS = ("--std=c++17",)
 """NVRTC options of the module."""
@@ -65,7 +65,7 @@ VARIANT_EXPRESSIONS = tuple(e for e in _instances(VARIANTS) if e not in NAME_EXP
 """Further instances that only :data:`VARIANTS` use (a second module, compiled on demand)."""
 
 KERNEL_SOURCE = r"""
-// ---- pair interaction (mirrors _physics.py) --------------------------------
+// ---- pair interaction (mirrors physics.py) --------------------------------
 
 template<typename T>
 __device__ __forceinline__ T nb_inverse_sqrt(T r2);

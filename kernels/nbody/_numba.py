@@ -36,7 +36,7 @@ potential the compiled loops differ, and the accelerations may differ in the
 last bit.) Several targets per sweep (register blocking) was measured: no
 faster here (the sweep is bound by arithmetic, not loads).
 
-Subnormals are flushed inside the kernel (:mod:`hpcgpu.kernels._fpenv`).
+Subnormals are flushed inside the kernel (:mod:`hpcgpu.kernels.fpenv`).
 Inner loops are written ``for j in range(n)`` over contiguous arrays (see
 :func:`_sweep` for why).
 """
@@ -49,9 +49,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
-from hpcgpu.kernels._threads import adaptive_threads
-from hpcgpu.kernels.nbody import _physics
+from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels.threads import adaptive_threads
+from hpcgpu.kernels.nbody import physics
 
 FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
 """LLVM fast-math flags of the kernel: no ``nnan``/``ninf`` (NaN must propagate)."""
@@ -61,9 +61,9 @@ _OPTS = dict(cache=True, fastmath=set(FASTMATH), error_model="numpy")
 # inlines, so only the sums over sources are reordered, never the formulas.
 _PAIR_OPTS = dict(_OPTS, fastmath=set(FASTMATH - {"reassoc"}))
 
-distance_squared = njit(**_PAIR_OPTS)(_physics.distance_squared)
-exclude_coincident = njit(**_PAIR_OPTS)(_physics.exclude_coincident)
-pair_weights = njit(**_PAIR_OPTS)(_physics.pair_weights)
+distance_squared = njit(**_PAIR_OPTS)(physics.distance_squared)
+exclude_coincident = njit(**_PAIR_OPTS)(physics.exclude_coincident)
+pair_weights = njit(**_PAIR_OPTS)(physics.pair_weights)
 
 
 @intrinsic
@@ -122,7 +122,7 @@ def _fast_inverse_sqrt(r2, one):
         return _inverse_sqrt_float64
     if isinstance(r2, types.Float) and r2.bitwidth == 32:
         return _inverse_sqrt_float32
-    return _physics.inverse_sqrt
+    return physics.inverse_sqrt
 
 
 @njit(**_OPTS)

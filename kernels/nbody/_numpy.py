@@ -1,7 +1,7 @@
 """Direct-summation N-body kernels in plain vectorised NumPy: the reference.
 
 Written on whole ``(targets, sources)`` blocks of pair arrays, as directly
-from the formulas of :mod:`._physics` as possible; every other backend is
+from the formulas of :mod:`.physics` as possible; every other backend is
 tested against it. Targets are taken in chunks so that the temporaries stay
 near :data:`CHUNK_BYTES` whatever the number of bodies. The code is
 array-module generic, so it also runs on CuPy arrays (the GPU tests use that

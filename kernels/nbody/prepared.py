@@ -54,7 +54,7 @@ def gravity(backend, positions, masses, eps2, G, start, stop, method, theta):
         pot = xp.empty(stop - start, dtype=positions.dtype)
         backend.kernels("nbody").direct(targets, positions, masses, eps2, G, start, acc, pot)
         return acc, pot
-    from hpcgpu.kernels.nbody._tree import tree
+    from hpcgpu.kernels.nbody.tree import tree
 
     host = backend.to_host
     dtype = positions.dtype

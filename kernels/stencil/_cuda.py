@@ -2,7 +2,7 @@
 
 Arrays stay CuPy arrays, so CuPy and Numba share one memory pool; each call
 wraps them for Numba without a host sync (wrappers cached per address, shape
-and dtype: :mod:`.._cuda_interop`) and launches on CuPy's current stream.
+and dtype: :mod:`..cuda_interop`) and launches on CuPy's current stream.
 Numba's default import of a CuPy array synchronises the host with that
 stream on every launch, which would serialise a loop of small kernels. Under
 the CUDA simulator the arrays are NumPy arrays and pass through.
@@ -33,7 +33,7 @@ of a row, coalesced), and the thread walks its strip northwards:
 
 Ghost cells are index arithmetic (wrap or clamp) as in ``boundary``;
 beyond a Dirichlet edge the five-point kernels use the boundary value
-instead of a load. The per-point physics is ``_physics``, compiled here as
+instead of a load. The per-point physics is ``physics``, compiled here as
 device functions.
 Numeric constants come in as arguments of the field's dtype: a float literal
 would promote float32 arithmetic to float64. The launch shapes are
@@ -53,13 +53,13 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
-from hpcgpu.kernels import _launch_limits  # noqa: E402
-from hpcgpu.kernels._cuda_interop import array_module as _xp  # noqa: E402
-from hpcgpu.kernels._cuda_interop import flat_on_device as _flat_on_device  # noqa: E402
-from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
-from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+from hpcgpu.kernels import launch_limits  # noqa: E402
+from hpcgpu.kernels.cuda_interop import array_module as _xp  # noqa: E402
+from hpcgpu.kernels.cuda_interop import flat_on_device as _flat_on_device  # noqa: E402
+from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 
-from hpcgpu.kernels.stencil import _physics  # noqa: E402
+from hpcgpu.kernels.stencil import physics  # noqa: E402
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL  # noqa: E402
 
 
@@ -96,17 +96,17 @@ MAX_GRID_Y = 65535
 """CUDA's limit on blocks along y: caps ny at 65535 * rows."""
 
 _device_function = cuda.jit(device=True)
-potential_vorticity = _device_function(_physics.potential_vorticity)
-al_alpha = _device_function(_physics.al_alpha)
-al_beta = _device_function(_physics.al_beta)
-al_epsilon = _device_function(_physics.al_epsilon)
-al_phi = _device_function(_physics.al_phi)
-mass_flux = _device_function(_physics.mass_flux)
-bernoulli = _device_function(_physics.bernoulli)
-u_vortex_force = _device_function(_physics.u_vortex_force)
-v_vortex_force = _device_function(_physics.v_vortex_force)
-laplacian_5pt = _device_function(_physics.laplacian_5pt)
-diffusion_update = _device_function(_physics.diffusion_update)
+potential_vorticity = _device_function(physics.potential_vorticity)
+al_alpha = _device_function(physics.al_alpha)
+al_beta = _device_function(physics.al_beta)
+al_epsilon = _device_function(physics.al_epsilon)
+al_phi = _device_function(physics.al_phi)
+mass_flux = _device_function(physics.mass_flux)
+bernoulli = _device_function(physics.bernoulli)
+u_vortex_force = _device_function(physics.u_vortex_force)
+v_vortex_force = _device_function(physics.v_vortex_force)
+laplacian_5pt = _device_function(physics.laplacian_5pt)
+diffusion_update = _device_function(physics.diffusion_update)
 
 
 @cuda.jit(device=True)
@@ -150,7 +150,7 @@ def _coriolis_index(r, ny, periodic):
 
 def _grid(shape, launch):
     # No shared memory: the strips live in registers (local arrays of constant size).
-    _launch_limits.check("the cuda stencil kernels", launch, launch.threads)
+    launch_limits.check("the cuda stencil kernels", launch, launch.threads)
     ny, nx = shape
     blocks_y = (ny + launch.rows - 1) // launch.rows
     if blocks_y > MAX_GRID_Y:
@@ -252,11 +252,11 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0, multi_step=
 
     Beyond a Dirichlet edge the field is ``value``.
 
-    ``multi_step`` (a ``_cuda_diffusion.PassLaunch``; default its ``PASS``
+    ``multi_step`` (a ``diffusion_cuda.PassLaunch``; default its ``PASS``
     for the dtype) advances T steps per pass over memory where it fits the
     grid; the remaining steps go one per launch.
     """
-    from hpcgpu.kernels.stencil import _cuda_diffusion
+    from hpcgpu.kernels.stencil import diffusion_cuda
 
     dtype = np.dtype(field.dtype)
     launch = LAUNCH[("five_point", dtype.name)]
@@ -265,15 +265,15 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0, multi_step=
     if src is not field:
         src[...] = field
     ny, nx = field.shape
-    multi_step = multi_step or _cuda_diffusion.PASS[dtype.name]
-    if multi_step is not None and _cuda_diffusion.launch_problems(multi_step, dtype):
+    multi_step = multi_step or diffusion_cuda.PASS[dtype.name]
+    if multi_step is not None and diffusion_cuda.launch_problems(multi_step, dtype):
         # Not a grid too small for it (those fall back to one step per launch): no grid fits.
         from hpcgpu.errors import ConfigError
         raise ConfigError(f"multi_step={multi_step!r} cannot run in {dtype.name}: "
-                          f"{'; '.join(_cuda_diffusion.launch_problems(multi_step, dtype))}")
-    if multi_step is not None and _cuda_diffusion.fits(field.shape, multi_step, dtype):
+                          f"{'; '.join(diffusion_cuda.launch_problems(multi_step, dtype))}")
+    if multi_step is not None and diffusion_cuda.fits(field.shape, multi_step, dtype):
         while steps >= multi_step.steps:
-            _cuda_diffusion.multi_step_pass(src, dst, cx, cy, bc_x, bc_s, bc_n, value, multi_step)
+            diffusion_cuda.multi_step_pass(src, dst, cx, cy, bc_x, bc_s, bc_n, value, multi_step)
             src, dst = dst, src
             steps -= multi_step.steps
     configured = _five_point_kernel(dtype.name, launch.rows, True)[

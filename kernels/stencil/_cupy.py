@@ -23,7 +23,7 @@ The launch shapes are :data:`LAUNCH` (per kernel family and dtype), with
 alternatives in :data:`VARIANTS` that ``scripts/gpu_kernel_variants.py``
 times against them.
 
-The per-point physics mirrors ``_physics`` as ``__device__`` functions and
+The per-point physics mirrors ``physics`` as ``__device__`` functions and
 the ghost rules mirror ``_numba``: periodic edges wrap, wall and open edges
 clamp, the normal velocity beyond a wall is zero, and beyond a Dirichlet
 edge (scalar kernels only) the five-point kernels use the boundary value.
@@ -53,7 +53,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels import _launch_limits
+from hpcgpu.kernels import launch_limits
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 
 
@@ -200,7 +200,7 @@ __device__ __forceinline__ T coriolis_row(const T* __restrict__ f_corner, int r,
     return bc_s == BC_PERIODIC ? f_corner[hg_wrap(r, ny)] : f_corner[hg_clamp(r, 0, ny)];
 }
 
-// ---- per-point physics (mirrors _physics.py) ----------------------------
+// ---- per-point physics (mirrors physics.py) ----------------------------
 
 template<typename T>
 __device__ __forceinline__ T potential_vorticity(T f, T h_sw, T h_se, T h_nw, T h_ne,
@@ -659,7 +659,7 @@ MAX_GRID_Y = 65535
 def _grid(ny, nx, launch):
     """Blocks (x, y, z) covering an (ny, nx) grid with ``launch``."""
     # No shared memory (the source declares none): the strips live in registers.
-    _launch_limits.check("the cupy stencil kernels", launch, launch.threads)
+    launch_limits.check("the cupy stencil kernels", launch, launch.threads)
     grid = (-(-nx // (launch.threads * launch.vec)), -(-ny // launch.rows), 1)
     if grid[1] > MAX_GRID_Y:
         raise ConfigError(f"the cupy stencil kernels take at most {MAX_GRID_Y * launch.rows} rows "

@@ -24,9 +24,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
-from hpcgpu.kernels._threads import adaptive_threads
-from hpcgpu.kernels.stencil import _physics
+from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels.threads import adaptive_threads
+from hpcgpu.kernels.stencil import physics
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 
 # contract: allow fused multiply-add; no other fast-math (NaN checks must work).
@@ -36,17 +36,17 @@ from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 _OPTS = dict(cache=True, fastmath={"contract"}, error_model="numpy")
 GHOST = 2
 
-potential_vorticity = njit(**_OPTS)(_physics.potential_vorticity)
-al_alpha = njit(**_OPTS)(_physics.al_alpha)
-al_beta = njit(**_OPTS)(_physics.al_beta)
-al_epsilon = njit(**_OPTS)(_physics.al_epsilon)
-al_phi = njit(**_OPTS)(_physics.al_phi)
-mass_flux = njit(**_OPTS)(_physics.mass_flux)
-bernoulli = njit(**_OPTS)(_physics.bernoulli)
-u_vortex_force = njit(**_OPTS)(_physics.u_vortex_force)
-v_vortex_force = njit(**_OPTS)(_physics.v_vortex_force)
-laplacian_5pt = njit(**_OPTS)(_physics.laplacian_5pt)
-diffusion_update = njit(**_OPTS)(_physics.diffusion_update)
+potential_vorticity = njit(**_OPTS)(physics.potential_vorticity)
+al_alpha = njit(**_OPTS)(physics.al_alpha)
+al_beta = njit(**_OPTS)(physics.al_beta)
+al_epsilon = njit(**_OPTS)(physics.al_epsilon)
+al_phi = njit(**_OPTS)(physics.al_phi)
+mass_flux = njit(**_OPTS)(physics.mass_flux)
+bernoulli = njit(**_OPTS)(physics.bernoulli)
+u_vortex_force = njit(**_OPTS)(physics.u_vortex_force)
+v_vortex_force = njit(**_OPTS)(physics.v_vortex_force)
+laplacian_5pt = njit(**_OPTS)(physics.laplacian_5pt)
+diffusion_update = njit(**_OPTS)(physics.diffusion_update)
 
 
 @njit(**_OPTS)
@@ -366,10 +366,10 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
 
     Several steps go in one sweep over memory (pipelined through
     cache-resident rows; bitwise the step-by-step result): see
-    ``_numba_diffusion``. Beyond a Dirichlet edge the field is ``value``.
+    ``diffusion_numba``. Beyond a Dirichlet edge the field is ``value``.
     """
-    # imported here: _numba_diffusion builds on this module's diffuse_row
-    from hpcgpu.kernels.stencil._numba_diffusion import diffuse_steps, steps_per_sweep
+    # imported here: diffusion_numba builds on this module's diffuse_row
+    from hpcgpu.kernels.stencil.diffusion_numba import diffuse_steps, steps_per_sweep
 
     t = field.dtype.type
     src, dst = field, work
@@ -415,10 +415,10 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
 
 @adaptive_threads(key=lambda *args: args[0].shape)
 def shallow_water_rk3_step(*args):
-    """One whole SSP-RK3 step in one sweep; see ``_numba_rk3.shallow_water_rk3_step``.
+    """One whole SSP-RK3 step in one sweep; see ``fused_rk3_numba.shallow_water_rk3_step``.
 
-    (Imported on first use: ``_numba_rk3`` builds on this module's row functions.)
+    (Imported on first use: ``fused_rk3_numba`` builds on this module's row functions.)
     """
-    from hpcgpu.kernels.stencil._numba_rk3 import shallow_water_rk3_step as fused
+    from hpcgpu.kernels.stencil.fused_rk3_numba import shallow_water_rk3_step as fused
 
     return fused(*args)

@@ -101,7 +101,7 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
 
     Each step is ``f + cx*(f[W] + f[E] - f - f) + cy*(f[S] + f[N] - f - f)``
     (``cx = nu*dt/dx**2``; beyond a Dirichlet edge ``f`` is ``value``),
-    evaluated operation by operation as ``_physics.diffusion_update`` writes
+    evaluated operation by operation as ``physics.diffusion_update`` writes
     it, which the compiled backends run. Returns whichever of ``field`` and
     ``work`` holds the result; both are overwritten.
     """

@@ -46,6 +46,14 @@ class PreparedShallowWater:
         self._kernels = backend.kernels("stencil")
         self.fused = backend.name in FAST_PATHS["shallow_water_rk3_step"]
 
+    def __getstate__(self):
+        # the backend file (a module) does not pickle: workers look it up again
+        return {key: value for key, value in self.__dict__.items() if key != "_kernels"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._kernels = self.backend.kernels("stencil")
+
     def _window(self, arrays, rows):
         """The rows ``lo:hi`` of each array (and of the Coriolis corners), checked."""
         lo, hi = rows

@@ -4,7 +4,7 @@
 ``numba.cuda.compile_ptx`` and each CuPy source with nvcc (NVRTC's front
 end), assembles them with ``ptxas -arch=sm_90 -v`` and checks registers,
 spills, static shared memory and float64 instructions against the block
-limits of :mod:`hpcgpu.kernels._launch_limits`. The compilers come from the
+limits of :mod:`hpcgpu.kernels.launch_limits`. The compilers come from the
 ``test`` extra's pip wheels (``cuda-toolkit[nvcc]``), so this runs in CI; it
 skips only where those wheels are not installed, and fails instead under
 ``CI``. The simulator tier sets ``NUMBA_ENABLE_CUDASIM``, under which Numba
@@ -62,7 +62,7 @@ def test_every_launch_compiles_without_spills_or_oversized_blocks(report):
 @pytest.mark.slow
 def test_every_chooser_is_covered(report):
     """Both backends of every kernel family, both dtypes, and the launches their tables name."""
-    from hpcgpu.kernels.nbody import _tiling
+    from hpcgpu.kernels.nbody import tiling
     from hpcgpu.kernels.stencil import _cuda, _cupy
 
     rows = report["rows"]
@@ -83,8 +83,8 @@ def test_every_chooser_is_covered(report):
                 for vec in {option.vec, 1}:
                     assert (dtype, f"vec {vec}, rows {option.rows}", option.threads) in cupy_stage
     tiles = {(r["backend"], r["dtype"], r["threads"]) for r in rows if r["kernel"].startswith("direct")}
-    for dtype, launch in _tiling.LAUNCH.items():
-        for option in (launch, *_tiling.VARIANTS[dtype]):
+    for dtype, launch in tiling.LAUNCH.items():
+        for option in (launch, *tiling.VARIANTS[dtype]):
             assert {("cuda", dtype, option.threads), ("cupy", dtype, option.threads)} <= tiles
     assert {r["launch"] for r in rows if r["kernel"] == "spmv" and r["backend"] == "cupy"} >= {
         f"{index} indices, {lanes} lanes" for index in ("int32", "int64") for lanes in (1, 2, 4, 8, 16, 32)}

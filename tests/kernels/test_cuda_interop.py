@@ -1,4 +1,4 @@
-"""The cached CuPy-to-Numba wrappers of ``kernels/_cuda_interop.py``.
+"""The cached CuPy-to-Numba wrappers of ``kernels/cuda_interop.py``.
 
 Without a GPU, Numba's wrapping calls are replaced by recorders and CuPy
 arrays by stand-ins that carry what the cache reads (address, device, shape,
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from _support import simulated, usable_backend
 
-from hpcgpu.kernels import _cuda_interop as interop
+from hpcgpu.kernels import cuda_interop as interop
 
 
 class _Memory:
@@ -155,7 +155,7 @@ import ctypes
 import numpy as np
 from numba.core.typing.typeof import Purpose, typeof
 from numba.cuda.cudadrv import devicearray, driver
-from hpcgpu.kernels import _cuda_interop as interop
+from hpcgpu.kernels import cuda_interop as interop
 memory = driver.MemoryPointer(None, ctypes.c_uint64(0x7F0000001000), size=4 * 24, owner=None)
 array = devicearray.DeviceNDArray(shape=(4, 6), strides=(4, 16), dtype=np.dtype(np.float32),
                                   gpu_data=memory, stream=0)

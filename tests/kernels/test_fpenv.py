@@ -6,40 +6,40 @@ import numpy as np
 import pytest
 from numba import njit, prange
 
-from hpcgpu.kernels import _fpenv, stencil
+from hpcgpu.kernels import fpenv, stencil
 
-pytestmark = pytest.mark.skipif(not _fpenv._X86_64, reason=f"MXCSR is x86-64 only; this is {platform.machine()}")
+pytestmark = pytest.mark.skipif(not fpenv._X86_64, reason=f"MXCSR is x86-64 only; this is {platform.machine()}")
 
 
 @njit
 def _mode():
-    return _fpenv._read_mxcsr()
+    return fpenv._read_mxcsr()
 
 
 @njit(parallel=True)
 def _modes_in_pool(count):
     out = np.zeros(count, np.uint32)
     for i in prange(count):
-        out[i] = _fpenv._read_mxcsr()
+        out[i] = fpenv._read_mxcsr()
     return out
 
 
 def test_flush_and_restore_round_trip():
     before = _mode()
-    previous = _fpenv.flush_subnormals()
+    previous = fpenv.flush_subnormals()
     assert previous == before
-    assert _mode() & _fpenv.FLUSH_BITS == _fpenv.FLUSH_BITS
-    _fpenv.restore_fp_mode(previous)
+    assert _mode() & fpenv.FLUSH_BITS == fpenv.FLUSH_BITS
+    fpenv.restore_fp_mode(previous)
     assert _mode() == before
 
 
 def test_kernels_leave_the_threads_mode_as_they_found_it(rng):
-    before = _modes_in_pool(64) & np.uint32(_fpenv.FLUSH_BITS)
+    before = _modes_in_pool(64) & np.uint32(fpenv.FLUSH_BITS)
     u, v, h = (rng.standard_normal((32, 32)) for _ in range(3))
     h = 10.0 + np.abs(h)
     stencil.shallow_water_tendency(u, v, h, f_corner=1.0, g=1.0, dx=1.0, dy=1.0, backend="numba")
     stencil.diffuse(u, diffusivity=0.1, dt=1.0, steps=3, backend="numba")
-    after = _modes_in_pool(64) & np.uint32(_fpenv.FLUSH_BITS)
+    after = _modes_in_pool(64) & np.uint32(fpenv.FLUSH_BITS)
     np.testing.assert_array_equal(after, before)
 
 

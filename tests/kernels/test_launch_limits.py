@@ -12,25 +12,25 @@ import numpy as np
 import pytest
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels import _launch_limits
+from hpcgpu.kernels import launch_limits
 
 
 def test_limits_name_what_a_block_exceeds():
-    assert _launch_limits.problems(1024, 48 * 1024) == []
-    assert _launch_limits.problems(1025) == ["1025 threads per block (1 to 1024)"]
-    assert _launch_limits.problems(256, 48 * 1024 + 1) == ["49153 B of static shared memory (at most 49152)"]
+    assert launch_limits.problems(1024, 48 * 1024) == []
+    assert launch_limits.problems(1025) == ["1025 threads per block (1 to 1024)"]
+    assert launch_limits.problems(256, 48 * 1024 + 1) == ["49153 B of static shared memory (at most 49152)"]
     # Registers go to a warp in 256s: 128 each x 512 threads is the whole register file, 129 is over.
-    assert _launch_limits.problems(512, registers=128) == []
-    assert "69632 registers per block" in _launch_limits.problems(512, registers=129)[0]
-    assert _launch_limits.problems(256, registers=255) == []  # 256 threads always fit
+    assert launch_limits.problems(512, registers=128) == []
+    assert "69632 registers per block" in launch_limits.problems(512, registers=129)[0]
+    assert launch_limits.problems(256, registers=255) == []  # 256 threads always fit
     with pytest.raises(ConfigError, match="launch=.*does not fit a thread block"):
-        _launch_limits.check("a kernel", "launch", 2048)
+        launch_limits.check("a kernel", "launch", 2048)
 
 
 def test_diffusion_pass_counts_its_shared_ring_per_dtype():
     """The crash of issue 19: T = 8 steps with 256 threads is 9 x 3 x 256 values of shared ring,
     55,296 B in float64 (over 48 KiB), 27,648 B in float32."""
-    from hpcgpu.kernels.stencil import _cuda_diffusion as diffusion
+    from hpcgpu.kernels.stencil import diffusion_cuda as diffusion
 
     launch = diffusion.PassLaunch(8, 128, 256)
     assert diffusion.shared_bytes(launch, "float64") == 55296
@@ -51,12 +51,12 @@ def test_diffuse_refuses_a_pass_that_fits_no_grid():
     """An impossible pass is an error, not a silent fall back to one step per launch (the variants
     script would time the one-step kernel under the pass's name); only a grid too small for a pass
     falls back."""
-    from hpcgpu.kernels.stencil import _cuda, _cuda_diffusion
+    from hpcgpu.kernels.stencil import _cuda, diffusion_cuda
 
     field = np.zeros((40, 40))
     with pytest.raises(ConfigError, match=r"multi_step=.*float64.*55296 B of static shared memory"):
         _cuda.diffuse(field, np.empty_like(field), 0.1, 0.1, 8, 0, 0, 0,
-                      multi_step=_cuda_diffusion.PassLaunch(8, 128, 256))
+                      multi_step=diffusion_cuda.PassLaunch(8, 128, 256))
 
 
 @pytest.mark.parametrize("threads", [2048, 0])
@@ -85,15 +85,15 @@ def test_stencil_tables_hold_only_launches_their_choosers_accept():
 
 
 def test_nbody_tile_counts_its_shared_bodies_and_both_backends_check_it(monkeypatch):
-    from hpcgpu.kernels.nbody import _cuda, _cupy, _tiling
+    from hpcgpu.kernels.nbody import _cuda, _cupy, tiling
 
-    assert _tiling.shared_bytes(_tiling.DirectSumLaunch(256, 2, 32), "float64") == 256 * 4 * 8
-    for dtype, launch in _tiling.LAUNCH.items():
-        for option in (launch, *_tiling.VARIANTS[dtype]):
-            _tiling.check(option, dtype)
-    too_big = _tiling.DirectSumLaunch(2048, 1, 4)
+    assert tiling.shared_bytes(tiling.DirectSumLaunch(256, 2, 32), "float64") == 256 * 4 * 8
+    for dtype, launch in tiling.LAUNCH.items():
+        for option in (launch, *tiling.VARIANTS[dtype]):
+            tiling.check(option, dtype)
+    too_big = tiling.DirectSumLaunch(2048, 1, 4)
     with pytest.raises(ConfigError, match="nbody direct_kernel.*2048 threads.*65536 B of static shared"):
-        _tiling.check(too_big, "float64")
+        tiling.check(too_big, "float64")
     positions, masses = np.zeros((3, 8)), np.ones(8)
     acc = np.empty((3, 8))
     # The cupy backend checks before it compiles anything (no CuPy needed to refuse).

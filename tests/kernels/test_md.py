@@ -16,7 +16,7 @@ from _support import small, tolerance
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import md
-from hpcgpu.kernels.md import _cells
+from hpcgpu.kernels.md import cells
 
 DENSITY = 0.8442
 LATTICE = (4 / DENSITY) ** (1 / 3)  # fcc cube side at that density
@@ -445,13 +445,13 @@ def test_bad_input_names_the_parameter():
 
 
 def test_cell_grid():
-    assert _cells.grid((33.6, 33.6, 33.6), 2.8, 32000) == (11, 11, 11)
-    assert _cells.grid((5.0, 9.0, 30.0), 2.8, 100) == (1, 3, 10)
+    assert cells.grid((33.6, 33.6, 33.6), 2.8, 32000) == (11, 11, 11)
+    assert cells.grid((5.0, 9.0, 30.0), 2.8, 100) == (1, 3, 10)
     # A dilute gas in a huge box gets at most 2 cells per atom (>= 27).
-    nx, ny, nz = _cells.grid((1000.0, 1000.0, 1000.0), 1.0, 50)
+    nx, ny, nz = cells.grid((1000.0, 1000.0, 1000.0), 1.0, 50)
     assert nx * ny * nz <= 100 and min(nx, ny, nz) >= 1
     for x, expected in ((-0.5, 3), (10.0, 0), (7.4, 2), (-1e-17, 3), (9.999999999999998, 3)):
-        assert _cells.cell_coordinate(x, 10.0, 4) == expected
+        assert cells.cell_coordinate(x, 10.0, 4) == expected
 
 
 @pytest.mark.parametrize("name", ["numpy", "numba"])

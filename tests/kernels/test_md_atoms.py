@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hpcgpu.kernels import md
-from hpcgpu.kernels.md import _numba_atoms
+from hpcgpu.kernels.md import atoms_numba
 from hpcgpu.workloads import _md_setup as setup
 
 BOX = (7.0, 9.5, 11.25)
@@ -25,7 +25,7 @@ def test_verlet_drift_is_the_numpy_half_kick_drift_and_wrap_bitwise(dtype, rng):
     positions, velocities, forces, images = _atoms(rng, 3000, dtype)
     before = [a.copy() for a in (positions, velocities, forces, images)]
     dt = 0.3  # large: many atoms cross a face, some by more than one box
-    got = _numba_atoms.verlet_drift(positions, velocities, forces, images, BOX, dt)
+    got = atoms_numba.verlet_drift(positions, velocities, forces, images, BOX, dt)
     half = 0.5 * dt
     v = velocities + forces * half
     x, im = setup.wrap(np, BOX, positions + v * dt, images.copy())
@@ -55,9 +55,9 @@ def test_largest_displacement_is_the_same_on_numba_and_numpy(dtype, rng):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_verlet_kick_is_the_numpy_half_kick_bitwise(dtype, rng):
     _, velocities, forces, _ = _atoms(rng, 2000, dtype)
-    got = _numba_atoms.verlet_kick(velocities, forces[:, :2000], 0.005)
+    got = atoms_numba.verlet_kick(velocities, forces[:, :2000], 0.005)
     np.testing.assert_array_equal(got, velocities + forces * (0.5 * 0.005))
     assert got.dtype == dtype
     # a column slice (a domain's own atoms out of the forces on atoms and ghosts)
     wide = np.concatenate([forces, forces], axis=1)
-    np.testing.assert_array_equal(_numba_atoms.verlet_kick(velocities, wide[:, :2000], 0.005), got)
+    np.testing.assert_array_equal(atoms_numba.verlet_kick(velocities, wide[:, :2000], 0.005), got)

@@ -13,7 +13,7 @@ from _support import simulated, small, tolerance, usable_backend
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import nbody
-from hpcgpu.kernels.nbody import _numba, _tiling
+from hpcgpu.kernels.nbody import _numba, tiling
 
 EPS = {np.dtype("float32"): np.finfo(np.float32).eps, np.dtype("float64"): np.finfo(np.float64).eps}
 
@@ -238,12 +238,12 @@ def cuda_backend(request):
 
 @pytest.mark.parametrize("launch", [pytest.param(v, id=f"threads{v.threads}-tiles{v.min_tiles}-"
                                                           f"slices{v.max_slices}")
-                                    for v in _tiling.VARIANTS["float64"]])
+                                    for v in tiling.VARIANTS["float64"]])
 def test_every_cuda_launch_matches_numpy(cuda_backend, launch, rng):
     """Targets over more than one block, a partial last tile, several slices."""
     from hpcgpu.kernels.nbody import _cuda, _numpy
     dtypes = [np.dtype("float64")] if simulated() else [np.dtype("float32"), np.dtype("float64")]
-    length, _ = _tiling.slices(1, launch)
+    length, _ = tiling.slices(1, launch)
     # Under the simulator at most 150 bodies (it runs every thread in Python).
     n = min(launch.threads + length + launch.threads // 2 + 3, 150) if simulated() else 5000
     for dtype in dtypes:
@@ -263,7 +263,7 @@ def test_every_cuda_launch_matches_numpy(cuda_backend, launch, rng):
 
 def _tree_available():
     try:
-        from hpcgpu.kernels.nbody import _tree  # noqa: F401
+        from hpcgpu.kernels.nbody import tree  # noqa: F401
     except ImportError as error:
         return str(error)
     return ""
@@ -272,7 +272,7 @@ def _tree_available():
 def test_tree_method_agrees_with_direct(backend, rng):
     missing = _tree_available()
     if missing:
-        pytest.skip(f"hpcgpu.kernels.nbody._tree is not there yet ({missing})")
+        pytest.skip(f"hpcgpu.kernels.nbody.tree is not there yet ({missing})")
     positions, masses = random_bodies(rng, 600, np.float64)
     direct_acc, direct_pot = nbody.accelerations(positions, masses, softening=0.01, potential=True,
                                                  backend="numpy")

@@ -19,7 +19,7 @@ import pytest
 from _cuda_emulator import CpuKernel, compile_library
 from _support import tolerance
 
-from hpcgpu.kernels.nbody import _cupy, _numpy, _tiling
+from hpcgpu.kernels.nbody import _cupy, _numpy, tiling
 
 ALL_EXPRESSIONS = _cupy.NAME_EXPRESSIONS + _cupy.VARIANT_EXPRESSIONS
 DTYPES = [np.dtype("float32"), np.dtype("float64")]
@@ -51,12 +51,12 @@ def emulated(library, monkeypatch):
 def _launch_cases():
     return [pytest.param(launch, id=f"threads{launch.threads}-tiles{launch.min_tiles}-"
                                     f"slices{launch.max_slices}")
-            for launch in dict.fromkeys((_tiling.LAUNCH["float64"], *_tiling.VARIANTS["float64"]))]
+            for launch in dict.fromkeys((tiling.LAUNCH["float64"], *tiling.VARIANTS["float64"]))]
 
 
 def _size(launch):
     """Bodies for ``launch``: over two blocks, a partial last tile, and at least two slices."""
-    length, _ = _tiling.slices(1, launch)
+    length, _ = tiling.slices(1, launch)
     return max(2 * launch.threads, length) + launch.threads // 2 + 3
 
 
@@ -125,7 +125,7 @@ def test_default_entry_point(emulated, dtype, rng):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_sub_range_targets_are_bitwise_equal(emulated, dtype, rng):
     """A target's sums do not depend on the other targets of the call."""
-    launch = _tiling.VARIANTS[dtype.name][-1]
+    launch = tiling.VARIANTS[dtype.name][-1]
     n = _size(launch)
     positions, masses = _bodies(rng, n, dtype)
     acc, pot = np.empty((3, n), dtype), np.empty(n, dtype)
@@ -143,7 +143,7 @@ def test_coincident_bodies_without_softening_contribute_nothing(emulated, dtype)
     positions = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype)
     masses = np.array([1.0, 2.0, 4.0], dtype)
     acc, pot = np.empty((3, 3), dtype), np.empty(3, dtype)
-    emulated._direct(positions, positions, masses, 0.0, 1.0, 0, acc, pot, _tiling.VARIANTS[dtype.name][-1])
+    emulated._direct(positions, positions, masses, 0.0, 1.0, 0, acc, pot, tiling.VARIANTS[dtype.name][-1])
     np.testing.assert_allclose(acc[0], [4.0, 4.0, -3.0], rtol=1e-6)
     np.testing.assert_allclose(pot, [-4.0, -4.0, -3.0], rtol=1e-6)
     assert (acc[1:] == 0).all()
@@ -199,7 +199,7 @@ def test_the_emulator_catches_missing_and_divergent_barriers(tmp_path, rng):
 def test_every_kernel_is_instantiated_for_both_dtypes():
     for name in _cupy.KERNELS:
         assert f"__global__ void {name}(" in _cupy.KERNEL_SOURCE
-    for dtype_name, launch in _tiling.LAUNCH.items():
+    for dtype_name, launch in tiling.LAUNCH.items():
         for potential in (False, True):
             assert _cupy._direct_expression(dtype_name, launch.threads, potential) in _cupy.NAME_EXPRESSIONS
             assert _cupy._finalize_expression(dtype_name, potential) in _cupy.NAME_EXPRESSIONS
@@ -207,11 +207,11 @@ def test_every_kernel_is_instantiated_for_both_dtypes():
 
 
 def test_launches_fit_the_gpu():
-    for launch in {*_tiling.LAUNCH.values(), *(v for vs in _tiling.VARIANTS.values() for v in vs)}:
+    for launch in {*tiling.LAUNCH.values(), *(v for vs in tiling.VARIANTS.values() for v in vs)}:
         assert launch.threads % 32 == 0 and launch.threads <= 1024
         assert 1 <= launch.max_slices <= 65535 and launch.min_tiles >= 1
         for n in (2, 31, 1000, 16384, 10**6, 2**31 - 1):
-            length, count = _tiling.slices(n, launch)
+            length, count = tiling.slices(n, launch)
             assert length % launch.threads == 0 and length >= launch.min_tiles * launch.threads
             assert (count - 1) * length < n <= count * length
             assert count <= launch.max_slices

@@ -1,13 +1,13 @@
 """Barnes-Hut tree gravity: accuracy against direct summation, determinism,
-edge cases and input checks of ``hpcgpu.kernels.nbody._tree.tree``."""
+edge cases and input checks of ``hpcgpu.kernels.nbody.tree.tree``."""
 
 import importlib
 
 import numpy as np
 import pytest
 
-# The package namespace may hold other objects named ``_tree``: take the module.
-tree_module = importlib.import_module("hpcgpu.kernels.nbody._tree")
+# The package namespace may hold other objects named ``tree``: take the module.
+tree_module = importlib.import_module("hpcgpu.kernels.nbody.tree")
 tree = tree_module.tree
 
 EPS = 0.01  # softening of the accuracy tests (Henon units)

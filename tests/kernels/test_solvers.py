@@ -8,8 +8,8 @@ import pytest
 from _support import small, tolerance
 
 from hpcgpu.errors import ConfigError, ConvergenceError
-from hpcgpu.kernels.matrix._poisson import PoissonOperator
-from hpcgpu.kernels.matrix._solvers import CGResult, as_operator, conjugate_gradient
+from hpcgpu.kernels.matrix.poisson import PoissonOperator
+from hpcgpu.kernels.matrix.solvers import CGResult, as_operator, conjugate_gradient
 
 # Manufactured solutions per axis on [0, L]: f(s) and f''(s) in s = x / L.
 # A wall axis needs f(0) = f(1) = 0; a periodic one, f periodic. Neither is an

@@ -6,7 +6,7 @@ from _support import BOUNDARIES, SCALAR_BOUNDARIES, small, tolerance
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import stencil
-from hpcgpu.kernels.stencil import _numpy, _physics
+from hpcgpu.kernels.stencil import _numpy, physics
 
 
 def relative_error(result, reference, backend):
@@ -56,12 +56,12 @@ def test_diffuse_matches_numpy(fast_backend, dtype, boundary, rng):
 @pytest.mark.parametrize("kind, pad_args", [("periodic", dict(mode="wrap")), ("wall", dict(mode="edge")),
                                              ("dirichlet", dict(mode="constant", constant_values=1.75))])
 def test_numpy_diffusion_step_is_the_physics_update_operation_by_operation(dtype, kind, pad_args, rng):
-    """The reference evaluates ``_physics.diffusion_update`` (what the compiled backends
+    """The reference evaluates ``physics.diffusion_update`` (what the compiled backends
     run) term by term in its order, bitwise: the form that keeps the total."""
     field = rng.random((13, 10)).astype(dtype)
     padded = np.pad(field, 1, **pad_args)
     cx, cy = dtype.type(0.2), dtype.type(0.15)
-    expected = _physics.diffusion_update(field, padded[1:-1, :-2], padded[1:-1, 2:], padded[:-2, 1:-1],
+    expected = physics.diffusion_update(field, padded[1:-1, :-2], padded[1:-1, 2:], padded[:-2, 1:-1],
                                          padded[2:, 1:-1], cx, cy)
     bc = stencil.normalize_boundary(kind, allow_dirichlet=True)
     got = _numpy.diffuse(field.copy(), np.empty_like(field), 0.2, 0.15, 1, *bc, 1.75)
@@ -309,3 +309,61 @@ def test_bad_input_names_the_parameter():
     with pytest.raises(ConfigError, match="shares memory"):
         stencil.shallow_water_stage((good, good, good), (good, good, good), (good, np.ones((8, 8)), np.ones((8, 8))),
                                     a=0, b=1, c=1, f_corner=0.0, g=1.0, dx=1.0, dy=1.0, backend="numpy")
+
+
+def arakawa_reference(psi, zeta, dx, dy, wall_y):
+    """Arakawa's (1966) J written point by point from eq. 46 (float64; zero beyond a wall)."""
+    ny, nx = psi.shape
+
+    def at(f, j, i):
+        if wall_y and not 0 <= j < ny:
+            return 0.0
+        return float(f[j % ny, i % nx])
+
+    out = np.empty((ny, nx))
+    for j in range(ny):
+        for i in range(nx):
+            p = lambda dj, di: at(psi, j + dj, i + di)  # noqa: E731
+            z = lambda dj, di: at(zeta, j + dj, i + di)  # noqa: E731
+            j_pp = (p(0, 1) - p(0, -1)) * (z(1, 0) - z(-1, 0)) - (p(1, 0) - p(-1, 0)) * (z(0, 1) - z(0, -1))
+            j_px = (p(0, 1) * (z(1, 1) - z(-1, 1)) - p(0, -1) * (z(1, -1) - z(-1, -1))
+                    - p(1, 0) * (z(1, 1) - z(1, -1)) + p(-1, 0) * (z(-1, 1) - z(-1, -1)))
+            j_xp = (z(1, 0) * (p(1, 1) - p(1, -1)) - z(-1, 0) * (p(-1, 1) - p(-1, -1))
+                    - z(0, 1) * (p(1, 1) - p(-1, 1)) + z(0, -1) * (p(1, -1) - p(-1, -1)))
+            out[j, i] = (j_pp + j_px + j_xp) / (12.0 * dx * dy)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("boundary", ["periodic", ("periodic", "dirichlet")])
+def test_arakawa_jacobian_matches_the_pointwise_formula(backend, dtype, boundary, rng):
+    psi, zeta = (rng.standard_normal((12, 10)).astype(dtype) for _ in range(2))
+    expected = arakawa_reference(psi, zeta, 2.0, 3.0, wall_y=boundary != "periodic")
+    result = stencil.arakawa_jacobian(backend.asarray(psi), backend.asarray(zeta), dx=2.0, dy=3.0,
+                                      boundary=boundary, backend=backend)
+    # the pointwise formula sums in another order (and in float64): rounding apart
+    assert relative_error(result, expected, backend) <= {"float32": 1e-5, "float64": 1e-13}[dtype]
+
+
+def test_arakawa_jacobian_is_the_same_on_every_backend_bitwise(backend, rng):
+    psi, zeta = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
+    reference = stencil.arakawa_jacobian(psi, zeta, dx=1.0, dy=1.0, scale=-1.0, backend="numpy")
+    result = stencil.arakawa_jacobian(backend.asarray(psi), backend.asarray(zeta), dx=1.0, dy=1.0, scale=-1.0,
+                                      backend=backend)
+    np.testing.assert_array_equal(backend.to_host(result), reference)
+
+
+def test_arakawa_jacobian_conserves_the_sums_of_zeta_and_its_square(rng):
+    # sum J = 0 and sum zeta J = 0 on a periodic grid (Arakawa 1966): no spurious source of enstrophy
+    psi, zeta = rng.standard_normal((16, 16)), rng.standard_normal((16, 16))
+    jac = stencil.arakawa_jacobian(psi, zeta, dx=1.0, dy=1.0, backend="numpy")
+    scale = np.abs(jac).sum()
+    assert abs(jac.sum()) < 1e-12 * scale
+    assert abs((zeta * jac).sum()) < 1e-12 * scale * np.abs(zeta).max()
+    assert abs((psi * jac).sum()) < 1e-12 * scale * np.abs(psi).max()
+
+
+def test_arakawa_jacobian_refuses_a_wall_or_an_open_edge():
+    with pytest.raises(ConfigError, match=r"boundary \(south\) of the Arakawa Jacobian"):
+        stencil.arakawa_jacobian(np.zeros((8, 8)), np.zeros((8, 8)), dx=1.0, dy=1.0, boundary=("periodic", "wall"),
+                                 backend="numpy")

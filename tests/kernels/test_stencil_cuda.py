@@ -207,13 +207,13 @@ def test_multi_step_diffusion_pass_equals_one_step_launches(cuda_backend, bounda
     one block and taller than one strip, so halos cross block and strip
     edges, and 5 steps run passes and a remainder of one-step launches.
     """
-    from hpcgpu.kernels.stencil import _cuda, _cuda_diffusion, _numpy
+    from hpcgpu.kernels.stencil import _cuda, diffusion_cuda, _numpy
 
     bc = stencil.normalize_boundary(boundary, allow_dirichlet=True)
     field = rng.random((2 * steps_per_pass + 1, 37))
     value = float(rng.uniform(-2.0, 2.0))
-    launch = _cuda_diffusion.PassLaunch(steps_per_pass, steps_per_pass, 2 * steps_per_pass + 32)
-    assert _cuda_diffusion.fits(field.shape, launch)
+    launch = diffusion_cuda.PassLaunch(steps_per_pass, steps_per_pass, 2 * steps_per_pass + 32)
+    assert diffusion_cuda.fits(field.shape, launch)
 
     def run(multi_step):
         return cuda_backend.to_host(_cuda.diffuse(cuda_backend.asarray(field.copy()),
@@ -227,4 +227,4 @@ def test_multi_step_diffusion_pass_equals_one_step_launches(cuda_backend, bounda
         np.testing.assert_allclose(run(launch), one, rtol=1e-14, atol=1e-15)
     ref = _numpy.diffuse(field.copy(), np.empty_like(field), 0.2, 0.15, 5, *bc, value)
     np.testing.assert_allclose(one, ref, rtol=1e-12, atol=1e-14)
-    assert not _cuda_diffusion.fits((13, 41), _cuda_diffusion.PassLaunch(8, 8, 64))  # fewer than 2 T rows
+    assert not diffusion_cuda.fits((13, 41), diffusion_cuda.PassLaunch(8, 8, 64))  # fewer than 2 T rows

@@ -301,7 +301,7 @@ def test_diffuse_matches_numpy(emulated, boundary, dtype, shape, steps, rng):
 
 def test_diffusion_conserves_the_total_over_thousands_of_float32_steps(emulated, rng):
     """As ``test_stencil.py`` checks every backend: 2000 periodic float32 steps keep the
-    total to 4e-9 per step. The source evaluates ``_physics.diffusion_update``'s
+    total to 4e-9 per step. The source evaluates ``physics.diffusion_update``'s
     operations in its order, so (without contraction) it is bitwise the reference."""
     field = (1.0 + rng.random((64, 64))).astype(np.float32)
     steps = 2000

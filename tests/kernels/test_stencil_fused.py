@@ -68,7 +68,7 @@ def test_diffusion_sweeps_of_many_steps_equal_single_steps_bitwise(dtype, bounda
 
 
 def test_a_sweep_takes_as_many_steps_as_its_rings_fit_in_cache():
-    from hpcgpu.kernels.stencil._numba_diffusion import steps_per_sweep
+    from hpcgpu.kernels.stencil.diffusion_numba import steps_per_sweep
 
     assert steps_per_sweep(4096, 4) == 16
     assert steps_per_sweep(8192, 4) == 8
@@ -76,8 +76,8 @@ def test_a_sweep_takes_as_many_steps_as_its_rings_fit_in_cache():
     assert steps_per_sweep(16, 4) == 16
 
 
-@pytest.mark.parametrize("module", ["hpcgpu.kernels.stencil._numba_rk3", "hpcgpu.kernels.stencil._numba_diffusion",
-                                    "hpcgpu.kernels.md._numba_atoms"])
+@pytest.mark.parametrize("module", ["hpcgpu.kernels.stencil.fused_rk3_numba", "hpcgpu.kernels.stencil.diffusion_numba",
+                                    "hpcgpu.kernels.md.atoms_numba"])
 def test_each_fused_kernel_module_imports_first_on_its_own(module):
     import subprocess
     import sys

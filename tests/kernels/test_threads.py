@@ -4,7 +4,7 @@ import numba
 import numpy as np
 import pytest
 
-from hpcgpu.kernels import _threads, nbody, stencil
+from hpcgpu.kernels import threads, nbody, stencil
 
 needs_two = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one Numba thread: nothing to choose")
 
@@ -46,39 +46,39 @@ def test_a_call_site_times_both_settings_then_keeps_the_faster(monkeypatch):
     most = numba.config.NUMBA_NUM_THREADS
     seen = []
     clock = [0.0]
-    monkeypatch.setattr(_threads.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: clock[0])
     state = {"threads": most}
 
     def set_threads(n):
         state["threads"] = n
 
-    monkeypatch.setattr(_threads.numba, "set_num_threads", set_threads)
-    monkeypatch.setattr(_threads.numba, "get_num_threads", lambda: state["threads"])
+    monkeypatch.setattr(threads.numba, "set_num_threads", set_threads)
+    monkeypatch.setattr(threads.numba, "get_num_threads", lambda: state["threads"])
 
-    @_threads.adaptive_threads(key=lambda size: size)
+    @threads.adaptive_threads(key=lambda size: size)
     def kernel(size):
         used = state["threads"]
         seen.append(used)
         clock[0] += 1.0 if used == 1 else 3.0  # all threads are slower here (a loaded machine)
         return used
 
-    for _ in range(2 * _threads.TRIALS):
+    for _ in range(2 * threads.TRIALS):
         kernel(10)
-    assert sorted(seen) == [1] * _threads.TRIALS + [most] * _threads.TRIALS
+    assert sorted(seen) == [1] * threads.TRIALS + [most] * threads.TRIALS
     assert {kernel(10) for _ in range(5)} == {1}  # the faster one, from now on
     assert state["threads"] == most  # the caller's own setting is restored after every call
     clock[0] += 1000.0  # past the recheck: measured again
     seen.clear()
-    for _ in range(2 * _threads.TRIALS):
+    for _ in range(2 * threads.TRIALS):
         kernel(10)
     assert most in seen
-    assert kernel(99) in (1, most) and len(_threads.choices()) >= 1
+    assert kernel(99) in (1, most) and len(threads.choices()) >= 1
 
 
 def test_a_caller_that_set_its_own_thread_count_is_left_alone(monkeypatch):
     calls = []
 
-    @_threads.adaptive_threads(key=lambda: 0)
+    @threads.adaptive_threads(key=lambda: 0)
     def kernel():
         calls.append(numba.get_num_threads())
 

@@ -2,7 +2,7 @@
 
 The one-step kernel of ``_cuda`` reads and writes the whole field once per
 step, so it can at best run at the device's copy bandwidth. Here a pass
-advances ``steps`` (T) time steps, as ``_numba_diffusion`` does on the CPU:
+advances ``steps`` (T) time steps, as ``diffusion_numba`` does on the CPU:
 
 - a block of ``threads`` threads owns ``threads - 2 T`` output columns and a
   strip of ``rows`` output rows. Its threads march northwards together over
@@ -43,9 +43,9 @@ numpy_aliases_for_numba_cuda()
 
 from numba import cuda  # noqa: E402
 
-from hpcgpu.kernels import _launch_limits  # noqa: E402
-from hpcgpu.kernels._cuda_interop import on_device as _on_device  # noqa: E402
-from hpcgpu.kernels._cuda_interop import stream_of as _stream  # noqa: E402
+from hpcgpu.kernels import launch_limits  # noqa: E402
+from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
+from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC  # noqa: E402
 
 __all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "launch_problems", "shared_bytes", "multi_step_pass"]
@@ -87,7 +87,7 @@ def shared_bytes(launch, dtype):
 def launch_problems(launch, dtype):
     """Why ``launch`` can run on no grid in ``dtype`` (a thread block too big, too few output
     columns); empty if it can run on grids of at least ``2 T`` points a side."""
-    found = _launch_limits.problems(launch.threads, shared_bytes(launch, dtype))
+    found = launch_limits.problems(launch.threads, shared_bytes(launch, dtype))
     if launch.steps < 1 or launch.rows < 1:
         found.append(f"steps={launch.steps} and rows={launch.rows} must be at least 1")
     if launch.threads - 2 * launch.steps < 32:

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from hpcgpu.kernels._fpenv import flush_subnormals, restore_fp_mode
+from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC
 from hpcgpu.kernels.stencil._numba import _OPTS, diffuse_row, scalar_row
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hpcgpu.kernels import _launch_limits
+from hpcgpu.kernels import launch_limits
 
 
 class DirectSumLaunch(NamedTuple):
@@ -81,9 +81,9 @@ def shared_bytes(launch, dtype):
 
 def check(launch, dtype):
     """Raise :class:`~hpcgpu.errors.ConfigError` unless both kernels' blocks fit the GPU
-    (:mod:`.._launch_limits`): the direct sum's with its shared tile, and the finaliser's."""
-    _launch_limits.check("nbody direct_kernel", launch, launch.threads, shared_bytes(launch, dtype))
-    _launch_limits.check("nbody finalize_kernel", FINALIZE_THREADS, FINALIZE_THREADS)
+    (:mod:`..launch_limits`): the direct sum's with its shared tile, and the finaliser's."""
+    launch_limits.check("nbody direct_kernel", launch, launch.threads, shared_bytes(launch, dtype))
+    launch_limits.check("nbody finalize_kernel", FINALIZE_THREADS, FINALIZE_THREADS)
     if launch.min_tiles < 1 or launch.max_slices < 1:
         from hpcgpu.errors import ConfigError
         raise ConfigError(f"nbody launch={launch!r}: min_tiles and max_slices must be at least 1")

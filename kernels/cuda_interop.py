@@ -104,7 +104,7 @@ def _typed_class(base):
         return None
     return type(f"Typed{base.__name__}", (base,), {
         "_numba_type_": None,
-        "__doc__": f"A ``{base.__name__}`` whose Numba type was computed once (_cuda_interop).",
+        "__doc__": f"A ``{base.__name__}`` whose Numba type was computed once (cuda_interop).",
         "__module__": __name__})
 
 
