@@ -20,7 +20,7 @@ import numpy as np
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_float, check_int
 
-__all__ = ["geometry", "fcc_lattice", "wrap", "atom_ids", "stream_key", "gaussians", "maxwell_boltzmann",
+__all__ = ["geometry", "fcc_lattice", "atom_ids", "stream_key", "gaussians", "maxwell_boltzmann",
            "lj_pair_energy", "tail_corrections", "STREAM_VELOCITIES", "STREAM_LANGEVIN"]
 
 STREAM_VELOCITIES = 1
@@ -80,23 +80,6 @@ def fcc_lattice(cells, box):
     grid = np.stack(np.meshgrid(*(np.arange(c) for c in cells), indexing="ij"), axis=-1).reshape(-1, 1, 3)
     points = (grid + basis[None, :, :]).reshape(-1, 3)
     return np.ascontiguousarray((points * (np.asarray(box, float) / np.asarray(cells, float))).T)
-
-
-def wrap(xp, box, positions, images):
-    """Wrap positions ``(3, N)`` into ``[0, L)`` in place, adding the images crossed to ``images``.
-
-    Returns ``(positions, images)``; ``positions + images * box`` is unchanged
-    (to rounding).
-    """
-    for axis, length in enumerate(box):
-        x = positions[axis]
-        shift = xp.floor(x * (1.0 / length))
-        x -= shift * length
-        # x just below 0 can round to exactly L
-        over = (x >= length).astype(x.dtype)
-        x -= over * length
-        images[axis] += (shift + over).astype(np.int64)
-    return positions, images
 
 
 def atom_ids(backend, ids, n):

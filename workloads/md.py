@@ -257,7 +257,7 @@ class LennardJones(DomainMethods, DiagnosticMethods):
             raise ConfigError(f"velocities must have shape (3, {n}) (rows x, y, z); got {velocities.shape}")
         check_finite_array("velocities", velocities)
         origins = positions.copy()
-        positions, images = setup.wrap(xp, self.box, positions.copy(), xp.zeros((3, n), dtype=np.int64))
+        positions, images = md_kernels.wrap_into_box(xp, self.box, positions.copy(), xp.zeros((3, n), dtype=np.int64))
         neighbors = self.neighbor_list(positions)
         pairs.check_overlaps(self.backend, self.box, positions, neighbors, ids, MIN_DISTANCE)
         forces, energies, virials = self.forces(positions, neighbors)
@@ -365,7 +365,7 @@ class LennardJones(DomainMethods, DiagnosticMethods):
         noise = setup.gaussians(xp, key, state.ids).astype(self.dtype)
         velocities = c1 * velocities + math.sqrt((1.0 - c1 * c1) * self.temperature) * noise
         positions = positions + velocities * half
-        positions, images = setup.wrap(self.backend.xp, self.box, positions, state.images.copy())
+        positions, images = md_kernels.wrap_into_box(self.backend.xp, self.box, positions, state.images.copy())
         return replace(state, positions=positions, velocities=velocities, images=images, step=state.step + 1)
 
     def kick_block(self, state, dt):

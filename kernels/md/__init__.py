@@ -64,6 +64,7 @@ import numpy as np
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.md.verlet import FAST_PATHS, PreparedLJForces, verlet_drift, verlet_kick
+from hpcgpu.kernels.md.verlet import wrap as wrap_into_box
 from hpcgpu.validation import check_finite_array, check_float, check_int
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "PreparedLJForces",
     "verlet_drift",
     "verlet_kick",
+    "wrap_into_box",
     "FAST_PATHS",
 ]
 

@@ -5,7 +5,6 @@ import pytest
 
 from hpcgpu.kernels import md
 from hpcgpu.kernels.md import atoms_numba
-from hpcgpu.workloads import _md_setup as setup
 
 BOX = (7.0, 9.5, 11.25)
 
@@ -28,7 +27,7 @@ def test_verlet_drift_is_the_numpy_half_kick_drift_and_wrap_bitwise(dtype, rng):
     got = atoms_numba.verlet_drift(positions, velocities, forces, images, BOX, dt)
     half = 0.5 * dt
     v = velocities + forces * half
-    x, im = setup.wrap(np, BOX, positions + v * dt, images.copy())
+    x, im = md.wrap_into_box(np, BOX, positions + v * dt, images.copy())
     for name, a, b in zip(("positions", "velocities", "images"), got, (x, v, im)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b, err_msg=name)
