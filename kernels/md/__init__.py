@@ -37,6 +37,9 @@ Public functions (validation once, dispatch on ``backend=``):
 shift=True, backend)`` -> ``(forces (3, N), potential_energy, virial)``
 ``lj_forces_all_pairs(positions, box, *, cutoff, ...)``: the same without a
     list, O(N^2): the reference.
+``cell_order(positions, box, *, radius, backend)`` -> int64 permutation that
+    lists the atoms cell by cell (:mod:`.sorting`): a model reorders its
+    atoms with it now and then, so that neighbours stay close in memory.
 
 Each backend file (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``) exports::
 
@@ -63,6 +66,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.md.sorting import cell_order
 from hpcgpu.kernels.md.verlet import FAST_PATHS, PreparedLJForces, verlet_drift, verlet_kick
 from hpcgpu.kernels.md.verlet import wrap as wrap_into_box
 from hpcgpu.validation import check_finite_array, check_float, check_int
@@ -80,6 +84,7 @@ __all__ = [
     "verlet_drift",
     "verlet_kick",
     "wrap_into_box",
+    "cell_order",
     "FAST_PATHS",
 ]
 

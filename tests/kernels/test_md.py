@@ -471,3 +471,43 @@ def test_a_list_of_the_first_rows_equals_the_full_list_with_the_other_rows_empty
                                       np.sort(np.asarray(full.neighbors)[i, :counts[i]]))
     with pytest.raises(ConfigError, match="rows must be <= 400"):
         kernels.build_neighbor_list(x, box, cutoff=2.0, skin=0.3, rows=401, backend=name)
+
+
+def test_cell_order_lists_the_atoms_cell_by_cell(backend, dtype, rng):
+    x, box = configuration(rng, 3, dtype, 1.2, 0.3)
+    radius = 1.5
+    order = _host(md.cell_order(backend.asarray(x), box, radius=radius, backend=backend))
+    n = x.shape[1]
+    assert order.dtype == np.int64 and sorted(order.tolist()) == list(range(n))
+    nx, ny, nz = cells.grid(box, radius, n)
+    cell = [cells.cell_coordinate(float(x[0, i]), box[0], nx)
+            + nx * (cells.cell_coordinate(float(x[1, i]), box[1], ny)
+                    + ny * cells.cell_coordinate(float(x[2, i]), box[2], nz)) for i in range(n)]
+    # cell by cell, and within a cell in increasing index (stable)
+    keys = [(cell[i], i) for i in order.tolist()]
+    assert keys == sorted(keys)
+    # the forces of the reordered atoms are the forces of the atoms, reordered (to rounding)
+    nl = md.build_neighbor_list(x, box, cutoff=1.2, skin=0.3, backend="numpy")
+    reference = md.lj_forces(x, box, nl, cutoff=1.2, backend="numpy")[0]
+    sorted_x = np.ascontiguousarray(x[:, order])
+    sorted_nl = md.build_neighbor_list(sorted_x, box, cutoff=1.2, skin=0.3, backend="numpy")
+    forces = md.lj_forces(sorted_x, box, sorted_nl, cutoff=1.2, backend="numpy")[0]
+    # another order of summation: the tolerance of a backend that sums in its own order
+    assert relative(forces, reference[:, order].astype(np.float64)) <= tolerance("numba", dtype)
+    # sorting sorted atoms changes nothing
+    again = _host(md.cell_order(backend.asarray(sorted_x), box, radius=radius, backend=backend))
+    assert again.tolist() == list(range(n))
+
+
+def test_cell_order_names_bad_input():
+    x = np.zeros((3, 4))
+    with pytest.raises(ConfigError, match="radius"):
+        md.cell_order(x, (5.0, 5.0, 5.0), radius=0.0, backend="numpy")
+    with pytest.raises(ConfigError, match="box"):
+        md.cell_order(x, (5.0, 5.0), radius=1.0, backend="numpy")
+    with pytest.raises(ConfigError, match="box side Ly"):
+        md.cell_order(x, (5.0, -1.0, 5.0), radius=1.0, backend="numpy")
+    with pytest.raises(ConfigError, match=r"shape \(3, N\)"):
+        md.cell_order(np.zeros((2, 4)), (5.0, 5.0, 5.0), radius=1.0, backend="numpy")
+    with pytest.raises(ConfigError, match="positions"):
+        md.cell_order(np.full((3, 4), np.nan), (5.0, 5.0, 5.0), radius=1.0, backend="numpy")
