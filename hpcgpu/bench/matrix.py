@@ -62,28 +62,19 @@ def _relative_error(backend, c, a, b):
 
 
 def _cublas_rate(backend, a, b, c, budget_s):
-    """flops/s of plain ``cupy.dot`` (cuBLAS) with full-precision float32."""
-    import cupy
+    """flops/s of plain ``cupy.dot`` (cuBLAS) with full-precision float32: the ``cupy`` backend's
+    raw ``matmul`` without TF32."""
+    from hpcgpu.kernels.matrix import raw_kernels
 
-    from hpcgpu.kernels.matrix import _cupy
-
-    api = _cupy._compute_type_api()
-    dtype = np.dtype(a.dtype)
-    previous = api[0](dtype) if api else None
-    if api:
-        api[1](dtype, api[2])
-    try:
-        durations = measure(lambda: cupy.dot(a, b, out=c), synchronize=backend.synchronize,
-                            budget_s=budget_s, min_repeats=3)
-    finally:
-        if api:
-            api[1](dtype, previous)
+    cublas = raw_kernels("cupy").matmul
+    durations = measure(lambda: cublas(a, b, c, False), synchronize=backend.synchronize,
+                        budget_s=budget_s, min_repeats=3)
     return 2.0 * a.shape[0] ** 3 / float(np.median(durations))
 
 
 def gemm(recorder, backend, dtype, n, steps, budget_s, *, allow_tf32=False, cache=None):
     """One ``gemm`` (or ``gemm_tf32``) line for ``backend``."""
-    from hpcgpu.kernels.matrix import matmul
+    from hpcgpu.kernels.matrix import matmul, raw_kernels
 
     dtype = np.dtype(dtype)
     host_a, host_b = _gemm_operands(backend, n, dtype)
@@ -95,11 +86,9 @@ def gemm(recorder, backend, dtype, n, steps, budget_s, *, allow_tf32=False, cach
     extra = {"gflops": rate / 1e9, "relative_error": _relative_error(backend, c, host_a, host_b),
              "allow_tf32": allow_tf32}
     if backend.name == "numba":
-        from hpcgpu.kernels.matrix import _numba
-        extra["blas"] = _numba.BLAS
+        extra["blas"] = raw_kernels(backend).BLAS
     if backend.name == "cuda":
-        from hpcgpu.kernels.matrix import _cuda
-        extra["tiles"] = _cuda.LAUNCH[dtype.name]._asdict()
+        extra["tiles"] = raw_kernels(backend).LAUNCH[dtype.name]._asdict()
     if backend.on_gpu and not backend.simulated:
         key = (n, dtype.name)
         if cache is not None and key not in cache:
@@ -175,11 +164,14 @@ def _gemm_tf32(recorder, backend, dtype, n, steps, budget_s, *, cache=None):
 
 
 def gemm_tiles(recorder, backend, dtype, n, steps, budget_s, *, cache=None):
-    """``gemm_tiles`` lines: the ``cuda`` backend's other tile sizes (``_cuda.VARIANTS`` of
-    at least 32 x 32), timed on the kernel itself, to choose ``_cuda.LAUNCH`` on a GPU."""
+    """``gemm_tiles`` lines: the ``cuda`` backend's other tile sizes (``VARIANTS`` of at least
+    32 x 32 in :func:`hpcgpu.kernels.matrix.raw_kernels`), timed on the kernel itself, to choose
+    its ``LAUNCH`` on a GPU."""
     if backend.name != "cuda" or backend.simulated:
         return None
-    from hpcgpu.kernels.matrix import _cuda
+    from hpcgpu.kernels.matrix import raw_kernels
+
+    kernels = raw_kernels(backend)
 
     dtype = np.dtype(dtype)
     host_a, host_b = _gemm_operands(backend, n, dtype)
@@ -189,10 +181,10 @@ def gemm_tiles(recorder, backend, dtype, n, steps, budget_s, *, cache=None):
     if cache is not None and key not in cache:
         cache[key] = _cublas_rate(backend, a, b, c, budget_s)
     results = []
-    for launch in _cuda.VARIANTS:
+    for launch in kernels.VARIANTS:
         if min(launch.block_m, launch.block_n) < 32:
             continue
-        durations = measure(lambda: _cuda.gemm(a, b, c, launch), synchronize=backend.synchronize,
+        durations = measure(lambda: kernels.gemm(a, b, c, launch), synchronize=backend.synchronize,
                             budget_s=budget_s, min_repeats=2)
         rate = 2.0 * n**3 / float(np.median(durations))
         extra = {"gflops": rate / 1e9, "tiles": launch._asdict(),

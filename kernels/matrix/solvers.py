@@ -33,6 +33,8 @@ import numpy as np
 
 from hpcgpu.backends import Backend, get_backend
 from hpcgpu.errors import ConfigError, ConvergenceError
+from hpcgpu.kernels.matrix.csr import CSRMatrix
+from hpcgpu.kernels.matrix.ops import spmv
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["CGResult", "conjugate_gradient", "as_operator"]
@@ -97,8 +99,7 @@ def as_operator(matrix, backend=None):
     """
     if callable(getattr(matrix, "matvec", None)):
         return matrix
-    csr = _csr_class()
-    if csr is not None and isinstance(matrix, csr):
+    if isinstance(matrix, CSRMatrix):
         return _CSROperator(matrix, get_backend(backend) if backend is not None else _backend_of(matrix.data))
     sparse = sys.modules.get("scipy.sparse")
     if sparse is not None and sparse.issparse(matrix):
@@ -317,14 +318,6 @@ def _preconditioner(kind, operator, xp, dtype):
     return lambda r: r * inverse.reshape(r.shape)
 
 
-def _csr_class():
-    try:
-        from hpcgpu.kernels.matrix import CSRMatrix
-    except ImportError:
-        return None
-    return CSRMatrix
-
-
 class _MatrixOperator:
     """A dense or scipy.sparse matrix as an operator."""
 
@@ -347,8 +340,6 @@ class _CSROperator:
         self.shape, self.dtype = tuple(matrix.shape), np.dtype(matrix.data.dtype)
 
     def matvec(self, x):
-        from hpcgpu.kernels.matrix import spmv
-
         return spmv(self.matrix, x.reshape(-1), backend=self.backend).reshape(x.shape)
 
     def diagonal(self):
