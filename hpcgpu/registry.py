@@ -6,7 +6,7 @@ Core imports no workload. Each model declares itself once, in a small
 its ``pyproject.toml``::
 
     [project.entry-points."hpcgpu.workloads"]
-    weather = "hpcgpu.workloads.weather_workload:WORKLOAD"
+    weather = "hpcgpu.workloads.weather.workload:WORKLOAD"
 
 and a user's own model plugs in the same way from its own package: once it
 is installed, ``hpcgpu run NAME``, ``hpcgpu plan NAME`` (when it declares a

@@ -13,7 +13,8 @@ from hpcgpu import Simulation
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.io import ZarrWriter
 from hpcgpu.kernels import md as md_kernels
-from hpcgpu.workloads import _md_pairs, _md_setup
+from hpcgpu.workloads.md import pairs as md_pairs
+from hpcgpu.workloads.md import setup as md_setup
 from hpcgpu.workloads.md import LennardJones, XYZWriter, tail_corrections
 
 # The standard LJ liquid of the NVE checks: fcc at rho = 0.8442 melting from T = 1.44.
@@ -52,7 +53,7 @@ def test_fcc_lattice_fills_the_box_at_the_density():
     shells = r[g > 0]
     # fcc shells at a / sqrt(2), a, a sqrt(3/2): 12, 6 and 24 neighbours
     assert abs(shells.min() - side / math.sqrt(2)) < 0.01
-    distances, _, _ = _md_pairs.closest_pair(np, model.box, state.positions, state.neighbors)
+    distances, _, _ = md_pairs.closest_pair(np, model.box, state.positions, state.neighbors)
     assert math.isclose(distances, side / math.sqrt(2), rel_tol=1e-12)
 
 
@@ -237,14 +238,14 @@ def test_langevin_noise_depends_only_on_seed_step_and_atom_id():
 
 def test_counter_based_gaussians_are_standard_normal_and_independent():
     ids = np.arange(300_000)
-    first = _md_setup.gaussians(np, _md_setup.stream_key(3, _md_setup.STREAM_LANGEVIN, 10), ids)
-    second = _md_setup.gaussians(np, _md_setup.stream_key(3, _md_setup.STREAM_LANGEVIN, 11), ids)
+    first = md_setup.gaussians(np, md_setup.stream_key(3, md_setup.STREAM_LANGEVIN, 10), ids)
+    second = md_setup.gaussians(np, md_setup.stream_key(3, md_setup.STREAM_LANGEVIN, 11), ids)
     assert first.shape == (3, ids.size) and first.dtype == np.float64
     assert np.abs(first.mean(axis=1)).max() < 0.01 and np.abs(first.std(axis=1) - 1).max() < 0.01
     assert abs((first**4).mean() - 3) < 0.05
     correlations = np.corrcoef(np.concatenate([first, second]))
     assert np.abs(correlations - np.eye(6)).max() < 0.01
-    subset = _md_setup.gaussians(np, _md_setup.stream_key(3, _md_setup.STREAM_LANGEVIN, 10), ids[::7])
+    subset = md_setup.gaussians(np, md_setup.stream_key(3, md_setup.STREAM_LANGEVIN, 10), ids[::7])
     assert np.array_equal(subset, first[:, ::7])
 
 
@@ -309,7 +310,7 @@ def test_shifted_and_truncated_potentials_differ_by_the_pair_count_times_u_rc():
     r, g = shifted.rdf(state, bins=1, r_max=2.5)
     pairs = g[0] * state.size * (state.size - 1) / shifted.volume * 4 / 3 * math.pi * 2.5**3 / 2
     difference = truncated.diagnostics(other)["potential_energy"] - shifted.diagnostics(state)["potential_energy"]
-    assert math.isclose(difference, pairs * _md_setup.lj_pair_energy(2.5), rel_tol=1e-9)
+    assert math.isclose(difference, pairs * md_setup.lj_pair_energy(2.5), rel_tol=1e-9)
     assert np.array_equal(other.forces, state.forces)
 
 

@@ -8,7 +8,7 @@ from _support import small, tolerance
 
 from hpcgpu import Simulation
 from hpcgpu.errors import BackendUnavailable, ConfigError, UnstableSimulation
-from hpcgpu.workloads import _weather_cases
+from hpcgpu.workloads.weather import cases as weather_cases
 from hpcgpu.workloads.weather import RK3_CFL_LIMIT, ShallowWater
 
 
@@ -51,7 +51,7 @@ def _frequency(model, periods=2.0, cfl=0.2):
     """
     state = model.initial_state()
     dt = model.suggested_dt(state, cfl)
-    omega_true = _weather_cases.gravity_wave_frequency(model.params, model.case_parameters, model.grid.Lx)
+    omega_true = weather_cases.gravity_wave_frequency(model.params, model.case_parameters, model.grid.Lx)
     steps = int(periods * 2 * math.pi / omega_true / dt)
     stepper = model.stepper(dt)
     times, values = [], []

@@ -16,7 +16,7 @@ def grid_points(model):
 
 WORKLOAD = Workload(
     name="vorticity",
-    cli="hpcgpu.workloads.vorticity_cli",
+    cli="hpcgpu.workloads.vorticity.cli",
     time_unit="s",
     conserved=("energy", "enstrophy"),
     grid_points=grid_points,

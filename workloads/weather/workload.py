@@ -17,8 +17,8 @@ def grid_points(model):
 
 WORKLOAD = Workload(
     name="weather",
-    cli="hpcgpu.workloads.weather_cli",
-    plan="hpcgpu.workloads.weather_cost:WeatherCost",
+    cli="hpcgpu.workloads.weather.cli",
+    plan="hpcgpu.workloads.weather.cost:WeatherCost",
     plan_sizes=("nx", "ny"),
     plan_options=(
         PlanOption("nx", int, "weather: grid cells along x"),

@@ -33,7 +33,7 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.nbody import prepare_gravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
-from hpcgpu.workloads import _astro_cases as cases
+from hpcgpu.workloads.astro import cases
 
 __all__ = ["NBody", "NBodyState", "CASES", "INTEGRATORS", "kepler_period", "kepler_orbit"]
 

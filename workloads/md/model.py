@@ -27,7 +27,7 @@ Each step is split into :meth:`LennardJones.drift_block` (the part before
 the forces: every atom on its own) and :meth:`LennardJones.kick_block`
 (neighbour list, forces, the last half kick). The Gaussian numbers R of the
 O step are a pure function of ``(seed, step, atom id)`` (see
-:mod:`hpcgpu.workloads._md_setup`), so that a partitioned run gives every
+:mod:`hpcgpu.workloads.md.setup`), so that a partitioned run gives every
 atom the noise the single-partition run gives it.
 
 Forces come from :mod:`hpcgpu.kernels.md` with a full Verlet neighbour list
@@ -61,12 +61,12 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import md as md_kernels
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
-from hpcgpu.workloads import _md_output as output
-from hpcgpu.workloads import _md_pairs as pairs
-from hpcgpu.workloads import _md_setup as setup
-from hpcgpu.workloads._md_diagnostics import DiagnosticMethods
-from hpcgpu.workloads._md_domains import DomainMethods
-from hpcgpu.workloads._md_output import XYZWriter
+from hpcgpu.workloads.md import output
+from hpcgpu.workloads.md import pairs
+from hpcgpu.workloads.md import setup
+from hpcgpu.workloads.md.diagnostics import DiagnosticMethods
+from hpcgpu.workloads.md.domains import DomainMethods
+from hpcgpu.workloads.md.output import XYZWriter
 
 __all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE",
            "tail_corrections"]
@@ -412,7 +412,7 @@ class LennardJones(DomainMethods, DiagnosticMethods):
 
     # -- output -------------------------------------------------------------------------------
     def to_dataset(self, state, time=None):
-        """The atoms as an ``xarray.Dataset`` (dimensions ``axis``, ``atom``; see :func:`_md_output.dataset`)."""
+        """The atoms as an ``xarray.Dataset`` (dimensions ``axis``, ``atom``; see :func:`hpcgpu.workloads.md.output.dataset`)."""
         return output.dataset(self, state, time)
 
     def attributes(self):

@@ -11,8 +11,8 @@ __all__ = ["WORKLOAD"]
 
 WORKLOAD = Workload(
     name="astro",
-    cli="hpcgpu.workloads.astro_cli",
-    plan="hpcgpu.workloads.astro_cost:NBodyCost",
+    cli="hpcgpu.workloads.astro.cli",
+    plan="hpcgpu.workloads.astro.cost:NBodyCost",
     plan_name="nbody",
     plan_sizes=("bodies",),
     plan_options=(PlanOption("bodies", float, "nbody: number of bodies", count=True),),

@@ -47,8 +47,8 @@ from hpcgpu.kernels.matrix import PoissonOperator, conjugate_gradient
 from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
-from hpcgpu.workloads import _vorticity_cases as cases
-from hpcgpu.workloads.weather_grid import Grid
+from hpcgpu.workloads.vorticity import cases
+from hpcgpu.workloads.weather.grid import Grid
 
 __all__ = ["BarotropicVorticity", "VorticityState", "VorticityParams", "CASES", "SOLVERS",
            "RK3_CFL_LIMIT", "rossby_wave_frequency"]
@@ -114,7 +114,7 @@ def rossby_wave_frequency(model, discrete=False):
 
     ``discrete=False``: the continuous equation's ``-beta k / (k**2 + l**2)``;
     ``discrete=True``: the semi-discrete scheme's (see
-    :func:`hpcgpu.workloads._vorticity_cases.rossby_wave_frequency`).
+    :func:`hpcgpu.workloads.vorticity.cases.rossby_wave_frequency`).
 
     Examples
     --------

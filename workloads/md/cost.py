@@ -1,6 +1,6 @@
 """The cost model of the Lennard-Jones (md) model for ``hpcgpu plan``: bytes, flops, messages and memory per step.
 
-Declared to the registry by :mod:`hpcgpu.workloads.md_workload` (``plan=``); the
+Declared to the registry by :mod:`hpcgpu.workloads.md.workload` (``plan=``); the
 terms and helpers it builds on live in :mod:`hpcgpu.plan.workload_costs`.
 """
 

@@ -29,9 +29,9 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import OPEN, WALL
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float
-from hpcgpu.workloads import _weather_cases as cases
-from hpcgpu.workloads._weather_stepper import STAGE_REACH, HostArrayPool, ShallowWaterStepper, spare_rows_base
-from hpcgpu.workloads.weather_grid import Grid
+from hpcgpu.workloads.weather import cases
+from hpcgpu.workloads.weather.stepper import STAGE_REACH, HostArrayPool, ShallowWaterStepper, spare_rows_base
+from hpcgpu.workloads.weather.grid import Grid
 
 __all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
 
@@ -122,7 +122,7 @@ class ShallowWater:
     Lx, Ly : float, optional
         Domain size (m); defaults from the case.
     boundary : str or tuple, optional
-        Grid boundary (see :class:`hpcgpu.workloads.weather_grid.Grid`); default from the case.
+        Grid boundary (see :class:`hpcgpu.workloads.weather.grid.Grid`); default from the case.
     **params
         Overrides of :class:`ShallowWaterParams` fields and of the case's own
         parameters (e.g. ``jet_speed``, ``amplitude``, ``wavenumber``).

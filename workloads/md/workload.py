@@ -10,8 +10,8 @@ __all__ = ["WORKLOAD"]
 
 WORKLOAD = Workload(
     name="md",
-    cli="hpcgpu.workloads.md_cli",
-    plan="hpcgpu.workloads.md_cost:MolecularDynamicsCost",
+    cli="hpcgpu.workloads.md.cli",
+    plan="hpcgpu.workloads.md.cost:MolecularDynamicsCost",
     plan_sizes=("atoms",),
     plan_options=(
         PlanOption("atoms", float, "md: number of atoms (1e7 is accepted)", count=True),

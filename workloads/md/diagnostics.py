@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from hpcgpu.workloads._md_setup import tail_corrections
+from hpcgpu.workloads.md.setup import tail_corrections
 
 __all__ = ["DiagnosticMethods", "OMEGA_PER_ROOT_FORCE"]
 

@@ -1,6 +1,6 @@
 """The cost model of direct-sum gravity (the astro model, ``hpcgpu plan nbody``) for ``hpcgpu plan``: bytes, flops, messages and memory per step.
 
-Declared to the registry by :mod:`hpcgpu.workloads.astro_workload` (``plan=``); the
+Declared to the registry by :mod:`hpcgpu.workloads.astro.workload` (``plan=``); the
 terms and helpers it builds on live in :mod:`hpcgpu.plan.workload_costs`.
 """
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.workloads._md_setup import lj_pair_energy
+from hpcgpu.workloads.md.setup import lj_pair_energy
 
 __all__ = ["pair_chunks", "closest_pair", "check_overlaps", "radial_distribution"]
 

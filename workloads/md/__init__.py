@@ -1,0 +1,40 @@
+"""The Lennard-Jones molecular-dynamics model, one folder: what each module holds.
+
+- :mod:`~hpcgpu.workloads.md.model`: :class:`LennardJones` (state, velocity-Verlet
+  step, thermostat); its docstring states the equations and links to the NumPy
+  reference that is their statement;
+- :mod:`~hpcgpu.workloads.md.domains`: the slab decomposition's side of the model
+  (ghosts, migration), an object the model holds;
+- :mod:`~hpcgpu.workloads.md.diagnostics`: energies, temperature, pressure, MSD,
+  an object the model holds;
+- :mod:`~hpcgpu.workloads.md.setup`: lattice, counter-based random numbers,
+  velocities, tail corrections;
+- :mod:`~hpcgpu.workloads.md.pairs`: pair distances (closest pair, overlaps, g(r));
+- :mod:`~hpcgpu.workloads.md.output`: extended-XYZ trajectories and datasets;
+- :mod:`~hpcgpu.workloads.md.cli`, :mod:`~hpcgpu.workloads.md.cost`:
+  ``hpcgpu run md`` and its ``hpcgpu plan`` cost model;
+- :mod:`~hpcgpu.workloads.md.workload`: its declaration to the registry.
+
+Names load on first use (PEP 562): the registry imports
+:mod:`~hpcgpu.workloads.md.workload` to read the declaration, and that
+must not import the physics.
+"""
+
+import importlib
+
+__all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE", "tail_corrections"]
+
+_HOME = {**dict.fromkeys(__all__, "model"), **{"DEFAULT_DENSITY": "model"}}
+"""The module each public name lives in."""
+
+
+def __getattr__(name):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME))

@@ -1,0 +1,35 @@
+"""The shallow-water weather model, one folder: what each module holds.
+
+- :mod:`~hpcgpu.workloads.weather.model`: :class:`ShallowWater` (state, step,
+  diagnostics, partitioning); its docstring states the equations and links to
+  the NumPy reference step that is their statement;
+- :mod:`~hpcgpu.workloads.weather.stepper`: the SSP-RK3 time stepper and its buffers;
+- :mod:`~hpcgpu.workloads.weather.grid`: the Arakawa C-grid (shared with the vorticity model);
+- :mod:`~hpcgpu.workloads.weather.cases`: the named initial conditions;
+- :mod:`~hpcgpu.workloads.weather.cli`, :mod:`~hpcgpu.workloads.weather.cost`:
+  ``hpcgpu run weather`` and its ``hpcgpu plan`` cost model;
+- :mod:`~hpcgpu.workloads.weather.workload`: its declaration to the registry.
+
+Names load on first use (PEP 562): the registry imports
+:mod:`~hpcgpu.workloads.weather.workload` to read the declaration, and that
+must not import the physics.
+"""
+
+import importlib
+
+__all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
+
+_HOME = {**dict.fromkeys(__all__, "model"), **{"STAGE_REACH": "stepper", "Grid": "grid"}}
+"""The module each public name lives in."""
+
+
+def __getattr__(name):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME))
