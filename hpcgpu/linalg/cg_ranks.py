@@ -64,7 +64,9 @@ __all__ = ["CGPart", "CGJob", "CGRankResult", "split", "solve_task", "abort_on_w
            "TIMEOUT_S"]
 
 STALL_WINDOW = 100
-"""Iterations without a 1 % drop of the best residual that count as a stall."""
+"""Iterations without a 1 % drop of the best residual, and without a fall of the A-norm error
+beyond rounding, that count as a stall (as in :func:`hpcgpu.kernels.matrix.conjugate_gradient`:
+CG's residual may rise for hundreds of iterations while the error it minimises falls)."""
 TIMEOUT_S = DEFAULT_TIMEOUT_S
 """Longest wait of a rank for one message, in seconds (a hung or lost peer; not the solve's length)."""
 
@@ -199,6 +201,8 @@ def _cg_rank(comm, part, x, r, job):
     for source, where in neighbours.slices.items():
         full[where] = ghosts[source]
     k, best, best_at, history, failure = job.start, job.best, job.best_at, [], None
+    # sum of alpha (r . z) since the round began: the fall of ||e||_A^2, the same on every rank
+    energy, rounding = [0.0], float(np.finfo(r.dtype).eps)
     while True:
         spmv(A, full, out=q, backend=backend)
         pq = _sum_over_ranks(comm, dot(p, q, backend=backend))
@@ -216,6 +220,7 @@ def _cg_rank(comm, part, x, r, job):
         rz_new, rr, ghosts = share_residual()
         k += 1
         history.append(math.sqrt(max(rr, 0.0)) / job.b_norm)
+        energy.append(energy[-1] + alpha * rz)
         if not (math.isfinite(history[-1]) and math.isfinite(rz_new)):
             failure = "the residual is not finite"
             break
@@ -223,7 +228,7 @@ def _cg_rank(comm, part, x, r, job):
             break
         if history[-1] < 0.99 * best:
             best, best_at = history[-1], k
-        elif k - best_at >= STALL_WINDOW:
+        elif k - best_at >= STALL_WINDOW and _error_stalled(energy, STALL_WINDOW, rounding):
             failure = f"stalled: no 1 % progress in the last {STALL_WINDOW} iterations"
             break
         if k >= job.max_iter:
@@ -240,6 +245,19 @@ def _cg_rank(comm, part, x, r, job):
         rz = rz_new
     backend.synchronize()
     return CGRankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure)
+
+
+def _error_stalled(energy, window, rounding):
+    """Whether the A-norm error fell by no more than rounding in the last ``window`` iterations.
+
+    Examples
+    --------
+    >>> _error_stalled([0.0, 1.0, 2.0, 2.0, 2.0], 2, 1e-16), _error_stalled([0.0, 1.0, 2.0, 3.0], 2, 1e-16)
+    (True, False)
+    """
+    if len(energy) <= window:
+        return True  # the round began after the best residual: nothing to weigh it against
+    return energy[-1] - energy[-1 - window] <= rounding * energy[-1]
 
 
 def _run_rank(job, rank, part, x, r, worker):
