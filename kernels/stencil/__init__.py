@@ -58,6 +58,7 @@ __all__ = [
     "PreparedShallowWater",
     "FAST_PATHS",
     "SSP_RK3_STAGES",
+    "raw_kernels",
 ]
 
 MIN_POINTS = 4
@@ -521,3 +522,36 @@ def arakawa_jacobian(psi, zeta, *, dx, dy, boundary="periodic", scale=1.0, backe
         raise ConfigError(f"boundary in y must be the same on both edges; got {NAMES[bc_s]!r} south and "
                           f"{NAMES[bc_n]!r} north")
     return arakawa.jacobian(backend.xp, psi, zeta, scale / (12.0 * dx * dy), bc_x, bc_s)[0]
+
+
+def raw_kernels(backend="auto"):
+    """The backend file of the stencil family for ``backend``: its kernels with no input checks.
+
+    For benchmarks and tuning that time the kernels themselves (``hpcgpu
+    bench stencil``). Every backend file has ``laplacian``, ``diffuse``,
+    ``shallow_water_tendency`` and ``shallow_water_stage`` with the
+    signatures of ``_numpy`` (boundary codes, not names; ``1/dx`` and
+    ``1/dy``, not the spacing), and the fused kernels that :data:`FAST_PATHS`
+    lists for it; the GPU files also carry their launch tables (``LAUNCH``,
+    ``VARIANTS``). The arguments must be what the public functions would
+    hand them: arrays of one float dtype on the backend's device, outputs
+    apart from inputs; anything else is undefined.
+
+    Parameters
+    ----------
+    backend : str or Backend
+
+    Returns
+    -------
+    module
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> field = np.zeros((4, 4)); field[1, 1] = 1.0
+    >>> periodic = (CODES["periodic"],) * 3  # x, south, north
+    >>> out = raw_kernels("numpy").laplacian(field, np.empty_like(field), 1.0, 1.0, *periodic)
+    >>> float(out[1, 1])
+    -4.0
+    """
+    return get_backend(backend).kernels("stencil")

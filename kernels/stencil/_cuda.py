@@ -33,8 +33,9 @@ of a row, coalesced), and the thread walks its strip northwards:
 
 Ghost cells are index arithmetic (wrap or clamp) as in ``boundary``;
 beyond a Dirichlet edge the five-point kernels use the boundary value
-instead of a load. The per-point physics is ``physics``, compiled here as
-device functions.
+instead of a load. The per-point physics is ``physics``, compiled as
+device functions in :mod:`.device_cuda` (with the wrap-or-clamp index
+arithmetic), which this file and :mod:`.diffusion_cuda` share.
 Numeric constants come in as arguments of the field's dtype: a float literal
 would promote float32 arithmetic to float64. The launch shapes are
 :data:`LAUNCH`, with alternatives in :data:`VARIANTS` that
@@ -59,7 +60,22 @@ from hpcgpu.kernels.cuda_interop import flat_on_device as _flat_on_device  # noq
 from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 
-from hpcgpu.kernels.stencil import physics  # noqa: E402
+from hpcgpu.kernels.stencil import diffusion_cuda  # noqa: E402
+from hpcgpu.kernels.stencil.device_cuda import (  # noqa: E402
+    _coriolis_index,
+    _wrap_or_clamp,
+    al_alpha,
+    al_beta,
+    al_epsilon,
+    al_phi,
+    bernoulli,
+    diffusion_update,
+    laplacian_5pt,
+    mass_flux,
+    potential_vorticity,
+    u_vortex_force,
+    v_vortex_force,
+)
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL  # noqa: E402
 
 
@@ -94,59 +110,6 @@ VARIANTS = {
 
 MAX_GRID_Y = 65535
 """CUDA's limit on blocks along y: caps ny at 65535 * rows."""
-
-_device_function = cuda.jit(device=True)
-potential_vorticity = _device_function(physics.potential_vorticity)
-al_alpha = _device_function(physics.al_alpha)
-al_beta = _device_function(physics.al_beta)
-al_epsilon = _device_function(physics.al_epsilon)
-al_phi = _device_function(physics.al_phi)
-mass_flux = _device_function(physics.mass_flux)
-bernoulli = _device_function(physics.bernoulli)
-u_vortex_force = _device_function(physics.u_vortex_force)
-v_vortex_force = _device_function(physics.v_vortex_force)
-laplacian_5pt = _device_function(physics.laplacian_5pt)
-diffusion_update = _device_function(physics.diffusion_update)
-
-
-@cuda.jit(device=True)
-def _clamp(k, last):
-    # Not min/max: with Numba 0.68's built-in CUDA target their generic
-    # overloads fail to compile (signature mismatch).
-    if k < 0:
-        return 0
-    if k > last:
-        return last
-    return k
-
-
-@cuda.jit(device=True)
-def _wrap_or_clamp(k, n, periodic):
-    """Stored index for logical index ``k`` on an axis of ``n`` points.
-
-    One period of wrap covers every index a valid output reads (at most two
-    beyond an edge, and ``n >= 4``); the final clamp keeps the rows that the
-    last strip reads past the grid's end (results it does not store) inside
-    the array.
-    """
-    if periodic:
-        if k < 0:
-            k += n
-        elif k >= n:
-            k -= n
-    return _clamp(k, n - 1)
-
-
-@cuda.jit(device=True)
-def _coriolis_index(r, ny, periodic):
-    """Entry of ``f_corner`` (corner rows 0..ny) for logical corner row ``r``."""
-    if periodic:
-        if r < 0:
-            r += ny
-        elif r >= ny:
-            r -= ny
-    return _clamp(r, ny)
-
 
 def _grid(shape, launch):
     # No shared memory: the strips live in registers (local arrays of constant size).
@@ -256,8 +219,6 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0, multi_step=
     for the dtype) advances T steps per pass over memory where it fits the
     grid; the remaining steps go one per launch.
     """
-    from hpcgpu.kernels.stencil import diffusion_cuda
-
     dtype = np.dtype(field.dtype)
     launch = LAUNCH[("five_point", dtype.name)]
     t = dtype.type

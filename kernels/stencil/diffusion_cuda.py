@@ -47,6 +47,7 @@ from hpcgpu.kernels import launch_limits  # noqa: E402
 from hpcgpu.kernels.cuda_interop import on_device as _on_device  # noqa: E402
 from hpcgpu.kernels.cuda_interop import stream_of as _stream  # noqa: E402
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC  # noqa: E402
+from hpcgpu.kernels.stencil.device_cuda import _wrap_or_clamp, diffusion_update  # noqa: E402
 
 __all__ = ["PassLaunch", "PASS", "VARIANTS", "fits", "launch_problems", "shared_bytes", "multi_step_pass"]
 
@@ -114,8 +115,6 @@ def fits(shape, launch, dtype="float64"):
 @functools.cache
 def _pass_kernel(dtype_name, steps, threads):
     """The kernel of T = ``steps`` levels for ``threads`` threads (shared-memory shape at compile time)."""
-    from hpcgpu.kernels.stencil._cuda import _wrap_or_clamp, diffusion_update
-
     value_type = numba.from_dtype(np.dtype(dtype_name))
     levels = steps + 1
 

@@ -34,7 +34,7 @@ from numba import njit, prange
 
 from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC
-from hpcgpu.kernels.stencil._numba import _OPTS, diffuse_row, scalar_row
+from hpcgpu.kernels.stencil.rows_numba import _OPTS, diffuse_row, scalar_row
 
 __all__ = ["diffuse_steps", "steps_per_sweep"]
 

@@ -34,7 +34,7 @@ from numba import njit, prange
 
 from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.stencil.boundary import OPEN, PERIODIC, WALL
-from hpcgpu.kernels.stencil._numba import (
+from hpcgpu.kernels.stencil.rows_numba import (
     _OPTS,
     GHOST,
     _emit_row,
