@@ -146,6 +146,7 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
     ConfigError
         Invalid parameters.
     """
+    _refuse_in_a_spawned_worker(address)
     timeout = check_float("timeout", timeout, minimum=0.0, strict_min=True)
     if workers is not None:
         workers = check_int("workers", workers, minimum=1)
@@ -190,6 +191,27 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
         beside = f", hpcgpu page at {page}" if page else ""
         print(f"hpcgpu: dask dashboard at {client.dashboard_link}{beside}", file=sys.stderr)
     return client
+
+
+def _refuse_in_a_spawned_worker(address):
+    """A ConfigError when a new local cluster is asked for while a worker process imports the user's script.
+
+    dask starts local workers with ``spawn``: each re-imports the script that
+    started the cluster (as ``__mp_main__``), so a script that calls
+    :func:`start_cluster` at its top level starts a cluster again inside
+    every worker, and multiprocessing refuses with a page about
+    ``freeze_support()`` while the parent only says "Nanny failed to start".
+    """
+    import multiprocessing
+
+    # the flag multiprocessing itself checks before refusing to start a process from a bootstrapping one
+    if address is None and getattr(multiprocessing.current_process(), "_inheriting", False):
+        script = getattr(sys.modules.get("__mp_main__"), "__file__", "the main module")
+        raise ConfigError(
+            "start_cluster() ran while a dask worker process was importing your script "
+            f"({script}): local workers re-import it, so the code that "
+            "starts the cluster must sit under `if __name__ == \"__main__\":` (see the README's cluster "
+            "section); in a notebook or with `hpcgpu run` this is done for you")
 
 
 def close_client(client):

@@ -244,3 +244,16 @@ if __name__ == "__main__":
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[0] == "[None]"
 
+
+
+def test_a_script_without_the_main_guard_gets_an_error_that_says_what_to_do(tmp_path):
+    """Local workers re-import the script that started them; one that starts a cluster at its top
+    level used to end in multiprocessing's freeze_support() page and "Nanny failed to start"."""
+    script = tmp_path / "unguarded.py"
+    script.write_text("from hpcgpu.cluster import start_cluster\n"
+                      "client = start_cluster(workers=1, threads_per_worker=1, gpus=False, "
+                      "dashboard_address='127.0.0.1:0', quiet=True, timeout=30)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert result.returncode != 0
+    assert "ConfigError: start_cluster() ran while a dask worker process was importing your script" in result.stderr
+    assert str(script) in result.stderr and 'if __name__ == "__main__":' in result.stderr
