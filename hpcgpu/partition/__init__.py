@@ -1,1 +1,16 @@
-"""Partitioned execution: the state split over dask workers, the time loop run by the workers themselves."""
+"""Partitioned execution: the state split over dask workers, the time loop run by the workers themselves.
+
+The modules, each importing only those listed before it (no circles, tested):
+
+- ``protocols``: what a model provides to be stepped and partitioned;
+  ``layout``: rows split by weight;
+- ``communicator``: the interface (and a loopback); ``direct_comm`` and
+  ``dask_comm``: the transport on dask's comm layer; ``nccl_messages``,
+  ``nccl_device``, ``nccl_transport`` and ``nccl_comm``: the NCCL one for
+  device buffers, and the choice between them;
+- ``decomposition``: the base class of a decomposition; ``rows``,
+  ``all_pairs``, ``slabs``: one per kind; ``decompositions``: them by kind;
+- ``epochs``: one epoch of a worker's ranks (the worker side); ``engine``:
+  :class:`~hpcgpu.partition.engine.PartitionedExecutor` (the client side);
+  ``local``: the executor for one process.
+"""

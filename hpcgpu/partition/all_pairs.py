@@ -12,7 +12,7 @@ one process, so results are bitwise those of the single-block run.
 from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.partition.engine import Decomposition
+from hpcgpu.partition.decomposition import Decomposition
 from hpcgpu.partition.layout import split_rows
 
 __all__ = ["AllPairsDecomposition", "Bodies"]

@@ -53,7 +53,7 @@ from hpcgpu.errors import ClusterError, CommAborted
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, Communicator, Request, _Finished, raise_timeout
 
 __all__ = ["CommExtension", "CommSchedulerPlugin", "CommWorkerPlugin", "DaskCommunicator", "Session",
-           "abort_session", "close_session", "communicator", "open_session"]
+           "abort_session", "close_session", "communicator", "on_session_close", "open_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -440,6 +440,21 @@ def abort_session(session, rank, reason, worker=None):
     DaskCommunicator(session, rank, _extension(_current_worker(worker))).abort(reason)
 
 
+_session_closers = []
+
+
+def on_session_close(release):
+    """Have ``release(session_id)`` called on each worker as a session closes there.
+
+    For transports built on this communicator (the NCCL one of
+    :mod:`hpcgpu.partition.nccl_transport` registers its per-session state
+    when it is imported): they end what they keep per session without this
+    module knowing them. Registering one function twice registers it once.
+    """
+    if release not in _session_closers:
+        _session_closers.append(release)
+
+
 def _close_worker(session):
     from distributed import get_worker
 
@@ -447,9 +462,8 @@ def _close_worker(session):
     extension = _extension(worker)
     DaskCommunicator(session, session.addresses.index(worker.address), extension).close()
     extension.forget(session.id)
-    from hpcgpu.partition.nccl_comm import release
-
-    release(session.id)
+    for release in list(_session_closers):
+        release(session.id)
 
 
 # -- plugins --------------------------------------------------------------------------------------

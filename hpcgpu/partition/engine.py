@@ -25,8 +25,11 @@ diagnostics of every 10th step computed inside them.
 
 How a model's state is split and what the ranks exchange is a
 *decomposition* (:mod:`hpcgpu.partition.rows`, :mod:`~hpcgpu.partition.all_pairs`,
-:mod:`~hpcgpu.partition.slabs`), chosen by ``model.decomposition``; what a
+:mod:`~hpcgpu.partition.slabs`, on the base of :mod:`~hpcgpu.partition.decomposition`),
+chosen by ``model.decomposition`` (:mod:`~hpcgpu.partition.decompositions`); what a
 model must provide for each is written in :mod:`hpcgpu.partition.protocols`.
+This module is the client side; what runs on the workers is
+:mod:`hpcgpu.partition.epochs`.
 
 Faults: a rank that raises aborts the session on every rank (their waits
 end at once) and the client re-raises the first rank's own error; a lost
@@ -37,16 +40,17 @@ worker aborts the session on the other workers (the scheduler plugin of
 the workers left. Every wait has a timeout; nothing hangs.
 """
 
-import functools
-import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
 
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError
-from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, LoopbackCommunicator
+from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
+from hpcgpu.partition.decomposition import Decomposition, _forget_rank_caches, on_worker, rank_cache  # noqa: F401
+from hpcgpu.partition.decompositions import decomposition_for
+from hpcgpu.partition.epochs import RankResult, Spec, _host_blocks, _records, epoch_task  # noqa: F401
+from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
 from hpcgpu.validation import check_int
 
 __all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]
@@ -60,252 +64,6 @@ _ROOT_CAUSE_WAIT_S = 5.0
 """How long the client waits, after a rank aborted, for the rank whose error caused it."""
 _POLL_S = 1.0
 """How often the client, waiting for an epoch, checks that the session's workers are alive."""
-
-
-# -- the worker side ---------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=8)
-def _resolved(model_bytes):
-    import pickle
-
-    model = pickle.loads(model_bytes)
-    # "auto" resolves on the worker's own hardware (its GPU, or Numba).
-    if getattr(model, "backend_request", None) == "auto":
-        model = model.with_backend("auto")
-    return model
-
-
-def on_worker(model):
-    """``model`` with its ``"auto"`` backend resolved on this worker (cached per model)."""
-    import pickle
-
-    return _resolved(pickle.dumps(model))
-
-
-_rank_caches = {}
-_rank_caches_lock = threading.Lock()
-
-
-def rank_cache(session_id, rank):
-    """A dict that lives on this worker for one rank of one session, epoch after epoch (work buffers)."""
-    with _rank_caches_lock:
-        return _rank_caches.setdefault((session_id, rank), {})
-
-
-def _forget_rank_caches(session_id):
-    with _rank_caches_lock:
-        for key in [k for k in _rank_caches if k[0] == session_id]:
-            del _rank_caches[key]
-
-
-@dataclass
-class RankResult:
-    """What one rank keeps between epochs (``carried``, its resident block) and what rank 0 reports."""
-
-    carried: object
-    records: list = field(default_factory=list)
-    seconds: float = 0.0
-    steps: int = 0
-    ranks: list = None  # on rank 0: (seconds, seconds waiting for messages) of every rank
-    transport: str = ""
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What every epoch task needs that does not change during a run (scattered once)."""
-
-    model: object
-    dt: float
-    decomposition: object
-
-
-class _Context:
-    """One rank's view of the run inside an epoch: model, communicator, layout, caches."""
-
-    def __init__(self, spec, session, rank, worker=None):
-        # the communicator first: whatever fails after it can still abort the other ranks
-        if session is None:
-            self.comm = LoopbackCommunicator()
-            self.cache = rank_cache("local", rank)
-        else:
-            from hpcgpu.partition.nccl_comm import choose_communicator
-
-            # NCCL for device buffers when every rank has its own GPU, else dask's comm layer
-            self.comm = choose_communicator(session, rank, worker)
-            self.cache = rank_cache(session.id, rank)
-        self.rank = rank
-        self.size = self.comm.size
-        self.dt = spec.dt
-        self.decomposition = spec.decomposition
-        self.model = None
-        self.model = on_worker(spec.model)
-
-
-def _run_program(context, carried, program):
-    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
-    decomposition, model, comm = context.decomposition, context.model, context.comm
-    records, steps = [], 0
-    started, waited = time.perf_counter(), comm.wait_seconds
-    carried = decomposition.resume(context, carried)
-    for op, value in program:
-        if op == "advance":
-            carried = decomposition.advance(context, carried, value)
-            steps += value
-        elif op == "health":
-            parts = comm.allgather(model.block_health(decomposition.model_state(carried)))
-            bad, cfl = model.combine_health(parts, context.dt)
-            if context.rank == 0:
-                records.append(("health", value, (bad, cfl)))
-            if bad or cfl != cfl:
-                break  # every rank saw the same parts: all stop here, the driver reports the step
-        elif op == "diagnostics":
-            parts = comm.gather(decomposition.block_sums(context, carried))
-            if context.rank == 0:
-                records.append(("diagnostics", value, model.combine_sums(parts)))
-        else:  # pragma: no cover - the client builds programs
-            raise ConfigError(f"unknown epoch operation {op!r}")
-    model.backend.synchronize()
-    seconds = time.perf_counter() - started
-    ranks = comm.gather((seconds, comm.wait_seconds - waited))
-    return RankResult(carried, records, seconds, steps, ranks, comm.transport)
-
-
-def _run_rank(spec, session, rank, carried, program, worker=None):
-    context = None
-    try:
-        context = _Context(spec, session, rank, worker)
-        return _run_program(context, carried, program)
-    except BaseException as error:
-        if isinstance(error, CommError):
-            raise
-        if context is not None and hasattr(context, "comm"):
-            context.comm.abort(f"{type(error).__name__}: {error}")
-        elif session is not None:
-            from hpcgpu.partition.dask_comm import abort_session
-
-            abort_session(session, rank, f"{type(error).__name__}: {error}", worker)
-        raise
-
-
-def epoch_task(spec, session, ranks, carried, program):
-    """The epoch of the ranks on this worker (one thread each beyond the first); their RankResults.
-
-    ``carried`` holds, per rank, its RankResult of the last epoch or its
-    initial block.
-    """
-    carried = [c.carried if isinstance(c, RankResult) else c for c in carried]
-    worker = None
-    if session is not None:
-        from distributed import get_worker
-
-        worker = get_worker()  # the rank threads below are not task threads: they get it from here
-    if len(ranks) == 1:
-        return [_run_rank(spec, session, ranks[0], carried[0], program, worker)]
-    results, errors = [None] * len(ranks), [None] * len(ranks)
-
-    def one(k):
-        try:
-            results[k] = _run_rank(spec, session, ranks[k], carried[k], program, worker)
-        except BaseException as error:  # noqa: BLE001 - re-raised below, the root cause first
-            errors[k] = error
-
-    threads = [threading.Thread(target=one, args=(k,), name=f"hpcgpu-rank-{r}") for k, r in enumerate(ranks)]
-    for thread in threads[1:]:
-        thread.start()
-    one(0)
-    for thread in threads[1:]:
-        thread.join()
-    _raise_root_cause([e for e in errors if e is not None])
-    return results
-
-
-def _raise_root_cause(errors):
-    """Raise the first error that is not a consequence of another rank's abort (if any)."""
-    if not errors:
-        return
-    for error in errors:
-        if not isinstance(error, CommAborted):
-            raise error
-    raise errors[0]
-
-
-def _records(results):
-    """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
-    first = results[0]
-    return first.records, first.seconds, first.steps, first.ranks, first.transport
-
-
-def _host_blocks(spec, results):
-    model = on_worker(spec.model)
-    return [model.to_host(spec.decomposition.model_state(r.carried)) for r in results]
-
-
-def _local_epoch(spec, carried, program):
-    """The single-process path (tests, and a rank's work in isolation)."""
-    return _run_program(_Context(spec, None, 0), carried, program)
-
-
-# -- decompositions -------------------------------------------------------------------------------------
-class Decomposition:
-    """How a model's state is split into ranks and what a rank does in an epoch (base class).
-
-    The client side (``layout``, ``split``, ``join``) runs once per run; the
-    rank side (``resume``, ``advance``, ``model_state``, ``block_sums``)
-    inside every epoch, on the workers. Subclasses are frozen dataclasses:
-    they travel to the workers with the run's :class:`Spec`.
-    """
-
-    unit = "items"
-
-    # client side
-    def split(self, model, host_state):  # pragma: no cover - interface
-        """The initial block of each rank, from the global state on the host."""
-        raise NotImplementedError
-
-    def join(self, model, host_blocks):
-        """The global state from every rank's block (host), in rank order."""
-        return model.concat_blocks(host_blocks)
-
-    def sizes(self):  # pragma: no cover - interface
-        """Items per rank at the start (``bounds``-like pairs for describe and the dashboard)."""
-        raise NotImplementedError
-
-    def describe(self):
-        """Facts of the layout for the run's summary (beside partitions and sizes)."""
-        return {}
-
-    # rank side
-    def resume(self, context, carried):
-        """What :meth:`advance` works on, from what the last epoch left (or the initial block)."""
-        return carried
-
-    def advance(self, context, carried, steps):  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def model_state(self, carried):
-        """The model state of the rank's own items."""
-        return carried
-
-    def block_sums(self, context, carried):
-        """This rank's part of the diagnostics."""
-        return context.model.block_sums(self.model_state(carried), 0, None)
-
-
-def decomposition_for(model):
-    """The decomposition module's builder for ``model.decomposition`` (``rows``, ``bodies``, ``domains``)."""
-    kind = getattr(model, "decomposition", "rows")
-    if kind == "rows":
-        from hpcgpu.partition.rows import RowDecomposition
-
-        return RowDecomposition
-    if kind == "bodies":
-        from hpcgpu.partition.all_pairs import AllPairsDecomposition
-
-        return AllPairsDecomposition
-    if kind == "domains":
-        from hpcgpu.partition.slabs import SlabDecomposition
-
-        return SlabDecomposition
-    raise ConfigError(f"model decomposition must be 'rows', 'bodies' or 'domains'; got {kind!r}")
 
 
 # -- the client side -----------------------------------------------------------------------------------
@@ -370,8 +128,6 @@ class PartitionedExecutor:
         if steps_per_task is not None:
             steps_per_task = check_int("steps_per_task", steps_per_task, minimum=1)
         builder = decomposition_for(model)
-        from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
-
         kind = getattr(model, "decomposition", "rows")
         missing = missing_methods(model, PROTOCOLS[kind])
         if missing:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ConfigError
-from hpcgpu.partition.engine import Decomposition, on_worker
+from hpcgpu.partition.decomposition import Decomposition, on_worker
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.validation import check_int
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcgpu.errors import ConfigError, UnstableSimulation
-from hpcgpu.partition.engine import Decomposition
+from hpcgpu.partition.decomposition import Decomposition
 
 __all__ = ["Domain", "SlabDecomposition", "Slabs"]
 

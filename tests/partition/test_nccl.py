@@ -646,6 +646,21 @@ def test_epochs_reuse_the_sessions_nccl_communicators_and_their_order(ranks):
     assert set(client.run(_bootstraps, session.id).values()) == {1}
 
 
+def _nccl_states(session_id):
+    from hpcgpu.partition import nccl_transport
+
+    return sorted(rank for sid, rank in nccl_transport._states if sid == session_id)
+
+
+def test_closing_the_session_ends_its_nccl_communicators_on_every_worker(ranks):
+    # dask_comm knows no NCCL: the transport registers its release with the base (on_session_close)
+    client, session, kind = ranks
+    _on_ranks(client, session, kind, _epoch_one)
+    assert sorted(r for v in client.run(_nccl_states, session.id).values() for r in v) == [0, 1]
+    close_session(client, session)
+    assert list(client.run(_nccl_states, session.id).values()) == [[], []]
+
+
 # -- choosing the transport -------------------------------------------------------------------------------------
 def _chosen(session, rank):
     comm = nccl_comm.choose_communicator(session, rank)

@@ -1,0 +1,95 @@
+"""What every decomposition builds on: the base class, and a rank's model and caches on its worker.
+
+A *decomposition* says how a model's state is split into ranks and what a
+rank does in an epoch of the SPMD engine (:mod:`hpcgpu.partition.engine`):
+one module per kind (:mod:`~hpcgpu.partition.rows`,
+:mod:`~hpcgpu.partition.all_pairs`, :mod:`~hpcgpu.partition.slabs`), each a
+subclass of :class:`Decomposition`, found by kind in
+:mod:`hpcgpu.partition.decompositions`. This module sits below them and
+below the engine: it imports neither.
+"""
+
+import functools
+import threading
+
+__all__ = ["Decomposition", "on_worker", "rank_cache"]
+
+
+@functools.lru_cache(maxsize=8)
+def _resolved(model_bytes):
+    import pickle
+
+    model = pickle.loads(model_bytes)
+    # "auto" resolves on the worker's own hardware (its GPU, or Numba).
+    if getattr(model, "backend_request", None) == "auto":
+        model = model.with_backend("auto")
+    return model
+
+
+def on_worker(model):
+    """``model`` with its ``"auto"`` backend resolved on this worker (cached per model)."""
+    import pickle
+
+    return _resolved(pickle.dumps(model))
+
+
+_rank_caches = {}
+_rank_caches_lock = threading.Lock()
+
+
+def rank_cache(session_id, rank):
+    """A dict that lives on this worker for one rank of one session, epoch after epoch (work buffers)."""
+    with _rank_caches_lock:
+        return _rank_caches.setdefault((session_id, rank), {})
+
+
+def _forget_rank_caches(session_id):
+    with _rank_caches_lock:
+        for key in [k for k in _rank_caches if k[0] == session_id]:
+            del _rank_caches[key]
+
+
+class Decomposition:
+    """How a model's state is split into ranks and what a rank does in an epoch (base class).
+
+    The client side (``layout``, ``split``, ``join``) runs once per run; the
+    rank side (``resume``, ``advance``, ``model_state``, ``block_sums``)
+    inside every epoch, on the workers. Subclasses are frozen dataclasses:
+    they travel to the workers with the run's :class:`~hpcgpu.partition.epochs.Spec`.
+    """
+
+    unit = "items"
+
+    # client side
+    def split(self, model, host_state):  # pragma: no cover - interface
+        """The initial block of each rank, from the global state on the host."""
+        raise NotImplementedError
+
+    def join(self, model, host_blocks):
+        """The global state from every rank's block (host), in rank order."""
+        return model.concat_blocks(host_blocks)
+
+    def sizes(self):  # pragma: no cover - interface
+        """Items per rank at the start (``bounds``-like pairs for describe and the dashboard)."""
+        raise NotImplementedError
+
+    def describe(self):
+        """Facts of the layout for the run's summary (beside partitions and sizes)."""
+        return {}
+
+    # rank side
+    def resume(self, context, carried):
+        """What :meth:`advance` works on, from what the last epoch left (or the initial block)."""
+        return carried
+
+    def advance(self, context, carried, steps):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def model_state(self, carried):
+        """The model state of the rank's own items."""
+        return carried
+
+    def block_sums(self, context, carried):
+        """This rank's part of the diagnostics."""
+        return context.model.block_sums(self.model_state(carried), 0, None)
+

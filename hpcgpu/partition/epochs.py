@@ -1,0 +1,168 @@
+"""The worker side of the SPMD engine: one epoch of a worker's ranks.
+
+:func:`epoch_task` is the task :class:`~hpcgpu.partition.engine.PartitionedExecutor`
+pins on each worker: it runs the program the driver queued (advances,
+health checks, diagnostics) on each of the worker's ranks (one thread each
+beyond the first), through the run's decomposition and a communicator set
+up for the session, and returns every rank's :class:`RankResult`. A rank
+that raises aborts the session on every rank; the worker re-raises the root
+cause, not the aborts it caused.
+"""
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from hpcgpu.errors import CommAborted, CommError, ConfigError
+from hpcgpu.partition.communicator import LoopbackCommunicator
+from hpcgpu.partition.decomposition import on_worker, rank_cache
+
+__all__ = ["RankResult", "Spec", "epoch_task"]
+
+
+@dataclass
+class RankResult:
+    """What one rank keeps between epochs (``carried``, its resident block) and what rank 0 reports."""
+
+    carried: object
+    records: list = field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+    ranks: list = None  # on rank 0: (seconds, seconds waiting for messages) of every rank
+    transport: str = ""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every epoch task needs that does not change during a run (scattered once)."""
+
+    model: object
+    dt: float
+    decomposition: object
+
+
+class _Context:
+    """One rank's view of the run inside an epoch: model, communicator, layout, caches."""
+
+    def __init__(self, spec, session, rank, worker=None):
+        # the communicator first: whatever fails after it can still abort the other ranks
+        if session is None:
+            self.comm = LoopbackCommunicator()
+            self.cache = rank_cache("local", rank)
+        else:
+            from hpcgpu.partition.nccl_comm import choose_communicator
+
+            # NCCL for device buffers when every rank has its own GPU, else dask's comm layer
+            self.comm = choose_communicator(session, rank, worker)
+            self.cache = rank_cache(session.id, rank)
+        self.rank = rank
+        self.size = self.comm.size
+        self.dt = spec.dt
+        self.decomposition = spec.decomposition
+        self.model = None
+        self.model = on_worker(spec.model)
+
+
+def _run_program(context, carried, program):
+    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
+    decomposition, model, comm = context.decomposition, context.model, context.comm
+    records, steps = [], 0
+    started, waited = time.perf_counter(), comm.wait_seconds
+    carried = decomposition.resume(context, carried)
+    for op, value in program:
+        if op == "advance":
+            carried = decomposition.advance(context, carried, value)
+            steps += value
+        elif op == "health":
+            parts = comm.allgather(model.block_health(decomposition.model_state(carried)))
+            bad, cfl = model.combine_health(parts, context.dt)
+            if context.rank == 0:
+                records.append(("health", value, (bad, cfl)))
+            if bad or cfl != cfl:
+                break  # every rank saw the same parts: all stop here, the driver reports the step
+        elif op == "diagnostics":
+            parts = comm.gather(decomposition.block_sums(context, carried))
+            if context.rank == 0:
+                records.append(("diagnostics", value, model.combine_sums(parts)))
+        else:  # pragma: no cover - the client builds programs
+            raise ConfigError(f"unknown epoch operation {op!r}")
+    model.backend.synchronize()
+    seconds = time.perf_counter() - started
+    ranks = comm.gather((seconds, comm.wait_seconds - waited))
+    return RankResult(carried, records, seconds, steps, ranks, comm.transport)
+
+
+def _run_rank(spec, session, rank, carried, program, worker=None):
+    context = None
+    try:
+        context = _Context(spec, session, rank, worker)
+        return _run_program(context, carried, program)
+    except BaseException as error:
+        if isinstance(error, CommError):
+            raise
+        if context is not None and hasattr(context, "comm"):
+            context.comm.abort(f"{type(error).__name__}: {error}")
+        elif session is not None:
+            from hpcgpu.partition.dask_comm import abort_session
+
+            abort_session(session, rank, f"{type(error).__name__}: {error}", worker)
+        raise
+
+
+def epoch_task(spec, session, ranks, carried, program):
+    """The epoch of the ranks on this worker (one thread each beyond the first); their RankResults.
+
+    ``carried`` holds, per rank, its RankResult of the last epoch or its
+    initial block.
+    """
+    carried = [c.carried if isinstance(c, RankResult) else c for c in carried]
+    worker = None
+    if session is not None:
+        from distributed import get_worker
+
+        worker = get_worker()  # the rank threads below are not task threads: they get it from here
+    if len(ranks) == 1:
+        return [_run_rank(spec, session, ranks[0], carried[0], program, worker)]
+    results, errors = [None] * len(ranks), [None] * len(ranks)
+
+    def one(k):
+        try:
+            results[k] = _run_rank(spec, session, ranks[k], carried[k], program, worker)
+        except BaseException as error:  # noqa: BLE001 - re-raised below, the root cause first
+            errors[k] = error
+
+    threads = [threading.Thread(target=one, args=(k,), name=f"hpcgpu-rank-{r}") for k, r in enumerate(ranks)]
+    for thread in threads[1:]:
+        thread.start()
+    one(0)
+    for thread in threads[1:]:
+        thread.join()
+    _raise_root_cause([e for e in errors if e is not None])
+    return results
+
+
+def _raise_root_cause(errors):
+    """Raise the first error that is not a consequence of another rank's abort (if any)."""
+    if not errors:
+        return
+    for error in errors:
+        if not isinstance(error, CommAborted):
+            raise error
+    raise errors[0]
+
+
+def _records(results):
+    """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
+    first = results[0]
+    return first.records, first.seconds, first.steps, first.ranks, first.transport
+
+
+def _host_blocks(spec, results):
+    model = on_worker(spec.model)
+    return [model.to_host(spec.decomposition.model_state(r.carried)) for r in results]
+
+
+def _local_epoch(spec, carried, program):
+    """The single-process path (tests, and a rank's work in isolation)."""
+    return _run_program(_Context(spec, None, 0), carried, program)
+
