@@ -15,9 +15,8 @@ from hpcgpu.backends import Backend, backend_info, get_backend
 from hpcgpu.cluster import start_cluster
 from hpcgpu.errors import BackendUnavailable, ClusterError, ConfigError, HpcgpuError, UnstableSimulation
 from hpcgpu.io import ZarrWriter
+from hpcgpu._version import __version__
 from hpcgpu.simulation import Simulation
-
-__version__ = "0.1.0"
 
 __all__ = [
     "__version__",

@@ -42,6 +42,7 @@ import time
 import uuid
 import warnings
 
+from hpcgpu._version import __version__
 from hpcgpu.errors import ConfigError
 
 __all__ = ["write_checkpoint", "read_checkpoint", "list_checkpoints", "KEEP"]
@@ -66,8 +67,6 @@ def _fsync_directory(path):
 
 def write_checkpoint(path, model, host_state, meta):
     """Write one checkpoint under ``path`` atomically; returns its directory."""
-    from hpcgpu import __version__
-
     os.makedirs(path, exist_ok=True)
     step = int(meta["step"])
     temporary = os.path.join(path, f".tmp-{uuid.uuid4().hex}")
