@@ -412,6 +412,7 @@ def test_too_large_a_step_is_caught_not_nan():
     (dict(box=(9.0, -1.0, 9.0)), "box side Ly must be > 0"),
     (dict(shift="yes"), "shift must be True or False"),
     (dict(dtype="float16"), "dtype must be one of"),
+    (dict(sort_every=-1), "sort_every must be >= 0"),
 ])
 def test_bad_model_input_names_the_parameter(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -444,3 +445,56 @@ def test_bad_state_and_step_input():
             model.step(state, dt)
         with pytest.raises(ConfigError, match="dt must be > 0"):
             Simulation(model, state, dt=dt)
+
+
+def test_the_model_holds_its_slab_and_diagnostics_parts_and_a_copy_holds_its_own():
+    # composition, not mixins: the parts use the model's public side only and follow it when copied
+    import pickle
+
+    model = LennardJones(3, backend="numpy")
+    state = model.step(model.initial_state(), 0.005, 2)
+    assert model.slabs.model is model and model.thermo.model is model
+    assert model.diagnostics(state) == model.thermo.diagnostics(state)
+    assert model.ghost_radius() == model.slabs.ghost_radius() == model.cutoff + model.skin
+    for copy in (pickle.loads(pickle.dumps(model)), model.with_backend("numpy")):
+        assert copy.slabs.model is copy and copy.thermo.model is copy
+        assert copy.diagnostics(state) == model.diagnostics(state)
+
+
+# -- atoms re-sorted into cell order ----------------------------------------------------------------
+@pytest.mark.parametrize("thermostat", ["none", "langevin"])
+def test_resorting_the_atoms_into_cells_changes_only_their_order(thermostat, rng):
+    # Atoms start shuffled (no locality at all); one model re-sorts them at every list build, the
+    # other never. The same atoms (by id) follow the same trajectories to rounding, the Langevin
+    # noise being keyed by id; the outputs list atoms by id either way.
+    kwargs = dict(temperature=1.2, cutoff=2.0, thermostat=thermostat, dtype="float64", backend="numba", seed=4)
+    never, every = LennardJones(4, sort_every=0, **kwargs), LennardJones(4, sort_every=1, **kwargs)
+    start = never.initial_state()
+    start = never.select_atoms(start, rng.permutation(start.size))
+    shuffled = never.state_from_arrays(start.positions, start.velocities, start.ids)
+    a = never.step(shuffled, 0.004, 60)
+    b = every.step(shuffled, 0.004, 60)
+    assert b.rebuilds == a.rebuilds >= 3
+    assert not (b.ids == a.ids).all()  # b's atoms moved ...
+    for name in ("positions", "velocities", "images"):
+        by_id_a = getattr(a, name)[..., np.argsort(a.ids)]
+        by_id_b = getattr(b, name)[..., np.argsort(b.ids)]
+        assert np.abs(by_id_a - by_id_b).max() <= 1e-9 * np.abs(by_id_a).max(), name
+    assert never.diagnostics(a)["potential_energy"] == pytest.approx(every.diagnostics(b)["potential_energy"],
+                                                                      rel=1e-10)
+    # ... and every output lists them by id
+    ds_a, ds_b = never.to_dataset(a), every.to_dataset(b)
+    assert (ds_b["ids"].values == np.arange(b.size)).all() and (ds_a["ids"].values == np.arange(a.size)).all()
+    assert np.abs(ds_a["positions"].values - ds_b["positions"].values).max() <= 1e-9 * every.box[0]
+
+
+def test_a_sorted_state_is_in_cell_order_and_resorting_it_is_the_identity():
+    model = LennardJones(4, temperature=1.0, backend="numpy")
+    state = model.step(model.initial_state(), 0.005, 10)
+    shuffled = model.select_atoms(state, np.random.default_rng(1).permutation(state.size))
+    ordered = model.sorted_into_cells(shuffled)
+    radius = model.cutoff + model.skin
+    assert (md_kernels.cell_order(ordered.positions, model.box, radius=radius, backend="numpy")
+            == np.arange(state.size)).all()
+    assert sorted(ordered.ids.tolist()) == list(range(state.size))
+    assert (model.sorted_into_cells(ordered).ids == ordered.ids).all()

@@ -53,7 +53,7 @@ True
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -64,9 +64,10 @@ from hpcgpu.validation import check_choice, check_dtype, check_finite_array, che
 from hpcgpu.workloads.md import output
 from hpcgpu.workloads.md import pairs
 from hpcgpu.workloads.md import setup
-from hpcgpu.workloads.md.diagnostics import DiagnosticMethods
-from hpcgpu.workloads.md.domains import DomainMethods
+from hpcgpu.workloads.md.diagnostics import Thermodynamics
+from hpcgpu.workloads.md.domains import SlabDomains
 from hpcgpu.workloads.md.output import XYZWriter
+from hpcgpu.workloads.md.state import MDState
 
 __all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE",
            "tail_corrections"]
@@ -79,59 +80,25 @@ sigma holds 16 000 epsilon, which no thermal state reaches."""
 tail_corrections = setup.tail_corrections
 
 
-@dataclass(frozen=True)
-class MDState:
-    """Atoms of one (partition of a) Lennard-Jones model.
-
-    Attributes
-    ----------
-    positions : array (3, N)
-        Wrapped into the box, ``0 <= x < L`` (sigma).
-    velocities, forces : arrays (3, N)
-        Velocities and the forces at ``positions`` (reduced units, mass 1).
-    images : int64 array (3, N)
-        Periodic images crossed: the unwrapped position is ``positions + images * box``.
-    origins : array (3, N)
-        Unwrapped positions at step 0 (for the mean-squared displacement).
-    ids : int64 array (N,)
-        Global atom ids: they key each atom's random numbers.
-    energies, virials : arrays (N,)
-        Half of the potential energy and of ``r . f`` of each of the atom's pairs.
-    step, rebuilds : int
-        Time steps taken (keys the thermostat's noise) and neighbour lists built so far.
-    neighbors : NeighborList or None
-        The current list (derived data; ``None`` makes the next step build one).
-    """
-
-    positions: object
-    velocities: object
-    forces: object
-    images: object
-    origins: object
-    ids: object
-    energies: object
-    virials: object
-    step: int = 0
-    rebuilds: int = 0
-    neighbors: object = None
-
-    def arrays(self):
-        return (self.positions, self.velocities, self.forces, self.images, self.origins, self.ids,
-                self.energies, self.virials)
-
-    @property
-    def size(self):
-        return self.ids.shape[0]
-
-    def _repr_html_(self):
-        """HTML summary for Jupyter: atoms, step, list builds and each array's shape, dtype, device and range."""
-        from hpcgpu.io import html_views
-
-        return html_views.state_html(self, facts=[("atoms", self.size)])
-
-
-class LennardJones(DomainMethods, DiagnosticMethods):
+class LennardJones:
     """Lennard-Jones fluid: atoms in a periodic orthorhombic box on a backend.
+
+    Equations (reduced units, minimum-image periodic box)::
+
+        dx_i/dt = v_i
+        dv_i/dt = f_i = -sum_{j != i, r_ij < cutoff} u'(r_ij) (x_i - x_j) / r_ij
+        u(r)    = 4 (r**-12 - r**-6) - u(cutoff) [shift]
+
+    advanced by velocity Verlet (NVE) or BAOAB Langevin dynamics (NVT).
+    The forces' statement, the reference every backend is tested against,
+    is the NumPy pair loop :func:`hpcgpu.kernels.md._numpy.forces`; the
+    step is in this class: :meth:`drift_block` (kick, drift, thermostat)
+    and :meth:`kick_block` (forces, last half kick).
+
+    The model holds two parts and delegates to them: ``slabs``, a
+    :class:`~hpcgpu.workloads.md.domains.SlabDomains` (what the slab
+    decomposition asks of it), and ``thermo``, a
+    :class:`~hpcgpu.workloads.md.diagnostics.Thermodynamics` (the diagnostics).
 
     Parameters
     ----------
@@ -160,6 +127,15 @@ class LennardJones(DomainMethods, DiagnosticMethods):
         As for every hpcgpu model.
     seed : int
         Seed of the initial velocities and of the thermostat's noise.
+    sort_every : int
+        Re-sort the atoms into cell order (:func:`hpcgpu.kernels.md.cell_order`)
+        at every ``sort_every``-th neighbour-list build (>= 0; 0 never).
+        Atoms diffuse out of their lattice order, and then each gather of a
+        neighbour's position misses the caches (a GPU SM's L1, a core's
+        L2); LAMMPS and HOOMD-blue re-sort as well. Every per-atom array
+        moves together and the atoms keep their ids, by which outputs are
+        ordered; forces are summed in another order (equal to rounding).
+        The default, 50 builds, is about every 1000 steps of a liquid.
 
     Raises
     ------
@@ -174,12 +150,14 @@ class LennardJones(DomainMethods, DiagnosticMethods):
     """
 
     name = "md"
+    state_type = MDState  # the class of its states
     decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.partition.slabs
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
 
     def __init__(self, n_cells=5, *, density=None, box=None, temperature=1.0, cutoff=2.5, skin=0.3,
-                 shift=True, thermostat="none", friction=1.0, dtype="float64", backend="auto", seed=0):
+                 shift=True, thermostat="none", friction=1.0, dtype="float64", backend="auto", seed=0,
+                 sort_every=50):
         if density is None and box is None:
             density = DEFAULT_DENSITY
         self.cells, self.box = setup.geometry(n_cells, density, box)
@@ -201,10 +179,16 @@ class LennardJones(DomainMethods, DiagnosticMethods):
         self.thermostat = check_choice("thermostat", thermostat, THERMOSTATS)
         self.friction = check_float("friction", friction, minimum=0.0, strict_min=True)
         self.seed = check_int("seed", seed, minimum=0)
+        self.sort_every = check_int("sort_every", sort_every, minimum=0)
         self.dtype = check_dtype("dtype", dtype)
         self.backend = get_backend(backend)
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self.energy_shift = md_kernels.energy_shift(self.cutoff) if self.shift else 0.0
+        self._hold_parts()
+
+    def _hold_parts(self):
+        self.slabs = SlabDomains(self)
+        self.thermo = Thermodynamics(self)
 
     def memory_estimate(self):
         """``(what, bytes)``: per atom, the state arrays (about 24 numbers) and a full neighbour list.
@@ -372,15 +356,68 @@ class LennardJones(DomainMethods, DiagnosticMethods):
         """The part after the drift: neighbour list if stale, forces, second half kick."""
         neighbors, rebuilds = state.neighbors, state.rebuilds
         if neighbors is None or md_kernels.needs_rebuild(neighbors, state.positions, self.backend):
-            neighbors = self.neighbor_list(state.positions, neighbors)
             rebuilds += 1
+            if self.sort_every and rebuilds % self.sort_every == 0:
+                state = self.sorted_into_cells(state)
+            neighbors = self.neighbor_list(state.positions, neighbors)
         forces, energies, virials = self.forces(state.positions, neighbors)
-        return replace(state, velocities=self._half_kick(state.velocities, forces, dt), forces=forces,
-                       energies=energies, virials=virials, neighbors=neighbors, rebuilds=rebuilds)
+        return self._kicked(state, dt, forces, energies, virials, neighbors, rebuilds)
 
-    def _half_kick(self, velocities, forces, dt):
-        """``v + f dt/2`` (one pass on backends that have it; the same numbers)."""
-        return md_kernels.verlet_kick(velocities, forces, dt, backend=self.backend)
+    def sorted_into_cells(self, state):
+        """The state with its atoms in cell order (every per-atom array; no neighbour list).
+
+        Examples
+        --------
+        >>> model = LennardJones(3, backend="numpy")
+        >>> state = model.initial_state()
+        >>> shuffled = model.select_atoms(state, np.random.default_rng(0).permutation(state.size))
+        >>> again = model.sorted_into_cells(shuffled)
+        >>> bool((model.sorted_into_cells(again).ids == again.ids).all()), sorted(again.ids) == list(range(108))
+        (True, True)
+        """
+        order = md_kernels.cell_order(state.positions, self.box, radius=self.cutoff + self.skin,
+                                      backend=self.backend)
+        return self.select_atoms(state, order)
+
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild):
+        """:meth:`kick_block` for a domain: forces on its atoms from themselves and ``ghost_positions``.
+
+        See :meth:`SlabDomains.forces_with_ghosts <hpcgpu.workloads.md.domains.SlabDomains.forces_with_ghosts>`.
+        """
+        forces, energies, virials, neighbors, rebuilds = self.slabs.forces_with_ghosts(state, ghost_positions,
+                                                                                       rebuild)
+        return self._kicked(state, dt, forces, energies, virials, neighbors, rebuilds)
+
+    def _kicked(self, state, dt, forces, energies, virials, neighbors, rebuilds):
+        """The state after the second half kick ``v + f dt/2`` (one pass on backends that have it)."""
+        velocities = md_kernels.verlet_kick(state.velocities, forces, dt, backend=self.backend)
+        return replace(state, velocities=velocities, forces=forces, energies=energies, virials=virials,
+                       neighbors=neighbors, rebuilds=rebuilds)
+
+    # the slab decomposition's side (hpcgpu.partition.slabs), held in self.slabs
+    def ghost_radius(self):
+        return self.slabs.ghost_radius()
+
+    def migration_margin(self):
+        return self.slabs.migration_margin()
+
+    def block_positions(self, state):
+        return self.slabs.block_positions(state)
+
+    def atom_ids(self, state):
+        return self.slabs.atom_ids(state)
+
+    def select_atoms(self, state, index):
+        return self.slabs.select_atoms(state, index)
+
+    def block_needs_rebuild(self, state):
+        return self.slabs.block_needs_rebuild(state)
+
+    def take_block(self, state, start, stop):
+        return self.slabs.take_block(state, start, stop)
+
+    def concat_blocks(self, states):
+        return self.slabs.concat_blocks(states)
 
     def decomposition_size(self):
         return self.n
@@ -410,6 +447,30 @@ class LennardJones(DomainMethods, DiagnosticMethods):
         host = (self.backend.to_host(a) for a in state.arrays())
         return MDState(*host, step=state.step, rebuilds=state.rebuilds)
 
+    # -- diagnostics, held in self.thermo ------------------------------------------------------
+    def diagnostics(self, state, dt=None):
+        """Energies, temperature, pressure, momentum, MSD (dict of floats): see :meth:`Thermodynamics.diagnostics
+        <hpcgpu.workloads.md.diagnostics.Thermodynamics.diagnostics>`."""
+        return self.thermo.diagnostics(state, dt)
+
+    def cfl(self, state, dt):
+        return self.thermo.cfl(state, dt)
+
+    def bad_fields(self, state):
+        return self.thermo.bad_fields(state)
+
+    def block_health(self, state):
+        return self.thermo.block_health(state)
+
+    def combine_health(self, parts, dt):
+        return self.thermo.combine_health(parts, dt)
+
+    def block_sums(self, state, start, extra=None):
+        return self.thermo.block_sums(state, start, extra)
+
+    def combine_sums(self, parts):
+        return self.thermo.combine_sums(parts)
+
     # -- output -------------------------------------------------------------------------------
     def to_dataset(self, state, time=None):
         """The atoms as an ``xarray.Dataset`` (dimensions ``axis``, ``atom``; see :func:`hpcgpu.workloads.md.output.dataset`)."""
@@ -421,13 +482,23 @@ class LennardJones(DomainMethods, DiagnosticMethods):
                 "box_z": self.box[2], "temperature": self.temperature, "cutoff": self.cutoff, "skin": self.skin,
                 "shift": int(self.shift), "thermostat": self.thermostat, "friction": self.friction,
                 "dtype": self.dtype.name, "backend": self.backend.name, "seed": self.seed,
+                "sort_every": self.sort_every,
                 "integrator": "velocity Verlet" if self.thermostat == "none" else "Langevin BAOAB"}
 
     def with_backend(self, backend):
         other = object.__new__(LennardJones)
         other.__dict__.update(self.__dict__)
         other.backend = get_backend(backend)
+        other._hold_parts()
         return other
+
+    def __getstate__(self):
+        # the parts point back at the model: rebuilt on unpickling rather than pickled
+        return {k: v for k, v in self.__dict__.items() if k not in ("slabs", "thermo")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._hold_parts()
 
     def _repr_html_(self):
         """HTML summary for Jupyter: atoms, box, state point, potential, integrator (all parameters collapsed)."""

@@ -30,10 +30,13 @@ def dataset(model, state, time=None):
     Variables ``positions`` (wrapped), ``velocities``, ``images``, ``ids`` and
     ``potential_energies`` (per atom, half of each pair), the model's
     attributes, and a ``time`` dimension of length 1 when ``time`` is given.
+    Atoms in the order of their ids, whatever their order in the state (the
+    model re-sorts them into cell order, slabs exchange them), so that
+    ``atom`` means the same atom in every output.
     """
     import xarray as xr
 
-    host = model.to_host(state)
+    host = _in_id_order(model.to_host(state))
     coords = {"axis": ("axis", np.arange(3), {"long_name": "0: x, 1: y, 2: z"}),
               "atom": ("atom", np.arange(host.size))}
     data = {
@@ -51,7 +54,7 @@ def dataset(model, state, time=None):
 
 
 def xyz_frame(model, state, *, time=0.0, step=0, species="Ar", unwrapped=False, precision=8):
-    """One extended-XYZ frame of ``state`` as text (ids in the order of the state).
+    """One extended-XYZ frame of ``state`` as text (atoms in the order of their ids, as in every frame).
 
     Parameters
     ----------
@@ -69,7 +72,7 @@ def xyz_frame(model, state, *, time=0.0, step=0, species="Ar", unwrapped=False, 
     precision : int
         Significant digits of every number.
     """
-    host = model.to_host(state)
+    host = _in_id_order(model.to_host(state))
     positions = host.positions.astype(np.float64)
     if unwrapped:
         positions = positions + host.images * np.asarray(model.box)[:, None]
@@ -81,6 +84,22 @@ def xyz_frame(model, state, *, time=0.0, step=0, species="Ar", unwrapped=False, 
     number = f" %.{precision}g"
     body = "\n".join(species + "".join(number % v for v in row) for row in columns.tolist())
     return header + body + "\n"
+
+
+def _in_id_order(host):
+    """A host state with its atoms sorted by id (itself when they are already).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> _in_id_order(SimpleNamespace(ids=np.arange(3))).ids.tolist()
+    [0, 1, 2]
+    """
+    order = np.argsort(host.ids, kind="stable")
+    if (order == np.arange(order.size)).all():
+        return host
+    arrays = (a[..., order] for a in host.arrays())
+    return type(host)(*arrays, step=host.step, rebuilds=host.rebuilds)
 
 
 class XYZWriter:
