@@ -53,3 +53,13 @@ def test_default_cases_include_the_dirichlet_edge():
     defaults = inspect.signature(bench.run).parameters["cases"].default
     assert defaults == ("diffusion", "diffusion_dirichlet", "shallow_water")
     assert np.all([case in bench.__doc__ for case in defaults])
+
+
+def test_shallow_water_times_the_stages_and_the_fused_step_where_the_family_declares_one():
+    from hpcgpu.kernels.stencil import FAST_PATHS
+
+    lines = _records(["shallow_water"])
+    fused = [r["backend"] for r in lines if r["case"] == "shallow_water_fused_step"]
+    assert [r["backend"] for r in lines if r["case"] == "shallow_water"] == ["numpy", "numba"]
+    assert fused == [b for b in ("numpy", "numba") if b in FAST_PATHS["shallow_water_rk3_step"]] == ["numba"]
+    assert all(r["value"] > 0 and r["fraction_of_copy"] > 0 for r in lines)
