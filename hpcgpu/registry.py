@@ -13,7 +13,8 @@ is installed, ``hpcgpu run NAME``, ``hpcgpu plan NAME`` (when it declares a
 cost model) and the summaries, HTML views and dashboard read it like the
 built-in ones. The declaration names its modules by path, so loading the
 registry imports no physics: the command-line module is imported when the
-parser is built, the cost model when ``hpcgpu plan`` asks for it.
+parser is built, the cost model when ``hpcgpu plan`` asks for it, the model
+class when a benchmark builds one (:meth:`Workload.model_class`).
 
 A plugin that fails to load (an import error, an entry point that is not a
 :class:`Workload`, a name that differs from the entry point's) is left out
@@ -100,6 +101,9 @@ class Workload:
     diagnostics : tuple of str
         The diagnostics the dashboard plots first, in this order (the
         others follow).
+    model : str, optional
+        ``"module:Class"`` of the model class, for code in core that builds
+        one by name (the benchmarks); None when it declares none.
     """
 
     name: str
@@ -112,6 +116,7 @@ class Workload:
     conserved: tuple = ()
     grid_points: Callable = None
     diagnostics: tuple = ()
+    model: str = None
     entry_point: str = field(default="", compare=False)
 
     def cli_module(self):
@@ -122,8 +127,25 @@ class Workload:
         """The ``hpcgpu plan`` cost-model class, imported now."""
         if self.plan is None:
             raise ConfigError(f"workload {self.name!r} declares no cost model for hpcgpu plan")
-        module, _, attribute = self.plan.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return _attribute(self.plan)
+
+    def model_class(self):
+        """The model class, imported now: ``registry.get("weather").model_class()("rest", nx=8, ny=8)``.
+
+        Raises
+        ------
+        ConfigError
+            The workload declares no model class (``model=None``).
+        """
+        if self.model is None:
+            raise ConfigError(f"workload {self.name!r} declares no model class (Workload(model=...))")
+        return _attribute(self.model)
+
+
+def _attribute(path):
+    """The object ``"module:attribute"`` names, its module imported now."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 _cache = {}

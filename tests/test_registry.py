@@ -168,3 +168,22 @@ def test_the_summary_and_time_come_from_the_declaration():
     assert model_time(SimpleNamespace(name="vorticity"), 7200.0).endswith("s (0.0833 days)")
     assert model_time(SimpleNamespace(name="astro"), 2.5) == "2.5"
     assert model_time(SimpleNamespace(name="toy_not_installed"), 7200.0) == "7200"
+
+
+def test_core_builds_a_model_by_name_through_its_declaration():
+    # the benchmarks build the models they time this way: core imports no workload
+    assert registry.get("weather").model_class().__name__ == "ShallowWater"
+    assert registry.get_plan("nbody").model_class() is registry.get("astro").model_class()
+    model = registry.get("md").model_class()(3, backend="numpy")
+    assert model.name == "md" and isinstance(model.initial_state(), model.state_type)
+    with pytest.raises(ConfigError, match="declares no model class"):
+        registry.Workload(name="toy", cli="hpcgpu_toy").model_class()
+
+
+def test_reading_the_declarations_imports_no_model():
+    # a workload package loads its public names on first use, so the CLI's parser stays light
+    code = ("import sys; from hpcgpu import registry; registry.workloads(); "
+            "print(sorted(m for m in sys.modules if m.startswith('hpcgpu.kernels') or (m.startswith("
+            "'hpcgpu.workloads.') and m.count('.') > 2 and not m.endswith('.workload'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

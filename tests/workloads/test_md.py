@@ -498,3 +498,10 @@ def test_a_sorted_state_is_in_cell_order_and_resorting_it_is_the_identity():
             == np.arange(state.size)).all()
     assert sorted(ordered.ids.tolist()) == list(range(state.size))
     assert (model.sorted_into_cells(ordered).ids == ordered.ids).all()
+
+
+def test_sorting_is_on_by_default_on_gpu_backends_only(backend):
+    model = LennardJones(3, backend=backend)
+    assert model.sort_every == (50 if backend.on_gpu else 0)
+    assert LennardJones(3, backend=backend, sort_every=7).sort_every == 7
+    assert model.with_backend("numpy").sort_every == 0  # "auto" follows the backend

@@ -19,7 +19,7 @@ import importlib
 
 __all__ = ["NBody", "NBodyState", "CASES", "INTEGRATORS", "kepler_period", "kepler_orbit"]
 
-_HOME = {**dict.fromkeys(__all__, "model"), **{"METHODS": "model"}}
+_HOME = {**dict.fromkeys(__all__, "model"), "kepler_period": "kepler", "kepler_orbit": "kepler", "METHODS": "model"}
 """The module each public name lives in."""
 
 

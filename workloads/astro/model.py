@@ -5,7 +5,7 @@ N bodies under their mutual softened gravity, advanced by a leapfrog
 drift-kick-drift, one force evaluation per step), with forces by direct
 summation on any backend or by a Barnes-Hut tree. Units are N-body units
 (G = 1 by default); the Plummer cases use Henon units (M = 1, E = -1/4,
-virial radius 1). :func:`kepler_period` and :func:`kepler_orbit` give the
+virial radius 1). :mod:`hpcgpu.workloads.astro.kepler` gives the
 analytic two-body orbit of the ``kepler`` case, to check an integrator
 against.
 
@@ -24,7 +24,6 @@ True
 """
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,19 +32,15 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.nbody import prepare_gravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
-from hpcgpu.workloads.astro import cases
+from hpcgpu.workloads.astro import cases, diagnostics
 
-__all__ = ["NBody", "NBodyState", "CASES", "INTEGRATORS", "kepler_period", "kepler_orbit"]
+__all__ = ["NBody", "NBodyState", "Leapfrog", "CASES", "METHODS", "INTEGRATORS"]
 
 CASES = cases.CASES
 METHODS = ("direct", "tree")
 INTEGRATORS = ("kdk", "dkd")
 """Leapfrog forms: kick-drift-kick and drift-kick-drift (REBOUND's ``leapfrog``)."""
 _SCHEMES = {"kdk": "kick-drift-kick leapfrog", "dkd": "drift-kick-drift leapfrog"}
-# Lagrangian radii come from mass-weighted histograms of radius about the
-# origin, so that partitions can reduce them as sums.
-_RADIUS_BINS = np.geomspace(1e-4, 1e4, 2049)
-LAGRANGIAN_FRACTIONS = (0.1, 0.5, 0.9)
 
 
 @dataclass(frozen=True)
@@ -91,6 +86,18 @@ class NBodyState:
 class NBody:
     """Gravitational N-body model: a named case on a backend.
 
+    Equations (softened Newtonian gravity, softening ``eps``)::
+
+        dx_i/dt = v_i
+        dv_i/dt = -G sum_{j != i} m_j (x_i - x_j) / (|x_i - x_j|**2 + eps**2)**(3/2)
+        phi_i   = -G sum_{j != i} m_j / (|x_i - x_j|**2 + eps**2)**(1/2)
+
+    advanced by a leapfrog. The accelerations' statement, the reference
+    every backend is tested against, is the NumPy direct sum
+    :func:`hpcgpu.kernels.nbody._numpy.direct`; the step is in this class:
+    :meth:`drift_block`, the forces, then :meth:`_finish_step`
+    (:class:`Leapfrog` runs them in order).
+
     Parameters
     ----------
     case : str
@@ -131,6 +138,7 @@ class NBody:
     """
 
     name = "astro"
+    state_type = NBodyState  # the class of its states
     decomposition = "bodies"  # all pairs: hpcgpu.partition.all_pairs
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
@@ -406,49 +414,16 @@ class NBody:
         ValueError
             ``extra`` is missing where it is needed.
         """
-        xp = self.backend.xp
         potentials = state.potentials
         if self.sums_need_positions:
             if extra is None:
                 raise ValueError("block_sums of an NBody with integrator='dkd' needs extra: every block's "
                                  "block_positions at the state's time (its potentials are at mid-step positions)")
             _, potentials = self._forces_from_blocks(extra, start, start + state.size)
-        x, v, m, phi = (xp.asarray(a).astype(np.float64) for a in
-                        (state.positions, state.velocities, state.masses, potentials))
-        momentum = (v * m).sum(axis=1)
-        angular = (xp.cross(x.T, v.T) * m[:, None]).sum(axis=0)
-        first_moment = (x * m).sum(axis=1)
-        second_moment = float((m * (x * x).sum(axis=0)).sum())
-        radius = xp.sqrt((x * x).sum(axis=0))
-        histogram, _ = np.histogram(self.backend.to_host(radius), bins=_RADIUS_BINS,
-                                    weights=self.backend.to_host(m))
-        out = {"mass": float(m.sum()), "kinetic": 0.5 * float((m * (v * v).sum(axis=0)).sum()),
-               "potential2": float((m * phi).sum()), "second_moment": second_moment,
-               "histogram": histogram}
-        for k, axis in enumerate("xyz"):
-            out[f"momentum_{axis}"] = float(momentum[k])
-            out[f"angular_momentum_{axis}"] = float(angular[k])
-            out[f"first_moment_{axis}"] = float(first_moment[k])
-        return out
+        return diagnostics.block_sums(self.backend, state.positions, state.velocities, state.masses, potentials)
 
     def combine_sums(self, parts):
-        total = {key: sum(p[key] for p in parts) for key in parts[0]}
-        kinetic, potential = total["kinetic"], 0.5 * total["potential2"]
-        out = {"energy": kinetic + potential, "kinetic_energy": kinetic, "potential_energy": potential,
-               "virial_ratio": 2 * kinetic / abs(potential) if potential else math.nan}
-        for axis in "xyz":
-            out[f"momentum_{axis}"] = total[f"momentum_{axis}"]
-            out[f"angular_momentum_{axis}"] = total[f"angular_momentum_{axis}"]
-            out[f"centre_of_mass_{axis}"] = total[f"first_moment_{axis}"] / total["mass"]
-        cumulative = np.cumsum(total["histogram"]) / max(total["histogram"].sum(), 1e-300)
-        for fraction in LAGRANGIAN_FRACTIONS:
-            index = int(np.searchsorted(cumulative, fraction))
-            low = cumulative[index - 1] if index > 0 else 0.0
-            weight = (fraction - low) / max(cumulative[index] - low, 1e-300)
-            # geometric interpolation inside the logarithmic bin
-            radius = _RADIUS_BINS[index] * (_RADIUS_BINS[index + 1] / _RADIUS_BINS[index]) ** weight
-            out[f"lagrangian_radius_{round(fraction * 100)}"] = float(radius)
-        return out
+        return diagnostics.combine_sums(parts)
 
     # -- output -------------------------------------------------------------------------------
     def to_dataset(self, state, time=None):
@@ -529,116 +504,3 @@ class Leapfrog:
             accelerations, potentials = model.forces(drifted.positions, drifted.masses)
             state = model._finish_step(drifted, accelerations, potentials, self.dt)
         return state
-
-
-# -- the analytic two-body orbit of the kepler case ---------------------------------------
-
-def _kepler_parameters(model, G):
-    """``(parameters, G)`` of a kepler NBody or of a mapping of case parameters, checked."""
-    spec = CASES["kepler"]
-    if isinstance(model, NBody):
-        if model.case != "kepler":
-            raise ConfigError(f"model must be an NBody of the 'kepler' case; got case {model.case!r}")
-        if model.softening != 0:
-            raise ConfigError(f"model softening must be 0 for the analytic Kepler orbit (point masses); got "
-                              f"softening={model.softening}")
-        if G is not None:
-            raise ConfigError(f"G comes from the model (G={model.G}); give G only with case parameters")
-        return cases.check_kepler(model.case_parameters), model.G
-    if model is None:
-        model = {}
-    if not isinstance(model, Mapping):
-        raise ConfigError("model must be an NBody of the 'kepler' case or a mapping of its parameters "
-                          f"{sorted(spec.parameters)}; got {type(model).__name__}")
-    unknown = set(model) - set(spec.parameters)
-    if unknown:
-        raise ConfigError(f"unknown parameter(s) {sorted(unknown)} for case 'kepler'; valid: "
-                          f"{sorted(spec.parameters)}")
-    G = check_float("G", 1.0 if G is None else G, minimum=0.0, strict_min=True)
-    return cases.check_kepler({**spec.parameters, **model}), G
-
-
-def kepler_period(model=None, *, G=None):
-    """Orbital period of the ``kepler`` case: ``2 pi sqrt(a**3 / (G M))`` (N-body time units).
-
-    Parameters
-    ----------
-    model : NBody or mapping, optional
-        An :class:`NBody` of the ``kepler`` case, or the case's parameters
-        (``semi_major_axis``, ``eccentricity``, ``total_mass``,
-        ``mass_ratio``; those left out take the case's defaults, as in
-        ``NBody("kepler", **parameters)``). Default: the case's defaults.
-    G : float, optional
-        Gravitational constant with case parameters (default 1); a model
-        brings its own.
-
-    Returns
-    -------
-    float
-
-    Raises
-    ------
-    ConfigError
-        A model of another case or with softening, unknown or out-of-range parameters
-        (``semi_major_axis``, ``total_mass``, ``mass_ratio`` > 0,
-        0 <= ``eccentricity`` < 1), ``G`` <= 0 or given with a model.
-
-    Examples
-    --------
-    >>> round(kepler_period(NBody("kepler", backend="numpy")), 6)  # a = 1, M = 1: 2 pi
-    6.283185
-    >>> round(kepler_period({"semi_major_axis": 4.0}), 6)  # Kepler's third law: 8 times longer
-    50.265482
-    """
-    parameters, G = _kepler_parameters(model, G)
-    return cases.kepler_period(parameters, G)
-
-
-def kepler_orbit(model, t, *, G=None):
-    """Both bodies of the ``kepler`` case at time ``t`` on the exact two-body orbit.
-
-    The case starts (t = 0) at apocentre, relative position ``a (1 + e)``
-    along +x, and orbits counter-clockwise in the x-y plane about the
-    centre of mass, which stays at rest at the origin. The position on the
-    ellipse at ``t`` comes from Kepler's equation ``E - e sin E = M``
-    (mean anomaly ``M = pi + 2 pi t / period``), solved by Newton iteration
-    to rounding, so the orbit is exact for any eccentricity 0 <= e < 1:
-    compare a run of the model against it to measure an integrator's error.
-
-    Parameters
-    ----------
-    model : NBody or mapping
-        An :class:`NBody` of the ``kepler`` case, or the case's parameters
-        (as for :func:`kepler_period`).
-    t : float or array
-        Model time(s) since the start (N-body units).
-    G : float, optional
-        Gravitational constant with case parameters (default 1).
-
-    Returns
-    -------
-    positions, velocities : ndarray, float64, shape ``(3, 2)`` or ``(3, 2, *t.shape)``
-        Rows x, y, z of the two bodies, laid out as a state's
-        ``positions`` / ``velocities`` (on the host). Body 2 minus body 1
-        is the relative orbit.
-
-    Raises
-    ------
-    ConfigError
-        As for :func:`kepler_period`, or a non-finite ``t``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> model = NBody("kepler", backend="numpy")  # a = 1, e = 0.5, equal masses
-    >>> positions, velocities = kepler_orbit(model, kepler_period(model) / 2)
-    >>> np.round(positions[:, 1] - positions[:, 0], 12) + 0.0  # pericentre: a (1 - e) along -x
-    array([-0.5,  0. ,  0. ])
-    >>> kepler_orbit(model, np.linspace(0.0, 1.0, 5))[0].shape
-    (3, 2, 5)
-    """
-    parameters, G = _kepler_parameters(model, G)
-    times = np.asarray(t, dtype=np.float64)
-    if not bool(np.isfinite(times).all()):
-        raise ConfigError(f"t must be finite model time(s); got {t!r}")
-    return cases.kepler_state(parameters, times, G)

@@ -12,6 +12,7 @@ __all__ = ["WORKLOAD"]
 WORKLOAD = Workload(
     name="astro",
     cli="hpcgpu.workloads.astro.cli",
+    model="hpcgpu.workloads.astro.model:NBody",
     plan="hpcgpu.workloads.astro.cost:NBodyCost",
     plan_name="nbody",
     plan_sizes=("bodies",),

@@ -3,6 +3,7 @@
 - :mod:`~hpcgpu.workloads.md.model`: :class:`LennardJones` (state, velocity-Verlet
   step, thermostat); its docstring states the equations and links to the NumPy
   reference that is their statement;
+- :mod:`~hpcgpu.workloads.md.state`: :class:`MDState`, the atoms (a frozen dataclass);
 - :mod:`~hpcgpu.workloads.md.domains`: the slab decomposition's side of the model
   (ghosts, migration), an object the model holds;
 - :mod:`~hpcgpu.workloads.md.diagnostics`: energies, temperature, pressure, MSD,
@@ -24,7 +25,7 @@ import importlib
 
 __all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE", "tail_corrections"]
 
-_HOME = {**dict.fromkeys(__all__, "model"), **{"DEFAULT_DENSITY": "model"}}
+_HOME = {**dict.fromkeys(__all__, "model"), "MDState": "state", "DEFAULT_DENSITY": "model"}
 """The module each public name lives in."""
 
 

@@ -100,7 +100,6 @@ def _run(args, model, state, steps, out, client):
             sim.close()
     wall = time.perf_counter() - started
     summary = sim.summary()
-    summary.pop("point_updates_per_s", None)  # a grid model's measure
     diagnostics = sim.diagnostics
     late = diagnostics.isel(time=slice(diagnostics.sizes["time"] // 2, None))
     r, g = rdf.result()

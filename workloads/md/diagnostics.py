@@ -1,9 +1,9 @@
 """Diagnostics of the Lennard-Jones model: energies, temperature, pressure, MSD, stability.
 
-:class:`DiagnosticMethods` is a mixin of
-:class:`hpcgpu.workloads.md.LennardJones`. Every quantity is a sum over
-atoms (``block_sums``) combined afterwards (``combine_sums``), so a
-partitioned run reduces on its workers and only scalars travel.
+:class:`Thermodynamics` is an object a :class:`hpcgpu.workloads.md.LennardJones`
+holds (``model.thermo``) and delegates its diagnostics to. Every quantity is
+a sum over atoms (``block_sums``) combined afterwards (``combine_sums``), so
+a partitioned run reduces on its workers and only scalars travel.
 """
 
 import math
@@ -12,23 +12,31 @@ import numpy as np
 
 from hpcgpu.workloads.md.setup import tail_corrections
 
-__all__ = ["DiagnosticMethods", "OMEGA_PER_ROOT_FORCE"]
+__all__ = ["Thermodynamics", "OMEGA_PER_ROOT_FORCE"]
 
 # omega_max per sqrt(max |f|): on the repulsive wall u'' = 13 |u'| / r, and a
 # pair (reduced mass 1/2) vibrates at sqrt(2 u''). Verlet is stable for omega dt < 2.
 OMEGA_PER_ROOT_FORCE = math.sqrt(26.0)
 
 
-class DiagnosticMethods:
-    """Energies, temperature, pressure, momentum, MSD and the stability number of a state.
+class Thermodynamics:
+    """Energies, temperature, pressure, momentum, MSD and the stability number of a model's states.
+
+    Parameters
+    ----------
+    model : LennardJones
+        The model whose backend, box, volume, cutoff and field names it uses.
 
     Examples
     --------
     >>> from hpcgpu.workloads.md import LennardJones
     >>> model = LennardJones(4, temperature=1.0, backend="numpy")
-    >>> round(model.diagnostics(model.initial_state())["temperature"], 12)
+    >>> round(model.thermo.diagnostics(model.initial_state())["temperature"], 12)
     1.0
     """
+
+    def __init__(self, model):
+        self.model = model
 
     def cfl(self, state, dt):
         """Time-step number ``dt * omega_max / 2``: 1 is velocity Verlet's stability limit.
@@ -41,15 +49,15 @@ class DiagnosticMethods:
 
     def bad_fields(self, state):
         """Names of the fields holding NaN/inf."""
-        isfinite = self.backend.xp.isfinite
-        return [name for name in self.field_names if not bool(isfinite(getattr(state, name)).all())]
+        isfinite = self.model.backend.xp.isfinite
+        return [name for name in self.model.field_names if not bool(isfinite(getattr(state, name)).all())]
 
     def block_health(self, state):
         f2 = (state.forces.astype(np.float64) ** 2).sum(axis=0)
         return {"f_max": math.sqrt(float(f2.max())) if f2.size else 0.0, "bad": self.bad_fields(state)}
 
     def combine_health(self, parts, dt):
-        bad = sorted({name for p in parts for name in p["bad"]}, key=self.field_names.index)
+        bad = sorted({name for p in parts for name in p["bad"]}, key=self.model.field_names.index)
         f_max = max(p["f_max"] for p in parts)
         if bad or not math.isfinite(f_max):
             return bad or ["positions"], math.nan
@@ -79,16 +87,17 @@ class DiagnosticMethods:
 
     def block_sums(self, state, start, extra=None):
         """Sums over a block of atoms that add up to the global diagnostics."""
-        xp = self.backend.xp
+        backend = self.model.backend
+        xp = backend.xp
         v = state.velocities.astype(np.float64)
         squared = 0.0
-        for axis, length in enumerate(self.box):
+        for axis, length in enumerate(self.model.box):
             d = state.positions[axis].astype(np.float64) + state.images[axis] * length - state.origins[axis]
             squared = squared + d * d
         values = xp.stack([(v * v).sum(), *v.sum(axis=1), state.energies.sum(dtype=np.float64),
                            state.virials.sum(dtype=np.float64), xp.asarray(squared).sum()])
         names = ("kinetic2", "momentum_x", "momentum_y", "momentum_z", "potential", "virial", "squared_displacement")
-        out = dict(zip(names, (float(x) for x in self.backend.to_host(values))))
+        out = dict(zip(names, (float(x) for x in backend.to_host(values))))
         out.update(atoms=state.size, rebuilds=state.rebuilds)
         return out
 
@@ -98,11 +107,12 @@ class DiagnosticMethods:
         kinetic = 0.5 * total["kinetic2"]
         momentum2 = sum(total[f"momentum_{a}"] ** 2 for a in "xyz")
         temperature = 2.0 * (kinetic - 0.5 * momentum2 / n) / (3 * n - 3)
-        density = n / self.volume
-        energy_tail, pressure_tail = tail_corrections(density, self.cutoff)
+        volume = self.model.volume
+        density = n / volume
+        energy_tail, pressure_tail = tail_corrections(density, self.model.cutoff)
         out = {"energy": kinetic + total["potential"], "kinetic_energy": kinetic,
                "potential_energy": total["potential"], "potential_energy_per_atom": total["potential"] / n,
-               "temperature": temperature, "pressure": (2.0 * kinetic + total["virial"]) / (3.0 * self.volume),
+               "temperature": temperature, "pressure": (2.0 * kinetic + total["virial"]) / (3.0 * volume),
                "energy_tail": n * energy_tail, "pressure_tail": pressure_tail,
                "msd": total["squared_displacement"] / n, "density": density,
                "neighbor_rebuilds": max(p["rebuilds"] for p in parts)}

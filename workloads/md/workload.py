@@ -11,6 +11,7 @@ __all__ = ["WORKLOAD"]
 WORKLOAD = Workload(
     name="md",
     cli="hpcgpu.workloads.md.cli",
+    model="hpcgpu.workloads.md.model:LennardJones",
     plan="hpcgpu.workloads.md.cost:MolecularDynamicsCost",
     plan_sizes=("atoms",),
     plan_options=(

@@ -131,6 +131,17 @@ def rossby_wave_frequency(model, discrete=False):
 class BarotropicVorticity:
     """Barotropic vorticity model: a named case on a grid, a backend and a Poisson solver.
 
+    Equations (beta plane, Charney, Fjortoft and von Neumann 1950)::
+
+        d zeta/dt = -J(psi, zeta) - beta d psi/dx + nu lap zeta,    lap psi = zeta
+
+    with ``u = -d psi/dy``, ``v = d psi/dx``, advanced by SSP-RK3 with a
+    Poisson solve after every stage. Their statement is in this class:
+    :meth:`tendency` (Arakawa's Jacobian, whose NumPy reference is
+    :func:`hpcgpu.kernels.stencil.arakawa_jacobian` on ``backend="numpy"``),
+    :meth:`streamfunction` (the Poisson solve) and
+    :class:`VorticityStepper` (the RK3 stages).
+
     Parameters
     ----------
     case : str
@@ -162,6 +173,7 @@ class BarotropicVorticity:
     """
 
     name = "vorticity"
+    state_type = VorticityState  # the class of its states
     decomposition = "global"  # a Poisson solve per stage couples every point: no row blocks
     field_names = ("zeta", "psi")
     cfl_limit = RK3_CFL_LIMIT

@@ -17,6 +17,7 @@ def grid_points(model):
 WORKLOAD = Workload(
     name="vorticity",
     cli="hpcgpu.workloads.vorticity.cli",
+    model="hpcgpu.workloads.vorticity.model:BarotropicVorticity",
     time_unit="s",
     conserved=("energy", "enstrophy"),
     grid_points=grid_points,

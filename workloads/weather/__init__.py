@@ -3,6 +3,7 @@
 - :mod:`~hpcgpu.workloads.weather.model`: :class:`ShallowWater` (state, step,
   diagnostics, partitioning); its docstring states the equations and links to
   the NumPy reference step that is their statement;
+- :mod:`~hpcgpu.workloads.weather.diagnostics`: mass, energy and potential enstrophy as sums over row blocks;
 - :mod:`~hpcgpu.workloads.weather.stepper`: the SSP-RK3 time stepper and its buffers;
 - :mod:`~hpcgpu.workloads.weather.grid`: the Arakawa C-grid (shared with the vorticity model);
 - :mod:`~hpcgpu.workloads.weather.cases`: the named initial conditions;

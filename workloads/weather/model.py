@@ -5,8 +5,9 @@ Arakawa C-grid with the energy- and potential-enstrophy-conserving scheme of
 Arakawa and Lamb (1981) (mass is conserved exactly, energy and potential
 enstrophy to time-truncation error), and a strong-stability-preserving
 third-order Runge-Kutta time stepper (SSP-RK3, Shu and Osher 1988). The
-stencil kernels do the work; this module holds the physics set-up, the named
-test cases and the diagnostics.
+stencil kernels do the work; this module holds the model: its physics set-up,
+its step, its diagnostics (summed in :mod:`hpcgpu.workloads.weather.diagnostics`)
+and how it is split into row blocks.
 
 Examples
 --------
@@ -27,9 +28,9 @@ import numpy as np
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import stencil
-from hpcgpu.kernels.stencil import OPEN, WALL
+from hpcgpu.kernels.stencil import OPEN
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float
-from hpcgpu.workloads.weather import cases
+from hpcgpu.workloads.weather import cases, diagnostics
 from hpcgpu.workloads.weather.stepper import STAGE_REACH, HostArrayPool, ShallowWaterStepper, spare_rows_base
 from hpcgpu.workloads.weather.grid import Grid
 
@@ -106,6 +107,19 @@ class ShallowWaterParams:
 class ShallowWater:
     """Rotating shallow-water model: a named case on a grid and a backend.
 
+    Equations (vector-invariant form, Arakawa C-grid, Arakawa and Lamb 1981)::
+
+        du/dt =  q (h v) - d/dx (g h + K) + nu lap u
+        dv/dt = -q (h u) - d/dy (g h + K) + nu lap v
+        dh/dt = -d/dx (h u) - d/dy (h v)
+
+    with potential vorticity ``q = (f + dv/dx - du/dy) / h`` and kinetic
+    energy ``K = (u**2 + v**2) / 2``, advanced by SSP-RK3. Their statement,
+    the reference every backend is tested against, is the NumPy tendency
+    :func:`hpcgpu.kernels.stencil._numpy.shallow_water_tendency` (one RK3
+    stage: :func:`hpcgpu.kernels.stencil._numpy.shallow_water_stage`); the
+    step is :meth:`step` through :class:`~hpcgpu.workloads.weather.stepper.ShallowWaterStepper`.
+
     Parameters
     ----------
     case : str
@@ -135,6 +149,7 @@ class ShallowWater:
     """
 
     name = "weather"
+    state_type = ShallowWaterState  # the class of its states
     decomposition = "rows"  # how hpcgpu.partition splits it (hpcgpu.partition.rows)
     field_names = ("u", "v", "h")
     cfl_limit = RK3_CFL_LIMIT
@@ -299,55 +314,11 @@ class ShallowWater:
         sums from row blocks add up to the global ones, so a partitioned
         model reduces diagnostics where its partitions live.
         """
-        xp = self.backend.xp
-        g = self.grid
-        u, v, h = (xp.asarray(a).astype(np.float64) for a in state.arrays())
-        if south is None:
-            # South wall: scalars and tangential velocity are mirrored, v beyond is 0.
-            su, sv, sh = u[:1], xp.zeros_like(v[:1]), h[:1]
-        else:
-            su, sv, sh = (xp.asarray(a).astype(np.float64) for a in south.arrays())
-        rows = h.shape[0]
-        north_wall = g.wall_y and start + rows == g.ny
-        tail = [(u[-1:], xp.zeros_like(v[-1:]), h[-1:])] if north_wall else []
-        U = xp.concatenate([su, u] + [t[0] for t in tail])
-        V = xp.concatenate([sv, v] + [t[1] for t in tail])
-        H = xp.concatenate([sh, h] + [t[2] for t in tail])
-        bc_x = g.codes[0]
-        # One ghost column each side by the x boundary rule (no y padding: rows are explicit).
-        Hx = stencil.pad(H, (bc_x, WALL, WALL), width=1)[1:-1]
-        Ux = stencil.pad(U, (bc_x, WALL, WALL), normal="x", width=1)[1:-1]
-        Vx = stencil.pad(V, (bc_x, WALL, WALL), width=1)[1:-1]
-        nx = g.nx
-        h_u = 0.5 * (Hx[1:rows + 1, 0:nx] + Hx[1:rows + 1, 1:nx + 1])
-        h_v = 0.5 * (H[0:rows] + H[1:rows + 1])
-        kinetic = float((h_u * u * u).sum() + (h_v * v * v).sum())
-        deviation = h - self.params.mean_depth
-        corners = rows + (1 if north_wall else 0)
-        zeta = ((Vx[1:corners + 1, 1:nx + 1] - Vx[1:corners + 1, 0:nx]) / g.dx
-                - (Ux[1:corners + 1, 1:nx + 1] - Ux[0:corners, 1:nx + 1]) / g.dy)
-        h_q = 0.25 * (Hx[0:corners, 0:nx] + Hx[0:corners, 1:nx + 1]
-                      + Hx[1:corners + 1, 0:nx] + Hx[1:corners + 1, 1:nx + 1])
-        f = xp.asarray(self.coriolis_rows(start, start + corners - 1))[:, None]
-        density = 0.5 * (f + zeta) ** 2 / h_q
-        if south is None and start == 0:
-            density[0] *= 0.5
-        if north_wall:
-            density[-1] *= 0.5
-        return {"cells": int(h.size), "depth": float(h.sum()), "deviation": float(deviation.sum()),
-                "deviation2": float((deviation * deviation).sum()), "kinetic2": kinetic,
-                "enstrophy": float(density.sum())}
+        return diagnostics.block_sums(self, state, start, south)
 
     def combine_sums(self, parts):
         """Diagnostics (see :meth:`diagnostics`) from :meth:`block_sums` of all rows."""
-        total = {key: sum(p[key] for p in parts) for key in parts[0]}
-        area = self.grid.cell_area
-        offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
-        # APE about the actual mean depth, summed about the rest depth without cancellation
-        potential = 0.5 * self.params.g * (total["deviation2"] - total["cells"] * offset * offset)
-        return {"mass": total["depth"] * area,
-                "energy": (0.5 * total["kinetic2"] + potential) * area,
-                "enstrophy": total["enstrophy"] * area}
+        return diagnostics.combine_sums(self, parts)
 
     def coriolis_rows(self, first, last):
         """Coriolis parameter on global corner rows ``first..last`` (host, float64).

@@ -18,6 +18,7 @@ def grid_points(model):
 WORKLOAD = Workload(
     name="weather",
     cli="hpcgpu.workloads.weather.cli",
+    model="hpcgpu.workloads.weather.model:ShallowWater",
     plan="hpcgpu.workloads.weather.cost:WeatherCost",
     plan_sizes=("nx", "ny"),
     plan_options=(
