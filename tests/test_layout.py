@@ -34,17 +34,10 @@ CORE_IMPORTS_OF_WORKLOADS = {
 }
 
 CORE_FUNCTION_IMPORTS_OF_WORKLOADS = {
-    # Core modules that import a workload inside a function. The CLI, the
-    # plan, the summaries and the HTML views read the registry instead; the
-    # benchmark suites below still build the models they time. Known ones, to
-    # be moved to their workloads: the list may only shrink (remove what is
-    # fixed, add nothing).
-    "hpcgpu.bench.acceptance": ["hpcgpu.workloads.astro", "hpcgpu.workloads.md", "hpcgpu.workloads.weather"],
-    "hpcgpu.bench.md": ["hpcgpu.workloads.md"],
-    "hpcgpu.bench.nbody": ["hpcgpu.workloads.astro"],
-    "hpcgpu.bench.probes": ["hpcgpu.workloads.weather"],
-    "hpcgpu.bench.scaling": ["hpcgpu.workloads.weather"],
-    "hpcgpu.bench.soak": ["hpcgpu.workloads.weather"],
+    # Core modules that import a workload inside a function. Empty: the CLI,
+    # the plan, the summaries, the HTML views and the benchmark suites read
+    # the registry (a benchmark builds its model with
+    # ``registry.get(name).model_class()``). Do not add to it.
 }
 
 CYCLES_THROUGH_FUNCTIONS = [
@@ -52,7 +45,6 @@ CYCLES_THROUGH_FUNCTIONS = [
     # import time, but each one is two modules that cannot be read, tested or
     # moved apart. Known ones, to be removed; the list may only shrink
     # (remove what is fixed, add nothing).
-    ["hpcgpu.bench.acceptance", "hpcgpu.bench.comm"],
 ]
 
 CORE_IMPORTS_OF_KERNELS = {
@@ -68,7 +60,6 @@ KERNEL_INTERNALS_USED_OUTSIDE = {
     # ``backend.kernels(...)``). The benchmark harness times the backend
     # kernels themselves, without the public functions' checks, and reads
     # their launch tables. Do not add to it; remove what is fixed.
-    "hpcgpu.bench.nbody": [".kernels()"],
 }
 
 DUPLICATE_CLASS_NAMES = {

@@ -32,7 +32,8 @@ import uuid
 
 import numpy as np
 
-from hpcgpu.bench import probes
+from hpcgpu.bench import comm, probes
+from hpcgpu.bench.comm import task_round_trips
 from hpcgpu.bench.report import Thresholds
 from hpcgpu.cluster import worker_info
 
@@ -131,52 +132,8 @@ def measure_transfers(client, workers, nbytes, repeats=3):
     return out
 
 
-def _forward(array):
-    # a result of its own on this worker: the next task of the chain, on the other worker, must fetch it
-    return array
-
-
-def task_round_trips(client, source, destination, nbytes, repeats=5, round_trips=10):
-    """Seconds per round trip of an array of ``nbytes`` through dask tasks, ``repeats`` times.
-
-    The task path the partitioned engine took before its communicator: an
-    array made on ``source``, then a chain of ``2 * round_trips`` tasks
-    alternately on ``destination`` and ``source``, each needing the result
-    of the one before (a dependent level: the scheduler learns that a task
-    finished, assigns the next, whose worker fetches the array from its
-    peer). The whole chain is submitted at once and timed from submission
-    to its end, so the one client round trip is shared by all its levels;
-    each repeat gives its time over ``round_trips``.
-
-    Examples
-    --------
-    >>> task_round_trips(client, a, b, 4096, repeats=3)  # doctest: +SKIP
-    [0.0151, 0.0149, 0.0162]
-    """
-    from distributed import wait
-
-    pinned = dict(allow_other_workers=False, pure=False)
-    out = []
-    for _ in range(repeats):
-        made = client.submit(_payload, nbytes, workers=[source], key=f"acceptance-payload-{uuid.uuid4().hex[:8]}",
-                             **pinned)
-        wait(made)
-        start = time.perf_counter()
-        chain = [made]
-        for level in range(2 * round_trips):
-            worker = destination if level % 2 == 0 else source
-            chain.append(client.submit(_forward, chain[-1], workers=[worker], **pinned,
-                                       key=f"acceptance-round-trip-{uuid.uuid4().hex[:8]}"))
-        wait(chain[-1])
-        out.append((time.perf_counter() - start) / round_trips)
-        del made, chain
-    return out
-
-
 def _communicator(client, workers, hosts, nbytes, quick, stream, records):
     """The communicator's records: per ordered pair its round trip and bandwidth, then its collectives."""
-    from hpcgpu.bench import comm
-
     small = comm.DEFAULT_SIZES[0]
     protocol = comm.protocol_of(client.scheduler.address)
     try:
@@ -247,32 +204,30 @@ def _scaling(client, workload, workers, quick, stream, records):
 
 def _scaling_case(workload, mode, count, largest, quick):
     """``(model, state, dt, steps, steps_per_task, size)`` of a scaling run on ``count`` workers."""
-    share = count if mode == "weak" else largest
-    if workload == "weather":
-        from hpcgpu.workloads.weather import ShallowWater
+    from hpcgpu import registry
 
+    if workload not in WORKLOADS:
+        raise ValueError(workload)
+    share = count if mode == "weak" else largest
+    model_class = registry.get_plan(workload).model_class()  # hpcgpu plan's names: "nbody" is astro
+    if workload == "weather":
         from hpcgpu.partition.rows import auto_steps_per_task
 
         side = 512 if quick else 1024
-        model = ShallowWater("turbulence", nx=side, ny=side * share, backend="auto", dtype="float32",
-                             Lx=1e6, Ly=1e6 * share)
+        model = model_class("turbulence", nx=side, ny=side * share, backend="auto", dtype="float32",
+                            Lx=1e6, Ly=1e6 * share)
         state = model.initial_state()
         k = auto_steps_per_task(model, count)  # the engine's own default
         return model, state, model.suggested_dt(state), 4 * k, k, [side, side * share]
     if workload == "md":
-        from hpcgpu.workloads.md import LennardJones
-
         # 6,912 atoms a worker (quick): a step's forces well above the few messages it sends
         cells = 12 if quick else 16
-        model = LennardJones((cells, cells, cells * share), temperature=1.44, backend="auto")
+        model = model_class((cells, cells, cells * share), temperature=1.44, backend="auto")
         return model, model.initial_state(), 0.005, 20, 1, model.n
-    if workload == "nbody":
-        from hpcgpu.workloads.astro import NBody
-
-        n = int((2048 if quick else 16384) * math.sqrt(share))  # weak: work N^2 grows with the workers
-        model = NBody("plummer", n=n, backend="auto")
-        return model, model.initial_state(), 0.001, 20 if quick else 50, 1, n
-    raise ValueError(workload)
+    # nbody
+    n = int((2048 if quick else 16384) * math.sqrt(share))  # weak: work N^2 grows with the workers
+    model = model_class("plummer", n=n, backend="auto")
+    return model, model.initial_state(), 0.001, 20 if quick else 50, 1, n
 
 
 def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS, stream=None,

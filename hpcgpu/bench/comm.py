@@ -23,7 +23,7 @@ as an epoch runs):
 * case ``task_round_trip``, for comparison, per ordered pair: the same
   round trip of the smallest size through dask tasks, what the engine paid
   per dependent level before it had a communicator
-  (:func:`hpcgpu.bench.acceptance.task_round_trips`), with
+  (:func:`task_round_trips`), with
   ``ratio_to_communicator``, its round trip over the communicator's.
 
 Every line has ``suite`` ("comm"), ``case``, ``workers`` (the pair, or all
@@ -45,6 +45,7 @@ Examples
 
 import sys
 import time
+import uuid
 
 import numpy as np
 
@@ -52,7 +53,7 @@ from hpcgpu.errors import ClusterError
 from hpcgpu.validation import check_int
 
 __all__ = ["run", "measure", "check_arguments", "protocol_of", "DEFAULT_SIZES", "DEFAULT_REPEATS",
-           "DEFAULT_WORKERS", "TRAFFIC_BYTES"]
+           "DEFAULT_WORKERS", "TRAFFIC_BYTES", "task_round_trips"]
 
 DEFAULT_SIZES = (4096, 2**20, 64 * 2**20)
 """Message sizes (bytes): a small message (latency), and two large ones (bandwidth)."""
@@ -72,6 +73,52 @@ _SMALL_WARMUP = 10
 _TASK_ROUND_TRIPS = 10  # per timed chain of the task path: shares its one client round trip
 _TASK_REPEATS = 20
 _SESSION_TIMEOUT_S = 120.0
+
+
+def _payload(nbytes):
+    return np.ones(max(1, nbytes // 8))
+
+
+def _forward(array):
+    # a result of its own on this worker: the next task of the chain, on the other worker, must fetch it
+    return array
+
+
+def task_round_trips(client, source, destination, nbytes, repeats=5, round_trips=10):
+    """Seconds per round trip of an array of ``nbytes`` through dask tasks, ``repeats`` times.
+
+    The task path the partitioned engine took before its communicator: an
+    array made on ``source``, then a chain of ``2 * round_trips`` tasks
+    alternately on ``destination`` and ``source``, each needing the result
+    of the one before (a dependent level: the scheduler learns that a task
+    finished, assigns the next, whose worker fetches the array from its
+    peer). The whole chain is submitted at once and timed from submission
+    to its end, so the one client round trip is shared by all its levels;
+    each repeat gives its time over ``round_trips``.
+
+    Examples
+    --------
+    >>> task_round_trips(client, a, b, 4096, repeats=3)  # doctest: +SKIP
+    [0.0151, 0.0149, 0.0162]
+    """
+    from distributed import wait
+
+    pinned = dict(allow_other_workers=False, pure=False)
+    out = []
+    for _ in range(repeats):
+        made = client.submit(_payload, nbytes, workers=[source], key=f"acceptance-payload-{uuid.uuid4().hex[:8]}",
+                             **pinned)
+        wait(made)
+        start = time.perf_counter()
+        chain = [made]
+        for level in range(2 * round_trips):
+            worker = destination if level % 2 == 0 else source
+            chain.append(client.submit(_forward, chain[-1], workers=[worker], **pinned,
+                                       key=f"acceptance-round-trip-{uuid.uuid4().hex[:8]}"))
+        wait(chain[-1])
+        out.append((time.perf_counter() - start) / round_trips)
+        del made, chain
+    return out
 
 
 def check_arguments(sizes=DEFAULT_SIZES, workers=DEFAULT_WORKERS, repeats=DEFAULT_REPEATS):
@@ -264,7 +311,6 @@ def run(recorder, client, *, workers=None, sizes=DEFAULT_SIZES, repeats=DEFAULT_
     ClusterError
         The cluster has fewer workers than asked for, or fewer than 2.
     """
-    from hpcgpu.bench.acceptance import task_round_trips
     from hpcgpu.cluster import worker_info
 
     sizes = sorted(set(sizes))

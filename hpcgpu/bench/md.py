@@ -68,7 +68,9 @@ def n_cells_for(atoms):
 
 
 def _model_classes():
-    from hpcgpu.workloads.md import LennardJones
+    from hpcgpu import registry
+
+    LennardJones = registry.get("md").model_class()
 
     class TimedLennardJones(LennardJones):
         """The model with its neighbour-list builds and force calls timed (synchronised)."""
@@ -178,8 +180,9 @@ def _lj_liquid(recorder, backend, dtype, requested, steps, budget_s):
 
 
 def _lj_liquid_slabs(recorder, backend, dtype, requested, steps, budget_s, workers):
-    from hpcgpu.workloads.md import LennardJones
+    from hpcgpu import registry
 
+    LennardJones = registry.get("md").model_class()
     model = LennardJones(n_cells_for(requested), density=SETUP["density"], temperature=SETUP["temperature"],
                          cutoff=SETUP["cutoff"], skin=SETUP["skin"], shift=True, thermostat="none", dtype=dtype,
                          backend=backend.name)

@@ -1,7 +1,8 @@
 """``hpcgpu bench nbody``: direct-summation gravity per backend.
 
 Case ``direct``: the softened accelerations on all ``N`` bodies from all
-``N`` bodies (``backend.kernels("nbody").direct``, no potential), bodies in
+``N`` bodies (:func:`hpcgpu.kernels.nbody.prepare_direct_accelerations`:
+the direct sum itself, inputs checked once, no potential), bodies in
 a Gaussian blob. ``interactions_per_s`` counts ``N**2`` pair interactions
 per evaluation; ``gflops`` counts 20 floating-point operations per
 interaction, the convention of the GPU N-body literature (Nyland, Harris
@@ -42,20 +43,20 @@ SOFTENING = 0.01
 
 
 def _direct(recorder, backend, dtype, n, evaluations, budget_s):
-    kernels = backend.kernels("nbody")
+    from hpcgpu.kernels.nbody import prepare_direct_accelerations
+
     rng = np.random.default_rng(4)
     positions = backend.asarray(rng.standard_normal((3, n)), dtype=dtype)
     masses = backend.asarray(np.full(n, 1.0 / n), dtype=dtype)
     targets = min(n, NUMPY_TARGETS) if backend.name == "numpy" else n
     if backend.name == "numpy":
         evaluations = 1
-    target_positions = backend.xp.ascontiguousarray(positions[:, :targets])
-    acc = backend.empty((3, targets), dtype)
-    eps2 = SOFTENING**2
+    evaluate = prepare_direct_accelerations(positions, masses, softening=SOFTENING, G=1.0, targets=(0, targets),
+                                            backend=backend)
 
     def call():
         for _ in range(evaluations):
-            kernels.direct(target_positions, positions, masses, eps2, 1.0, 0, acc, None)
+            evaluate()
 
     durations = measure(call, synchronize=backend.synchronize, budget_s=budget_s, min_repeats=2)
     median = float(np.median(durations))
@@ -72,9 +73,9 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
 
 
 def _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers):
-    from hpcgpu.workloads.astro import NBody
+    from hpcgpu import registry
 
-    model = NBody("plummer", n=n, dtype=dtype, backend=backend.name, seed=4)
+    model = registry.get("astro").model_class()("plummer", n=n, dtype=dtype, backend=backend.name, seed=4)
     durations = measure_partitioned(backend, workers, model, model.initial_state(), model.case_dt, steps,
                                     name="bench-nbody-blocks", budget_s=budget_s)
     median = float(np.median(durations))

@@ -247,14 +247,14 @@ def _poisson(side):
 
 def energy_per_step(backend="auto", quick=False):
     """Joules per shallow-water step on this worker's device, or ``{"available": False, "why": ...}``."""
-    from hpcgpu.workloads.weather import ShallowWater
+    from hpcgpu import registry
 
     b = _backend(backend)
     meter = _energy_meter(b)
     if isinstance(meter, str):
         return {"available": False, "why": meter}
     nx = (2048 if b.on_gpu else 512) // (2 if quick else 1)
-    model = ShallowWater("unstable_jet", nx=nx, ny=nx // 2, backend=b, dtype="float32")
+    model = registry.get("weather").model_class()("unstable_jet", nx=nx, ny=nx // 2, backend=b, dtype="float32")
     state = model.initial_state()
     dt = model.suggested_dt(state)
     state = model.step(state, dt, 2)

@@ -66,9 +66,9 @@ def _model(nx, ny, dtype, backend):
     float32 products go subnormal, which slows CPUs many times over and
     would make equal blocks unequal.)
     """
-    from hpcgpu.workloads.weather import ShallowWater
+    from hpcgpu import registry
 
-    return ShallowWater("turbulence", nx=nx, ny=ny, dtype=dtype, backend=backend, Lx=2.0e4 * nx,
+    return registry.get("weather").model_class()("turbulence", nx=nx, ny=ny, dtype=dtype, backend=backend, Lx=2.0e4 * nx,
                         Ly=2.0e4 * ny, peak_wavenumber=max(6.0, ny / 64))
 
 
@@ -174,15 +174,13 @@ def _median_run(runs):
 
 
 def _overlap_step(block, block_info=None, *, model_bytes, dt, starts, south_depth, periodic):
-    from hpcgpu.workloads.weather import ShallowWaterState
-
     model = _on_worker(pickle.loads(model_bytes))
     location = block_info[0]["chunk-location"][1]
     chunks = len(starts)
     south_open = periodic or location > 0
     north_open = periodic or location < chunks - 1
     first_row = starts[location] - (south_depth if south_open else 0)
-    state = ShallowWaterState(*(model.backend.asarray(block[k]) for k in range(3)))
+    state = model.state_type(*(model.backend.asarray(block[k]) for k in range(3)))
     new = model.advance_rows(state, dt, 1, first_row, south_open, north_open)
     return np.stack([model.backend.to_host(a) for a in new.arrays()])
 

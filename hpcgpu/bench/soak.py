@@ -55,10 +55,10 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
     kill_every : float, optional
         Seconds between kills (default: a quarter of the run, at least 10 s).
     """
+    from hpcgpu import registry
     from hpcgpu.cluster import close_client, cluster
     from hpcgpu.simulation import Simulation
     from hpcgpu.validation import check_float
-    from hpcgpu.workloads.weather import ShallowWater
 
     minutes = check_float("minutes", minutes, minimum=0.0, strict_min=True)
     seconds = 60.0 * minutes
@@ -68,7 +68,7 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
     if own:
         client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
-        model = ShallowWater("unstable_jet", nx=nx, ny=ny, backend=backend)
+        model = registry.get("weather").model_class()("unstable_jet", nx=nx, ny=ny, backend=backend)
         dt = model.suggested_dt(model.initial_state())
         probe = Simulation(model, dt=dt, stop_steps=100, progress=False, client=client, partitions=2,
                            steps_per_task=4).run(steps=20)  # compile and place, then time the rest
