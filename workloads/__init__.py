@@ -1,0 +1,9 @@
+"""The science models, one folder each: :mod:`~hpcgpu.workloads.weather`, :mod:`~hpcgpu.workloads.vorticity`,
+:mod:`~hpcgpu.workloads.md` and :mod:`~hpcgpu.workloads.astro`.
+
+In each, ``model.py`` holds the model class (its docstring states the
+equations and names the reference step), beside its cases, command line,
+``hpcgpu plan`` cost model and ``workload.py``, the declaration that
+registers it (entry-point group ``hpcgpu.workloads``, read by
+:mod:`hpcgpu.registry`). Core reaches the models only through that registry.
+"""

@@ -32,7 +32,7 @@ from bokeh.plotting import figure
 from distributed.dashboard.components import DashboardComponent, add_periodic_callback
 from distributed.dashboard.components.scheduler import BOKEH_THEME
 
-__all__ = ["PANELS", "RunsPanel", "DiagnosticsPanel", "PartitionsPanel", "GpuPanel", "panel_doc"]
+__all__ = ["PANELS", "RunsPanel", "DiagnosticsPanel", "PartitionsPanel", "GpuPanel", "panel_doc", "plot_order"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,10 +147,10 @@ class DiagnosticsPanel(DashboardComponent):
         if shown == self._shown:
             return
         self._shown = shown
-        keys = sorted(k for k in series if k not in _NOT_PLOTTED)
+        keys = plot_order(series, (run or {}).get("plot_first"))
         data = {"step": [_nan(s) for s in steps]}
         data.update({k: [_nan(v) for v in series[k]] for k in keys})
-        if sorted(self.figures) != keys:
+        if list(self.figures) != keys:
             self.figures = {k: self._figure(k) for k in keys}
             self.source.data = data
             self.plots.children = [gridplot(list(self.figures.values()), ncols=3, sizing_mode="stretch_width",
@@ -310,6 +310,21 @@ def _nan(value):
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+def plot_order(series, first=None):
+    """The diagnostics of ``series`` to plot: those the workload declares first (in its order), then the rest sorted.
+
+    ``first`` is the run's ``plot_first``, from :attr:`hpcgpu.registry.Workload.diagnostics`.
+
+    Examples
+    --------
+    >>> plot_order({"step": [], "mass": [], "energy": [], "max_cfl": []}, ["energy", "enstrophy"])
+    ['energy', 'mass', 'max_cfl']
+    """
+    plotted = [k for k in series if k not in _NOT_PLOTTED]
+    declared = [k for k in first or () if k in plotted]
+    return declared + sorted(k for k in plotted if k not in declared)
 
 
 def _last_and_change(values):

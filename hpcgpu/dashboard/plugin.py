@@ -97,7 +97,7 @@ class DashboardPlugin(SchedulerPlugin):
             run = self.runs[run_id] = {"id": run_id, "series": {}, "first_seen": time.time()}
             self._evict()
         for key in ("name", "model", "status", "step", "time", "dt", "steps_per_s", "wall_s", "backend",
-                    "steps_per_task", "partitions", "unit", "workers", "error"):
+                    "steps_per_task", "partitions", "unit", "workers", "error", "plot_first"):
             if key in record:
                 run[key] = record[key]
         run["updated"] = time.time()

@@ -17,6 +17,8 @@ import time
 import uuid
 import weakref
 
+from hpcgpu import registry
+
 __all__ = ["register", "page_link", "publish", "status_record"]
 
 logger = logging.getLogger(__name__)
@@ -134,7 +136,8 @@ def status_record(simulation, *, run_id=None, status="running", steps_per_s=None
     dict
         ``id``, ``name``, ``model`` (its repr), ``status``, ``step``, ``time``,
         ``dt``, ``steps_per_s``, ``wall_s``, ``error``, ``diagnostics`` (rows of the
-        recorded diagnostics), ``workers`` (``{address: {"partitions": n,
+        recorded diagnostics), ``plot_first`` (the diagnostics the model's
+        workload declares, to show first: :attr:`hpcgpu.registry.Workload.diagnostics`), ``workers`` (``{address: {"partitions": n,
         unit: items}}``), ``unit``, ``partitions``, ``steps_per_task``,
         ``backend``.
     """
@@ -143,6 +146,7 @@ def status_record(simulation, *, run_id=None, status="running", steps_per_s=None
         stride = math.ceil(len(rows) / MAX_DIAGNOSTICS)
         rows = rows[::-1][::stride][::-1]  # thin, keeping the newest
     executor = simulation._executor
+    declared = registry.for_model(simulation.model)
     record = {
         "id": run_id or simulation.name,
         "name": str(simulation.name),
@@ -154,6 +158,7 @@ def status_record(simulation, *, run_id=None, status="running", steps_per_s=None
         "steps_per_s": _float(steps_per_s),
         "wall_s": _float(simulation._wall_time()),
         "diagnostics": [{str(k): _float(v) for k, v in row.items() if _is_number(v)} for row in rows],
+        "plot_first": [] if declared is None else [str(k) for k in declared.diagnostics],
         "backend": str(getattr(simulation.model, "backend_request", "") or ""),
         "error": None if error is None else _short(f"{type(error).__name__}: {error}", 1000),
     }

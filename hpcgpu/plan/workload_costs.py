@@ -1,7 +1,7 @@
 """What ``hpcgpu plan`` computes a workload's cost from: bytes, flops, messages and memory per step.
 
 Each workload declares its own cost model (``plan=`` of its
-:class:`hpcgpu.registry.Workload`, e.g. :mod:`hpcgpu.workloads.weather_cost`);
+:class:`hpcgpu.registry.Workload`, e.g. :mod:`hpcgpu.workloads.weather.cost`);
 this module holds the terms they share and :func:`make_workload`. Each
 model describes one time step of the slowest partition when the problem is
 split over P devices the way hpcgpu's SPMD engine splits it

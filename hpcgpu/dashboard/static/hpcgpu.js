@@ -81,7 +81,9 @@ function runCard(run) {
   if (run.partitions) stats.append(stat("partitions x steps/task", run.partitions + " x " + (run.steps_per_task || 1)));
   card.append(stats);
   const series = run.series || {};
-  const keys = Object.keys(series).filter(k => !SKIP.has(k)).sort();
+  // the workload's declared diagnostics first (in its order), then the others by name
+  const first = (run.plot_first || []).filter(k => k in series && !SKIP.has(k));
+  const keys = first.concat(Object.keys(series).filter(k => !SKIP.has(k) && !first.includes(k)).sort());
   if (keys.length) {
     card.append(el("div", {class: "sub"}, "diagnostics (against step; " + (series.step || []).length + " points)"));
     const grid = el("div", {class: "grid"});
