@@ -185,6 +185,13 @@ def test_bench_scaling_prints_efficiency_and_baseline():
     weak = {n: timed[("weak-scaling", n, 2)]["value"] for n in (1, 2)}
     efficiency = next(r for r in lines if r["case"] == "weak-scaling" and r["metric"] == "parallel_efficiency")
     assert efficiency["value"] == pytest.approx(weak[1] / weak[2])
+    # beside it the machine's own ceiling: the same kernels in two plain processes, no dask
+    ceiling = next(r for r in lines if r["case"] == "contention-ceiling")
+    assert ceiling["workers"] == 2 and len(ceiling["side_by_side_steps_per_s"]) == 2
+    side_by_side = ceiling["side_by_side_steps_per_s"]
+    assert ceiling["value"] == pytest.approx((side_by_side[0] + side_by_side[1]) / 2 / ceiling["alone_steps_per_s"])
+    assert efficiency["ceiling"] == ceiling["value"]
+    assert efficiency["efficiency_vs_ceiling"] == pytest.approx(efficiency["value"] / ceiling["value"])
     # the mixed pair: the emulated slow worker's block gets fewer rows after calibration
     calibrated = next(r for r in lines if r["case"] == "balance" and r["weights"] == "calibrate")
     assert calibrated["slowdown"] == 2.0

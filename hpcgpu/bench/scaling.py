@@ -13,6 +13,12 @@ core (or one GPU). Lines (metric):
     weak scaling (``per_worker`` x ``per_worker`` points per worker):
     t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
     t(1) / (N t(N)).
+``parallel_efficiency`` (case ``contention-ceiling``, CPU only)
+    the machine's own ceiling for the weak-scaling line: one rank's kernels
+    in N plain processes side by side over one alone, no dask
+    (:mod:`hpcgpu.bench.ceiling`). The weak line carries it as ``ceiling``
+    and its own efficiency over it as ``efficiency_vs_ceiling``: what the
+    engine loses, apart from what the cores lose by sharing memory.
 ``imbalance`` (case ``balance``)
     a mixed cluster of a worker and one ``BALANCE_SLOWDOWN`` times slower
     (emulated: it sleeps that much longer than it computes, see
@@ -276,9 +282,14 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                              map_overlap_seconds_per_step=baseline, map_overlap_runs_s_per_step=runs,
                              hpcgpu_seconds_per_step=engine[top])
             for workers in counts[1:]:
+                efficiency = weak[1] / weak[workers]
+                # on CPUs, beside the machine's own ceiling and the share of it the engine reaches
+                extra = {} if gpus else _contention_ceiling(recorder, workers, per_worker, dtype, backend)
+                if extra:
+                    extra["efficiency_vs_ceiling"] = efficiency / extra["ceiling"]
                 recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
-                             metric="parallel_efficiency", value=weak[1] / weak[workers], unit="1",
-                             durations=[weak[workers]], workers=workers)
+                             metric="parallel_efficiency", value=efficiency, unit="1",
+                             durations=[weak[workers]], workers=workers, **extra)
                 recorder.add(case="strong-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=strong[1] / (workers * strong[workers]),
                              unit="1", durations=[strong[workers]], workers=workers)
@@ -286,6 +297,20 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                 k = steps if min(_model(per_worker, per_worker, dtype, "numba").halo_rows(steps)) * 2 <= per_worker else 1
                 _balance(recorder, per_worker, dtype, k, supersteps)
     return recorder.results
+
+
+def _contention_ceiling(recorder, workers, per_worker, dtype, backend):
+    """Record the machine's ceiling for weak scaling (:mod:`.ceiling`); the fields it adds to the weak line."""
+    from hpcgpu.bench.ceiling import contention_efficiency
+
+    name = backend.name if backend is not None and backend.name in ("numba", "numpy") else "numba"
+    result = contention_efficiency(workers, per_worker=per_worker, dtype=dtype, backend=name)
+    recorder.add(case="contention-ceiling", backend=name, dtype=dtype, size=per_worker,
+                 metric="parallel_efficiency", value=result["efficiency"], unit="1",
+                 durations=[1.0 / rate for rate in result["side_by_side_steps_per_s"]], workers=workers,
+                 alone_steps_per_s=result["alone_steps_per_s"],
+                 side_by_side_steps_per_s=result["side_by_side_steps_per_s"])
+    return {"ceiling": result["efficiency"]}
 
 
 def _time_cluster(timings, overlap, workers, top, gpus, per_worker, dtype, backend_name, steps, supersteps,
