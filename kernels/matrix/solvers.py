@@ -192,10 +192,14 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
 
     if project is not None:
         b = project(b)
-    kernel_dot = backend.kernels("matrix").dot
+    kernels = backend.kernels("matrix")
 
     def dot(u, v):
-        return float(kernel_dot(u.reshape(-1), v.reshape(-1)))
+        return float(kernels.dot(u.reshape(-1), v.reshape(-1)))
+
+    def axpy(alpha, u, v):
+        """``v = alpha u + v`` in place, one pass (``v`` is a contiguous array of this solver's own)."""
+        kernels.axpy(alpha, u.reshape(-1), v.reshape(-1), v.reshape(-1))
 
     b_norm = math.sqrt(dot(b, b))
     if x0 is None:
@@ -210,6 +214,8 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
         raise ConfigError("b holds NaN or inf")
 
     r = b - operator.matvec(x) if x0 is not None else b.copy()
+    # C order: the in-place one-pass updates work on their flat views
+    x, r = xp.ascontiguousarray(x), xp.ascontiguousarray(r)
     rel = math.sqrt(dot(r, r)) / b_norm
     history = [rel]
     best, best_at = rel, 0
@@ -230,7 +236,7 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
     while True:
         if rel <= tol:
             # The recursive residual drifts from b - A x in finite precision: check the true one.
-            r = b - operator.matvec(x)
+            r = xp.ascontiguousarray(b - operator.matvec(x))
             rel = math.sqrt(dot(r, r)) / b_norm
             history[-1] = rel
             if rel <= tol:
@@ -246,18 +252,19 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
             fail(f"r.z = {rz:.3e} <= 0: the preconditioner is not positive definite, or the "
                  "residual vanished in a singular direction", k)
         if restart:
-            p = z.copy() if z is r else z  # r is updated in place below
+            # a copy: r is updated in place below, and a preconditioner may reuse its output buffer
+            p = xp.array(z, copy=True, order="C")
             restart = False
         else:
-            p = z + (rz / rz_old) * p
+            kernels.axpy(rz / rz_old, p.reshape(-1), z.reshape(-1), p.reshape(-1))  # p = beta p + z
         q = operator.matvec(p)
         pq = dot(p, q)
         if not pq > 0:
             what = "not finite" if not math.isfinite(pq) else f"{pq:.3e} <= 0"
             fail(f"p.A p = {what}: the operator is not symmetric positive definite", k)
         alpha = rz / pq
-        x += alpha * p  # x and r are this solver's own arrays
-        r -= alpha * q
+        axpy(alpha, p, x)  # x and r are this solver's own arrays
+        axpy(-alpha, q, r)
         rz_old = rz
         k += 1
         rel = math.sqrt(dot(r, r)) / b_norm

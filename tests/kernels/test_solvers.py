@@ -176,6 +176,16 @@ def test_a_residual_that_rises_before_it_falls_is_not_a_stall(rng):
     assert residuals[-1] <= 1e-8  # the true residual, recomputed from x at the end
 
 
+def test_a_fortran_ordered_right_hand_side_gives_the_same_solution(rng):
+    # the solver updates x, r and p in place through flat views: they must be its own C-ordered arrays
+    op = PoissonOperator((24, 24), boundary="wall", backend="numba")
+    _, rhs = _manufactured(24, 24, "wall")
+    c_order = conjugate_gradient(op, np.ascontiguousarray(rhs), tol=1e-10)
+    f_order = conjugate_gradient(op, np.asfortranarray(rhs), tol=1e-10)
+    assert c_order.converged and f_order.converged and c_order.iterations == f_order.iterations
+    np.testing.assert_allclose(f_order.x, c_order.x, rtol=0, atol=1e-12 * np.abs(c_order.x).max())
+
+
 def test_max_iter_ends_with_convergence_error():
     op = PoissonOperator((32, 32), boundary="wall", backend="numpy")
     _, rhs = _manufactured(32, 32, "wall")
