@@ -31,10 +31,27 @@ CUPY_STAGES = ("stencil-cupy", "nbody-cupy", "md-cupy", "matrix-cupy", "variants
 
 HOST_STAGES = ("install", "info", "gpu-tests", "engine")
 """Stages whose rehearsal time is a fair estimate of (or more than) their time on the GPU machine:
-installing, importing, collecting the test tier (whose GPU tests skip there), dask on CPUs. In a
-rehearsal each must finish within its GPU timeout. The other stages run kernels under the CUDA
-simulator, which says nothing about their GPU time; they get the GPU timeout times the rehearsal's
-slack."""
+installing, importing, collecting the test tier (whose GPU tests skip there), dask on CPUs. The
+other stages run kernels under the CUDA simulator, which says nothing about their GPU time. Every
+stage of a rehearsal runs under its GPU timeout (the same plan), so an overrun fails it."""
+
+STARVED_CPU_SHARE = 0.5
+"""A stage that used less than this share of one CPU while it ran waited for the CPUs, mostly:
+the CUDA simulator's Python threads are CPU-bound, so on a shared machine whose other work runs at
+a higher priority (a niced run beside a plain one) its time grows with the load, not with the
+work (docs/benchmarks.md, "The rehearsal")."""
+
+
+def cpu_note(stage):
+    """'CPU x s (y% of one core)', and a warning when the stage mostly waited for the CPUs."""
+    cpu, wall = stage.get("cpu_seconds"), stage.get("seconds") or 0
+    if cpu is None or wall <= 0:
+        return ""
+    share = cpu / wall
+    note = f"CPU {cpu:.1f} s ({share:.0%} of one core)"
+    if share < STARVED_CPU_SHARE and wall >= 5:
+        note += ": it mostly waited for the CPUs (a busy machine)"
+    return note
 
 _OUTCOME = re.compile(r"^(tests/\S+::\S+(?:\[.*?\])?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
 _COLLECT_ERROR = re.compile(r"ERROR collecting (\S+)")
@@ -182,10 +199,11 @@ def summarize(out, rehearsal=False):
     total = sum(s.get("seconds") or 0 for s in stages)
     lines = [f"device check, command {command}{' (REHEARSAL: CUDA simulator, tiny sizes)' if rehearsal else ''}: "
              f"{len(stages)} stages, {total:.0f} s",
-             f"{'stage':14s} {'status':>6s} {'seconds':>8s} {'timeout':>8s}  note"]
+             f"{'stage':14s} {'status':>6s} {'seconds':>8s} {'CPU s':>6s} {'timeout':>8s}  note"]
     for s in stages:
         status = "skip" if s.get("status") is None else str(s["status"])
-        lines.append(f"{s['stage']:14s} {status:>6s} {s.get('seconds', 0):8.1f} {s.get('timeout', 0):8d}  "
+        cpu = "-" if s.get("cpu_seconds") is None else f"{s['cpu_seconds']:.1f}"
+        lines.append(f"{s['stage']:14s} {status:>6s} {s.get('seconds', 0):8.1f} {cpu:>6s} {s.get('timeout', 0):8d}  "
                      f"{s.get('note', '')}")
     lines.append("")
     for s in stages:
@@ -271,7 +289,9 @@ def verdict(outs):
                 problems.append(f"command {s['command']} {name}: skipped ({s.get('note')})")
             elif status in (124, 137) or "timed out" in (s.get("note") or ""):
                 ok = False
-                problems.append(f"command {s['command']} {name}: timed out after {s.get('seconds')} s")
+                why = cpu_note(s)
+                problems.append(f"command {s['command']} {name}: timed out after {s.get('seconds')} s"
+                                + (f" ({why})" if why else ""))
             elif name in CUPY_STAGES:
                 expected = "0 or a clean 'no CuPy' error"
                 ok = status == 0 or _clean_cupy_failure(out, s)
@@ -287,6 +307,7 @@ def verdict(outs):
                 problems.append(f"command {s['command']} {name}: {s['seconds']} s here, over its "
                                 f"{s['planned']} s timeout on the GPU")
             table.append(dict(command=s["command"], stage=name, status=status, seconds=s.get("seconds"),
+                              cpu_seconds=s.get("cpu_seconds"),
                               gpu_timeout=s.get("planned"), expected=expected, ok=ok))
         if any(s["stage"] == "gpu-tests" for s in stages):
             t = tier_results(out)
@@ -305,10 +326,13 @@ def verdict(outs):
                             + (", ".join(errors) if errors else log.strip().splitlines()[-1]))
     lines = ["rehearsal of the device check: each stage's time here (CUDA simulator, tiny sizes) next to its "
              "timeout on the GPU",
-             f"{'cmd':3s} {'stage':14s} {'status':>6s} {'seconds':>8s} {'GPU timeout':>11s} {'share':>6s}  ok"]
+             f"{'cmd':3s} {'stage':14s} {'status':>6s} {'seconds':>8s} {'CPU s':>6s} {'GPU timeout':>11s} "
+             f"{'share':>6s}  ok"]
     for row in table:
         share = (row["seconds"] or 0) / row["gpu_timeout"] if row["gpu_timeout"] else 0
+        cpu = "-" if row.get("cpu_seconds") is None else f"{row['cpu_seconds']:.1f}"
         lines.append(f"{row['command']:3s} {row['stage']:14s} {str(row['status']):>6s} {row['seconds'] or 0:8.1f} "
+                     f"{cpu:>6s} "
                      f"{row['gpu_timeout'] or 0:11d} {share:6.0%}  {'yes' if row['ok'] else 'NO'}"
                      f"{'' if row['stage'] in HOST_STAGES else '  (simulator: not a GPU time)'}")
     lines.append("")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Download, here, the wheels the lent GPU machine's image lacks, into .whl/
 # (git-ignored), for the device check (scripts/device_check.sh) to install
-# there without a network. Target: CPython 3.12 on x86_64 Linux (manylinux).
+# there without a network. Target: CPython 3.12 on x86_64 Linux (manylinux);
+# PYTHON_VERSION=3.11 makes a 3.11 wheelhouse instead (the rehearsal's, where
+# a machine has no 3.12: keep it out of .whl, which the GPU gets).
 #
 # The image (as last read, see also ../shared/tools/gpu-wheelhouse.sh) has
 # numpy, numba, numba-cuda, cupy-cuda13x, nvidia-nccl-cu13, mpi4py, scipy,
@@ -48,6 +50,16 @@ xyzservices==2026.9.1
 pytest-timeout==2.4.0
 setuptools==80.9.0
 "
+# Before Python 3.12 dask needs the importlib-metadata backport (the rehearsal's 3.11 wheelhouse;
+# the versions CI's environment has).
+PINS_BEFORE_3_12="
+importlib-metadata==10.2.0
+zipp==4.1.2
+lazy-importer==0.1.0
+"
+version=${PYTHON_VERSION:-3.12}
+[[ $version =~ ^3\.([0-9]+)$ ]] || { echo "gpu_wheelhouse: PYTHON_VERSION must be like 3.12, not $version" >&2; exit 1; }
+(( BASH_REMATCH[1] < 12 )) && PINS="$PINS$PINS_BEFORE_3_12"
 if [[ "${1:-}" == "--list" ]]; then
     echo $PINS | tr ' ' '\n'
     exit 0
@@ -75,8 +87,8 @@ for file in "$dest"/*.whl; do
 done
 if (( ${#missing[@]} )); then
     echo "gpu_wheelhouse: downloading ${missing[*]}"
-    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --abi cp312 --abi abi3 --abi none "${plat[@]}" -d "$dest" "${missing[@]}"
+    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
+        --abi "cp${version/./}" --abi abi3 --abi none "${plat[@]}" -d "$dest" "${missing[@]}"
 fi
 for pin in $PINS; do
     compgen -G "$dest/$(prefix "$pin")*.whl" > /dev/null || { echo "gpu_wheelhouse: no wheel for $pin" >&2; exit 1; }
