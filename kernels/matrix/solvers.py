@@ -1,10 +1,9 @@
 """Preconditioned conjugate gradient on any backend, for SPD operators.
 
-The solver is written once on array-module operations (elementwise
-arithmetic) plus the backend's ``dot`` kernel (float64 sums; a threaded one
-on Numba: NumPy's ``vdot`` took 3-12 ms per 512^2 product here, 6x the
-SpMV) and the operator's ``matvec``, so it runs on NumPy and CuPy arrays
-alike; the operator decides where the work happens (a
+The solver is written once on three vector operations (``dot``, ``axpy``,
+a scaled add: :func:`_vector_operations`, the matrix family's one-pass
+kernels on CPUs, CuPy's on GPUs) and the operator's ``matvec``, so it runs
+on NumPy and CuPy arrays alike; the operator decides where the work happens (a
 matrix-free stencil, a CSR matrix through :func:`hpcgpu.kernels.matrix.spmv`,
 a dense matrix). Every way it can fail ends in a
 :class:`~hpcgpu.errors.ConvergenceError` carrying the residual history,
@@ -192,14 +191,7 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
 
     if project is not None:
         b = project(b)
-    kernels = backend.kernels("matrix")
-
-    def dot(u, v):
-        return float(kernels.dot(u.reshape(-1), v.reshape(-1)))
-
-    def axpy(alpha, u, v):
-        """``v = alpha u + v`` in place, one pass (``v`` is a contiguous array of this solver's own)."""
-        kernels.axpy(alpha, u.reshape(-1), v.reshape(-1), v.reshape(-1))
+    dot, axpy, scale_add = _vector_operations(backend)
 
     b_norm = math.sqrt(dot(b, b))
     if x0 is None:
@@ -256,7 +248,7 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
             p = xp.array(z, copy=True, order="C")
             restart = False
         else:
-            kernels.axpy(rz / rz_old, p.reshape(-1), z.reshape(-1), p.reshape(-1))  # p = beta p + z
+            scale_add(rz / rz_old, p, z)  # p = beta p + z
         q = operator.matvec(p)
         pq = dot(p, q)
         if not pq > 0:
@@ -281,6 +273,45 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
 
 
 # -- helpers ---------------------------------------------------------------------
+def _vector_operations(backend):
+    """``(dot, axpy, scale_add)`` for the solver's vectors on ``backend``.
+
+    ``dot(u, v)`` is a float; ``axpy(alpha, u, v)`` sets ``v = alpha u + v``
+    and ``scale_add(beta, p, z)`` sets ``p = beta p + z``, in place, on
+    C-ordered arrays of the solver's own. On CPU backends these are the
+    matrix family's kernels (float64 sums, one threaded pass: NumPy's
+    ``vdot`` took 3-12 ms per 512^2 product here, 6x the SpMV, and its
+    expressions make a temporary per term). On GPU backends they are CuPy's
+    own reductions and element-wise operations: one launch each, where a
+    Numba-CUDA kernel adds a launch of its own (and under the CUDA simulator
+    one Python thread per element).
+    """
+    xp = backend.xp
+    if backend.on_gpu:
+        def dot(u, v):
+            return float(xp.vdot(u, v))
+
+        def axpy(alpha, u, v):
+            v += alpha * u
+
+        def scale_add(beta, p, z):
+            xp.multiply(p, beta, out=p)
+            p += z
+        return dot, axpy, scale_add
+
+    kernels = backend.kernels("matrix")
+
+    def dot(u, v):
+        return float(kernels.dot(u.reshape(-1), v.reshape(-1)))
+
+    def axpy(alpha, u, v):
+        kernels.axpy(alpha, u.reshape(-1), v.reshape(-1), v.reshape(-1))
+
+    def scale_add(beta, p, z):
+        kernels.axpy(beta, p.reshape(-1), z.reshape(-1), p.reshape(-1))
+    return dot, axpy, scale_add
+
+
 def _stalled(energy, window, rounding):
     """Whether the A-norm of the error fell by no more than rounding in the last ``window`` steps.
 
