@@ -10,7 +10,7 @@ operator's exact discrete eigenvalues, so the two solvers agree to the CG
 tolerance.
 
 Grid convention (as for the corner points of the C-grid,
-:class:`hpcgpu.workloads.weather_grid.Grid`): fields are ``(ny, nx)``
+:class:`hpcgpu.workloads.weather.grid.Grid`): fields are ``(ny, nx)``
 arrays, x along the last axis. Along a periodic axis index ``n`` wraps to
 0. Along a ``"wall"`` axis index 0 *is* the wall and the
 opposite wall lies one spacing beyond the last index; the field is zero on
