@@ -34,13 +34,14 @@ hpcgpu.errors.ConfigError: unknown workload 'wether'; registered: ...
 """
 
 import importlib
+import sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Callable
 
 from hpcgpu.errors import ConfigError
 
-__all__ = ["GROUP", "PlanOption", "Workload", "workloads", "get", "broken", "for_model", "plan_workloads",
+__all__ = ["lazy_exports", "GROUP", "PlanOption", "Workload", "workloads", "get", "broken", "for_model", "plan_workloads",
            "get_plan", "clear_cache"]
 
 GROUP = "hpcgpu.workloads"
@@ -234,3 +235,32 @@ def get_plan(name):
 def clear_cache():
     """Forget the loaded entry points (after installing a plugin in a running process)."""
     _cache.clear()
+
+
+def lazy_exports(package, homes):
+    """``(__getattr__, __dir__)`` for a workload package whose public names load on first use (PEP 562).
+
+    ``homes`` maps each name to the submodule that defines it. The registry
+    imports a package's ``workload`` module to read its declaration, and
+    that must not import the physics (nor its kernels): the package's
+    ``__init__`` therefore only names where things live.
+
+    Examples
+    --------
+    In ``workloads/md/__init__.py``::
+
+        __getattr__, __dir__ = lazy_exports(__name__, {"LennardJones": "model", "MDState": "state"})
+    """
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name):
+        if name not in homes:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{homes[name]}"), name)
+        namespace[name] = value  # found directly from now on
+        return value
+
+    def __dir__():
+        return sorted(set(namespace) | set(homes))
+
+    return __getattr__, __dir__

@@ -15,7 +15,7 @@ Names load on first use (PEP 562): the registry imports
 must not import the physics.
 """
 
-import importlib
+from hpcgpu.registry import lazy_exports
 
 __all__ = ["NBody", "NBodyState", "CASES", "INTEGRATORS", "kepler_period", "kepler_orbit"]
 
@@ -23,13 +23,4 @@ _HOME = {**dict.fromkeys(__all__, "model"), "kepler_period": "kepler", "kepler_o
 """The module each public name lives in."""
 
 
-def __getattr__(name):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)
