@@ -167,11 +167,28 @@ class _Send(Request):
 
 
 class _Outbound:
-    """This worker's open stream to one peer for one session."""
+    """This worker's open stream to one peer for one session, and the order of the writes on it.
+
+    Writes go out in the order they were posted: each waits for the one
+    before it (``tail``). A lock alone does not keep that order: the write
+    that opens the stream queues behind the writes that waited for the
+    opening, and one tag's messages would overtake each other.
+    """
 
     def __init__(self):
         self.comm = None
-        self.lock = asyncio.Lock()
+        self.tail = None  # the asyncio future of the last write posted
+
+    async def in_turn(self, write):
+        """Await ``write()`` after every write posted before it (call without awaiting anything first)."""
+        before, mine = self.tail, asyncio.get_running_loop().create_future()
+        self.tail = mine
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            return await write()
+        finally:
+            mine.set_result(None)
 
 
 class CommExtension:
@@ -278,37 +295,39 @@ class CommExtension:
         """Run ``coroutine`` on the worker's event loop from a task's thread; a concurrent future."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop())
 
-    async def _stream(self, session, source, address):
-        from distributed.comm import connect
-
+    def _outbound_to(self, session, source, address):
         key = (session, source, address)
         outbound = self._outbound.get(key)
         if outbound is None:
             outbound = self._outbound[key] = _Outbound()
-        if outbound.comm is None or outbound.comm.closed():
-            async with outbound.lock:
-                if outbound.comm is None or outbound.comm.closed():
-                    comm = await connect(address, **self.worker.connection_args)
-                    await comm.write({"op": STREAM_OP, "session": session, "source": source, "reply": False})
-                    outbound.comm = comm
         return outbound
+
+    async def _write(self, session, source, address, outbound, message):
+        """Write ``message`` on ``outbound``, opening the stream first if it is not open (its turn is held)."""
+        from distributed.comm import connect
+
+        if outbound.comm is None or outbound.comm.closed():
+            comm = await connect(address, **self.worker.connection_args)
+            await comm.write({"op": STREAM_OP, "session": session, "source": source, "reply": False})
+            outbound.comm = comm
+        await outbound.comm.write(message)
 
     async def send(self, session, source, dest, address, key, obj):
         from distributed.protocol import to_serialize
 
-        outbound = await self._stream(session, source, address)
-        # one writer at a time per stream: messages keep their order
-        async with outbound.lock:
-            await outbound.comm.write({"tag": key, "dest": dest, "data": to_serialize(obj)})
+        # no await before in_turn takes its place: the posting order is the order on the wire
+        outbound = self._outbound_to(session, source, address)
+        message = {"tag": key, "dest": dest, "data": to_serialize(obj)}
+        await outbound.in_turn(lambda: self._write(session, source, address, outbound, message))
 
     async def notify(self, session, source, addresses, message):
         """Send ``message`` (an abort or a goodbye) to every address, best effort, each within a few seconds."""
 
         async def one(address):
+            outbound = self._outbound_to(session, source, address)
             try:
-                outbound = await asyncio.wait_for(self._stream(session, source, address), _NOTIFY_TIMEOUT_S)
-                async with outbound.lock:
-                    await asyncio.wait_for(outbound.comm.write(message), _NOTIFY_TIMEOUT_S)
+                await asyncio.wait_for(outbound.in_turn(lambda: self._write(session, source, address, outbound,
+                                                                             message)), _NOTIFY_TIMEOUT_S)
             except Exception as error:  # noqa: BLE001 - a peer that is gone needs no message
                 logger.debug("hpcgpu comm: %s not delivered to %s: %s", message, address, error)
 
@@ -321,8 +340,8 @@ class CommExtension:
             if outbound.comm is None or outbound.comm.closed():
                 continue
             try:
-                async with outbound.lock:
-                    await asyncio.wait_for(outbound.comm.write({"bye": True}), _NOTIFY_TIMEOUT_S)
+                await asyncio.wait_for(outbound.in_turn(lambda: outbound.comm.write({"bye": True})),
+                                       _NOTIFY_TIMEOUT_S)
                 await outbound.comm.close()
             except Exception as error:  # noqa: BLE001 - a peer that is gone needs no goodbye
                 logger.debug("hpcgpu comm: no goodbye to %s: %s", key[2], error)

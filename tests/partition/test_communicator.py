@@ -80,6 +80,25 @@ def test_tags_are_matched_and_each_tag_keeps_its_order(client, session):
     assert b_first == [f"b-{k}" for k in range(20)] and a_later == [f"a-{k}" for k in range(20)]
 
 
+def _burst(comm, count):
+    if comm.rank == 0:
+        comm.waitall([comm.isend(k, 1, "burst") for k in range(count)])
+        return None
+    return [comm.recv(0, "burst") for _ in range(count)]
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["dask", "direct"])
+def test_a_burst_on_fresh_streams_arrives_in_order(client, direct):
+    """The first sends of a session race the opening of its stream: none may overtake another."""
+    for _ in range(4):
+        session = open_session(client, sorted(worker_info(client)), timeout=30, direct=direct)
+        try:
+            results, _ = _on_ranks(client, session, _burst, 200)
+        finally:
+            close_session(client, session)
+        assert results[1] == list(range(200))
+
+
 @dataclass(frozen=True)
 class _Payload:
     name: str
