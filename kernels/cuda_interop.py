@@ -30,6 +30,13 @@ import functools
 import numpy as np
 from numba import cuda
 
+from hpcgpu import _gpu_probe
+
+if _gpu_probe.simulator_enabled():
+    from hpcgpu.kernels.cuda_simulator import yield_while_polling
+
+    yield_while_polling()  # or launches can fall into a GIL convoy (kernels/cuda_simulator.py)
+
 __all__ = ["on_device", "flat_on_device", "stream_of", "array_module", "clear_caches", "VIEWS"]
 
 VIEWS = 1024
