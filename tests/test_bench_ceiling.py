@@ -26,3 +26,23 @@ def test_side_by_side_rates_are_measured_for_every_process(backend):
 def test_bad_parameters_name_themselves(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         contention_efficiency(**{"processes": 2, **kwargs})
+
+
+def test_the_bystanders_are_the_client_and_nannies_never_a_worker(client):
+    """``bench scaling``'s ``bystander_cpu_s``: CPU time of everything of the cluster but the ranks."""
+    import os
+    import time
+
+    from hpcgpu.bench.scaling import _BystanderCPU
+
+    bystanders = _BystanderCPU(client)
+    pids = {p.pid for p in bystanders.processes}
+    workers = set(client.run(os.getpid).values())
+    assert os.getpid() in pids and not pids & workers
+    # a local cluster's scheduler and nannies are objects in this process; its other children
+    # (multiprocessing's helpers) count too
+    before = bystanders.seconds()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # burn CPU in this process: it must be counted
+        pass
+    assert bystanders.seconds() - before >= 0.15

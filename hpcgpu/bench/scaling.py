@@ -8,7 +8,11 @@ core (or one GPU). Lines (metric):
     epochs: ``compute_s`` (the busiest rank's time outside message waits),
     ``halo_s`` (that rank's time waiting for halos and reductions) and
     ``scheduler_share`` (the share of the wall time outside the epochs:
-    submitting them, scheduling, gathering the scalars).
+    submitting them, scheduling, gathering the scalars);
+    ``bystander_cpu_s``, the CPU seconds per step of everything of a local
+    cluster that is not a rank (the client, scheduler and nannies in this
+    process, and its helper processes), and ``bystander_core_share``, that over the wall time of
+    the workers' cores: what it takes from the ranks where each has one core.
 ``parallel_efficiency``
     weak scaling (``per_worker`` x ``per_worker`` points per worker):
     t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
@@ -149,11 +153,40 @@ def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
         spec.close()
 
 
+class _BystanderCPU:
+    """CPU seconds of this process and its children other than the workers.
+
+    This process holds the client and, for a local cluster, the scheduler
+    and the nannies (objects on its event loop); its other children are
+    multiprocessing's helpers. That is everything of a local cluster that is
+    not a rank: on a machine with as many cores as workers, what it burns
+    is taken from the ranks. A remote cluster's scheduler is not counted.
+    """
+
+    def __init__(self, client):
+        import psutil
+
+        workers = set(client.run(os.getpid).values())
+        me = psutil.Process()
+        self.processes = [me] + [p for p in me.children(recursive=True) if p.pid not in workers]
+
+    def seconds(self):
+        total = 0.0
+        for process in self.processes:
+            try:
+                times = process.cpu_times()
+            except Exception:  # noqa: BLE001 - gone or not ours: it takes nothing from the ranks now
+                continue
+            total += times.user + times.system
+        return total
+
+
 def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
     """``repeats`` timed runs of ``supersteps`` supersteps.
 
     Returns one tuple per run: seconds per step, the critical compute and
-    halo time per superstep, and the share outside the epochs.
+    halo time per superstep, the share outside the epochs, and the CPU
+    seconds per step of the client, scheduler and nannies (:class:`_BystanderCPU`).
     """
     state = model.initial_state()
     dt = model.suggested_dt(state, 0.4)
@@ -161,14 +194,18 @@ def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
                                    name="bench-scaling")
     executor.advance(steps_per_task)  # compiles the kernels on every worker
     executor.synchronize()
+    bystanders = _BystanderCPU(client)
     runs = []
     for _ in range(repeats):
         done = len(executor.epoch_stats)
+        cpu = bystanders.seconds()
         start = time.perf_counter()
         executor.advance(steps_per_task * supersteps)
         executor.synchronize()
         wall = time.perf_counter() - start
-        runs.append((wall / (steps_per_task * supersteps), *_split(executor.epoch_stats[done:], wall, supersteps)))
+        steps = steps_per_task * supersteps
+        runs.append((wall / steps, *_split(executor.epoch_stats[done:], wall, supersteps),
+                     (bystanders.seconds() - cpu) / steps))
     executor.close()
     return runs
 
@@ -262,14 +299,15 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                                   supersteps, repeats)
             weak, strong = {}, {}
             for (kind, workers, k), runs in timings.items():
-                seconds, compute, halo, share = _median_run(runs)
+                seconds, compute, halo, share, bystander = _median_run(runs)
                 if k == steps or (kind, workers, steps) not in timings:
                     (weak if kind == "weak" else strong)[workers] = seconds
                 recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="seconds_per_step", value=seconds, unit="s",
                              durations=[run[0] * k * supersteps for run in runs], workers=workers,
                              grid=[per_worker, per_worker * workers if kind == "weak" else per_worker],
-                             steps_per_task=k, compute_s=compute / k, halo_s=halo / k, scheduler_share=share)
+                             steps_per_task=k, compute_s=compute / k, halo_s=halo / k, scheduler_share=share,
+                             bystander_cpu_s=bystander, bystander_core_share=bystander / (seconds * workers))
             strong[1] = weak[1]
             for kind, engine, ny in (("weak", weak, per_worker * top), ("strong", strong, per_worker)):
                 runs = overlap[kind]
