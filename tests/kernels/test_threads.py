@@ -4,7 +4,7 @@ import numba
 import numpy as np
 import pytest
 
-from hpcgpu.kernels import threads, nbody, stencil
+from hpcgpu.kernels import matrix, nbody, stencil, threads
 
 needs_two = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one Numba thread: nothing to choose")
 
@@ -29,12 +29,20 @@ def test_every_adaptive_kernel_gives_the_same_bits_on_one_thread_and_all(rng):
 
     weather = ShallowWater("turbulence", nx=64, ny=96, backend="numba")
     liquid = LennardJones(4, temperature=1.5, backend="numba")
+    from hpcgpu.bench.matrix import poisson_matrix
+
+    poisson = poisson_matrix(np, 200, np.dtype("float64"))
+    v, w = rng.standard_normal(200 * 200), rng.standard_normal(200 * 200)
     cases = {
         "diffuse": lambda: stencil.diffuse(field, diffusivity=0.2, dt=1.0, steps=7, backend="numba"),
         "laplacian": lambda: stencil.laplacian(field, backend="numba"),
         "rk3 step": lambda: weather.step(weather.initial_state(), 30.0, 3).h.copy(),
         "gravity": lambda: nbody.accelerations(x, m, softening=0.05, backend="numba"),
         "lennard-jones": lambda: liquid.step(liquid.initial_state(), 0.005, 20).forces.copy(),
+        # above the matrix family's serial cut-off, so the threaded loops run
+        "spmv": lambda: matrix.spmv(poisson, v, backend="numba"),
+        "dot": lambda: np.array(matrix.dot(v, w, backend="numba")),
+        "axpy": lambda: matrix.axpy(0.3, v, w, backend="numba"),
     }
     for name, case in cases.items():
         one, every = _on_threads(1, case), _on_threads(most, case)
