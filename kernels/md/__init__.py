@@ -66,6 +66,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.md.box import check_box as _box
 from hpcgpu.kernels.md.sorting import cell_order
 from hpcgpu.kernels.md.verlet import FAST_PATHS, PreparedLJForces, verlet_drift, verlet_kick
 from hpcgpu.kernels.md.verlet import wrap as wrap_into_box
@@ -171,20 +172,6 @@ class NeighborList:
     def size(self):
         """Number of atoms N."""
         return self.counts.shape[0]
-
-
-def _box(box):
-    """The box as a tuple of three positive finite floats."""
-    try:
-        values = [float(v) for v in (box.tolist() if hasattr(box, "tolist") else box)]
-    except (TypeError, ValueError):
-        raise ConfigError(f"box must be three side lengths (Lx, Ly, Lz); got {box!r}") from None
-    if len(values) != 3:
-        raise ConfigError(f"box must be three side lengths (Lx, Ly, Lz); got {box!r}")
-    for axis, length in zip("xyz", values):
-        if not (math.isfinite(length) and length > 0):
-            raise ConfigError(f"box side L{axis} must be a finite number > 0; got {length}")
-    return tuple(values)
 
 
 def _cutoff(cutoff, box):

@@ -23,6 +23,7 @@ import numpy as np
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.md import cells
+from hpcgpu.kernels.md.box import check_box
 from hpcgpu.validation import check_finite_array, check_float
 
 __all__ = ["cell_order"]
@@ -61,8 +62,7 @@ def cell_order(positions, box, *, radius, backend="auto"):
     [1, 3, 2, 0]
     """
     backend = get_backend(backend)
-    box = tuple(check_float(f"box side L{axis}", length, minimum=0.0, strict_min=True)
-                for axis, length in zip("xyz", _three(box)))
+    box = check_box(box)
     radius = check_float("radius", radius, minimum=0.0, strict_min=True)
     positions = backend.asarray(positions)
     if positions.ndim != 2 or positions.shape[0] != 3 or positions.shape[1] < 1 \
@@ -82,9 +82,3 @@ def cell_order(positions, box, *, radius, backend="auto"):
         cell = cell * counts[axis] + c
     return xp.argsort(cell, kind="stable").astype(np.int64)
 
-
-def _three(box):
-    values = list(box.tolist() if hasattr(box, "tolist") else box) if box is not None else []
-    if len(values) != 3:
-        raise ConfigError(f"box must be three side lengths (Lx, Ly, Lz); got {box!r}")
-    return values
