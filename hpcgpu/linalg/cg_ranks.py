@@ -172,7 +172,7 @@ class _Neighbours:
 def _cg_rank(comm, part, x, r, job):
     """CG on one rank from its blocks ``x``, ``r`` (host) until every rank stops; its :class:`CGRankResult`."""
     from hpcgpu.backends import get_backend
-    from hpcgpu.kernels.matrix import axpy, dot, spmv
+    from hpcgpu.kernels.matrix import axpy, dot, error_stalled, spmv
 
     backend = get_backend(job.backend)
     xp = backend.xp
@@ -228,7 +228,7 @@ def _cg_rank(comm, part, x, r, job):
             break
         if history[-1] < 0.99 * best:
             best, best_at = history[-1], k
-        elif k - best_at >= STALL_WINDOW and _error_stalled(energy, STALL_WINDOW, rounding):
+        elif k - best_at >= STALL_WINDOW and error_stalled(energy, STALL_WINDOW, rounding):
             failure = f"stalled: no 1 % progress in the last {STALL_WINDOW} iterations"
             break
         if k >= job.max_iter:
@@ -245,19 +245,6 @@ def _cg_rank(comm, part, x, r, job):
         rz = rz_new
     backend.synchronize()
     return CGRankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure)
-
-
-def _error_stalled(energy, window, rounding):
-    """Whether the A-norm error fell by no more than rounding in the last ``window`` iterations.
-
-    Examples
-    --------
-    >>> _error_stalled([0.0, 1.0, 2.0, 2.0, 2.0], 2, 1e-16), _error_stalled([0.0, 1.0, 2.0, 3.0], 2, 1e-16)
-    (True, False)
-    """
-    if len(energy) <= window:
-        return True  # the round began after the best residual: nothing to weigh it against
-    return energy[-1] - energy[-1 - window] <= rounding * energy[-1]
 
 
 def _run_rank(job, rank, part, x, r, worker):

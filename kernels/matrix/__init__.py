@@ -68,8 +68,8 @@ Examples
 
 from hpcgpu.kernels.matrix.csr import CSRMatrix
 from hpcgpu.kernels.matrix.ops import axpy, dot, matmul, raw_kernels, spmv
-from hpcgpu.kernels.matrix.solvers import CGResult, as_operator, conjugate_gradient
+from hpcgpu.kernels.matrix.solvers import CGResult, as_operator, conjugate_gradient, error_stalled
 from hpcgpu.kernels.matrix.poisson import PoissonOperator
 
 __all__ = ["CSRMatrix", "matmul", "spmv", "dot", "axpy", "CGResult", "as_operator", "conjugate_gradient",
-           "PoissonOperator", "raw_kernels"]
+           "error_stalled", "PoissonOperator", "raw_kernels"]

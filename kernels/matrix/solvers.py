@@ -41,7 +41,7 @@ from hpcgpu.validation import check_float, check_int
 __all__ = ["CGResult", "conjugate_gradient", "as_operator"]
 
 # Progress needed within a stall window: the best residual must drop by 1 %,
-# or the A-norm of the error by more than the dtype's rounding (see _stalled).
+# or the A-norm of the error by more than the dtype's rounding (see error_stalled).
 _STALL_FACTOR = 0.99
 
 
@@ -266,7 +266,7 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
             fail("the residual is not finite", k)
         if rel < _STALL_FACTOR * best:
             best, best_at = rel, k
-        elif k - best_at >= stall_window and _stalled(energy, stall_window, rounding):
+        elif k - best_at >= stall_window and error_stalled(energy, stall_window, rounding):
             fail(f"stalled: no 1 % progress in the last {stall_window} iterations (the tolerance "
                  f"may be below the rounding floor of {np.dtype(dtype).name}, or the system is "
                  "inconsistent)", k)
@@ -312,18 +312,23 @@ def _vector_operations(backend):
     return dot, axpy, scale_add
 
 
-def _stalled(energy, window, rounding):
-    """Whether the A-norm of the error fell by no more than rounding in the last ``window`` steps.
+def error_stalled(energy, window, rounding):
+    """Whether CG's A-norm error fell by no more than rounding in the last ``window`` iterations.
 
-    ``energy`` is the running sum of CG's gains ``alpha (r . z)``; a gain
-    below ``rounding`` times the total is what the dtype cannot tell from
-    zero (at the rounding floor the gains shrink to far below it).
+    The stall test of :func:`conjugate_gradient` and of the distributed CG
+    (:mod:`hpcgpu.linalg.cg`). ``energy`` is the running sum of CG's gains
+    ``alpha (r . z)``, which is how far the A-norm of the error has fallen;
+    a gain below ``rounding`` times the total is what the dtype cannot tell
+    from zero (at the rounding floor the gains shrink to far below it). With
+    no more than ``window`` sums there is nothing to weigh: stalled.
 
     Examples
     --------
-    >>> _stalled([0.0, 1.0, 2.0, 2.0, 2.0], 2, 1e-16), _stalled([0.0, 1.0, 2.0, 3.0], 2, 1e-16)
+    >>> error_stalled([0.0, 1.0, 2.0, 2.0, 2.0], 2, 1e-16), error_stalled([0.0, 1.0, 2.0, 3.0], 2, 1e-16)
     (True, False)
     """
+    if len(energy) <= window:
+        return True
     return energy[-1] - energy[-1 - window] <= rounding * energy[-1]
 
 
