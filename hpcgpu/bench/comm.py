@@ -250,7 +250,7 @@ def measure(client, workers, sizes=DEFAULT_SIZES, repeats=DEFAULT_REPEATS, colle
     CommError
         A rank failed (every rank stops; the error names the rank).
     """
-    from hpcgpu.partition.dask_comm import close_session, open_session
+    from hpcgpu.partition.dask_session import close_session, open_session
 
     workers = list(workers)
     if len(set(workers)) < 2 or len(set(workers)) != len(workers):

@@ -84,7 +84,7 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     """
     from hpcgpu.kernels import matrix as kernels
     from hpcgpu.kernels.matrix import CGResult
-    from hpcgpu.partition.dask_comm import close_session, open_session
+    from hpcgpu.partition.dask_session import close_session, open_session
 
     A = _host_csr(matrix)
     n = A.shape[0]

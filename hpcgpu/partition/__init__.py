@@ -5,7 +5,8 @@ The modules, each importing only those listed before it (no circles, tested):
 - ``protocols``: what a model provides to be stepped and partitioned;
   ``layout``: rows split by weight;
 - ``communicator``: the interface (and a loopback); ``direct_comm`` and
-  ``dask_comm``: the transport on dask's comm layer; ``nccl_messages``,
+  ``dask_comm``: the transport on dask's comm layer; ``dask_session``: its
+  sessions, opened and closed from the client, and their plugins; ``nccl_messages``,
   ``nccl_device``, ``nccl_transport`` and ``nccl_comm``: the NCCL one for
   device buffers, and the choice between them;
 - ``decomposition``: the base class of a decomposition; ``rows``,

@@ -18,19 +18,21 @@ Faults, so that no rank ever hangs:
   raise :class:`~hpcgpu.errors.CommAborted` naming the rank and the reason;
 - a peer's stream that closes without saying goodbye (its worker died)
   aborts the session on the receiving worker;
-- the scheduler plugin :class:`CommSchedulerPlugin` hooks the scheduler's
+- the scheduler plugin (:mod:`hpcgpu.partition.dask_session`) hooks the scheduler's
   ``remove_worker`` (as the P2P shuffle's does) and tells the remaining
   workers of every session the lost worker belonged to;
 - every wait has a timeout.
 
 A session is the communicator group of one simulation (raft-dask's
-``Comms``): :func:`open_session` on the client registers it and installs the
-plugins; ranks attach to it on their workers with :func:`communicator`
-(epoch after epoch: the streams stay open); :func:`close_session` ends it.
+``Comms``): :func:`hpcgpu.partition.dask_session.open_session` on the client
+registers it and installs the plugins; ranks attach to it on their workers
+with :func:`communicator` (epoch after epoch: the streams stay open);
+:func:`hpcgpu.partition.dask_session.close_session` ends it.
 
 Examples
 --------
 >>> from hpcgpu.cluster import start_cluster  # doctest: +SKIP
+>>> from hpcgpu.partition.dask_session import open_session  # doctest: +SKIP
 >>> client = start_cluster(workers=2, quiet=True)  # doctest: +SKIP
 >>> session = open_session(client, sorted(client.scheduler_info()["workers"]))  # doctest: +SKIP
 >>> def ring(session, rank):  # doctest: +SKIP
@@ -46,22 +48,18 @@ import collections
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 
 from hpcgpu.errors import ClusterError, CommAborted
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, Communicator, Request, _Finished, raise_timeout
 
-__all__ = ["CommExtension", "CommSchedulerPlugin", "CommWorkerPlugin", "DaskCommunicator", "Session",
-           "abort_session", "close_session", "communicator", "on_session_close", "open_session"]
+__all__ = ["CommExtension", "DaskCommunicator", "Session", "abort_session", "communicator"]
 
 logger = logging.getLogger(__name__)
 
 EXTENSION = "hpcgpu-comm"
 STREAM_OP = "hpcgpu_comm_stream"
 ABORT_OP = "hpcgpu-comm-abort"
-REGISTER_OP = "hpcgpu_comm_register"
-FORGET_OP = "hpcgpu_comm_forget"
 # seconds an abort or a goodbye may take to reach a peer (best effort: the peer has its own timeout)
 _NOTIFY_TIMEOUT_S = 5.0
 
@@ -457,134 +455,3 @@ def communicator(session, rank, worker=None):
 def abort_session(session, rank, reason, worker=None):
     """Abort ``session`` from ``rank`` without a communicator object (a rank that failed to make one)."""
     DaskCommunicator(session, rank, _extension(_current_worker(worker))).abort(reason)
-
-
-_session_closers = []
-
-
-def on_session_close(release):
-    """Have ``release(session_id)`` called on each worker as a session closes there.
-
-    For transports built on this communicator (the NCCL one of
-    :mod:`hpcgpu.partition.nccl_transport` registers its per-session state
-    when it is imported): they end what they keep per session without this
-    module knowing them. Registering one function twice registers it once.
-    """
-    if release not in _session_closers:
-        _session_closers.append(release)
-
-
-def _close_worker(session):
-    from distributed import get_worker
-
-    worker = get_worker()
-    extension = _extension(worker)
-    DaskCommunicator(session, session.addresses.index(worker.address), extension).close()
-    extension.forget(session.id)
-    for release in list(_session_closers):
-        release(session.id)
-
-
-# -- plugins --------------------------------------------------------------------------------------
-try:
-    from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
-except ImportError:  # pragma: no cover - dask is a dependency
-    SchedulerPlugin = WorkerPlugin = object
-
-
-class CommWorkerPlugin(WorkerPlugin):
-    """Installs the :class:`CommExtension` on every worker, those that join later included."""
-
-    name = "hpcgpu-comm"
-    idempotent = True
-
-    def setup(self, worker):
-        _extension(worker)
-
-
-class CommSchedulerPlugin(SchedulerPlugin):
-    """Knows each session's workers and, when one leaves the cluster, aborts the session on the others."""
-
-    name = "hpcgpu-comm"
-    idempotent = True
-
-    def __init__(self):
-        self.sessions = {}
-
-    async def start(self, scheduler):
-        self.scheduler = scheduler
-        scheduler.handlers[REGISTER_OP] = self.register
-        scheduler.handlers[FORGET_OP] = self.forget
-
-    def register(self, session=None, workers=None):
-        self.sessions[session] = set(workers)
-        return "OK"
-
-    def forget(self, session=None):
-        self.sessions.pop(session, None)
-        return "OK"
-
-    def remove_worker(self, scheduler, worker, **kwargs):
-        for session, members in list(self.sessions.items()):
-            if worker not in members:
-                continue
-            reason = f"worker {worker} left the cluster"
-            messages = {w: [{"op": ABORT_OP, "session": session, "reason": reason}]
-                        for w in members if w != worker and w in scheduler.workers}
-            scheduler.send_all({}, messages)
-            del self.sessions[session]
-
-
-def _direct_listener(dask_worker):
-    listener = _extension(dask_worker).listener()
-    return None if listener is None else listener.address
-
-
-def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
-    """A new :class:`Session` of the workers at ``addresses`` (rank order), plugins installed.
-
-    ``direct=False`` keeps every message on dask's comm layer (the direct
-    socket path of :mod:`hpcgpu.partition.direct_comm` is used otherwise
-    wherever the workers speak tcp or tls).
-
-    The scheduler plugin needs hpcgpu importable on the scheduler; without
-    it lost workers are still noticed (closed streams, timeouts) and a
-    warning says what is missing.
-    """
-    client.register_plugin(CommWorkerPlugin())
-    listeners = client.run(_direct_listener, workers=sorted(set(addresses))) if direct else {}
-    direct = tuple(listeners.get(a) for a in addresses)
-    session = Session(uuid.uuid4().hex, tuple(addresses), float(timeout),
-                      direct if any(d is not None for d in direct) else ())
-    try:
-        client.register_plugin(CommSchedulerPlugin())
-        client.sync(client.scheduler.hpcgpu_comm_register, session=session.id, workers=list(session.addresses))
-    except Exception as error:  # noqa: BLE001 - a scheduler without hpcgpu: degrade, say so
-        import warnings
-
-        warnings.warn(f"hpcgpu: the scheduler could not take the communicator's plugin ({error}); lost workers "
-                      "are noticed from closed connections and timeouts only", RuntimeWarning, stacklevel=2)
-    return session
-
-
-def close_session(client, session):
-    """End ``session``: its ranks say goodbye and close their streams; the scheduler forgets it."""
-    from distributed import wait
-
-    from hpcgpu.cluster import worker_info
-
-    alive = set(worker_info(client))
-    futures = [client.submit(_close_worker, session, workers=[address], allow_other_workers=False, pure=False,
-                             key=f"hpcgpu-comm-close-{session.id}-{k}")
-               for k, address in enumerate(sorted(set(session.addresses) & alive))]
-
-    try:
-        wait(futures, timeout=3 * _NOTIFY_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - a worker that is gone has nothing to close
-        pass
-    for future in futures:
-        future.cancel()
-    try:
-        client.sync(client.scheduler.hpcgpu_comm_forget, session=session.id)
-    except Exception:  # noqa: BLE001 - no scheduler plugin, nothing to forget
-        pass

@@ -114,7 +114,7 @@ class PartitionedExecutor:
 
     def __init__(self, client, model, state, dt, *, partitions=None, steps_per_task=None, weights=None,
                  name="run", timeout=DEFAULT_TIMEOUT_S):
-        from hpcgpu.partition.dask_comm import open_session
+        from hpcgpu.partition.dask_session import open_session
 
         self.client = client
         self.model = model
@@ -273,7 +273,7 @@ class PartitionedExecutor:
         if self._closed:
             return
         self._closed = True
-        from hpcgpu.partition.dask_comm import close_session
+        from hpcgpu.partition.dask_session import close_session
 
         for _, _, records, results in self._in_flight:
             self.client.cancel([records, *results.values()])

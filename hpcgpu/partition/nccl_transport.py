@@ -19,7 +19,7 @@ import numpy as np
 
 from hpcgpu.errors import CommAborted, CommError, CommTimeout, ConfigError
 from hpcgpu.partition.communicator import REDUCTIONS, Communicator, Request, raise_timeout
-from hpcgpu.partition.dask_comm import on_session_close
+from hpcgpu.partition.dask_session import on_session_close
 from hpcgpu.partition.nccl_device import _NAP_S, _NcclDevice
 from hpcgpu.partition.nccl_messages import _Envelope, _Header, _Shape, _join, _split
 

@@ -17,7 +17,8 @@ import pytest
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator, tag_key
-from hpcgpu.partition.dask_comm import close_session, communicator, open_session
+from hpcgpu.partition.dask_comm import communicator
+from hpcgpu.partition.dask_session import close_session, open_session
 
 
 def _on_ranks(client, session, function, *args, timeout=120):
@@ -364,7 +365,7 @@ def test_the_direct_path_refuses_a_plain_connection_on_tls():
     import struct
 
     from hpcgpu.cluster import close_client, start_cluster
-    from hpcgpu.partition.dask_comm import _direct_listener
+    from hpcgpu.partition.dask_session import _direct_listener
     from hpcgpu.partition.direct_comm import encode
 
     secure = start_cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,

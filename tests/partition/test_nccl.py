@@ -39,7 +39,8 @@ from hpcgpu import _gpu_probe
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import CommAborted, CommError, CommTimeout
 from hpcgpu.partition import nccl_comm
-from hpcgpu.partition.dask_comm import close_session, communicator, open_session
+from hpcgpu.partition.dask_comm import communicator
+from hpcgpu.partition.dask_session import close_session, open_session
 
 
 # -- a host stand-in for CuPy and NCCL -------------------------------------------------------------------
