@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _support import tolerance
 
-from hpcgpu.kernels.md import _numba, _numpy
+from hpcgpu.kernels.md import _numba, _numpy, neighbors_numba
 
 DENSITY = 0.8442
 CUTOFF = 2.5
@@ -93,16 +93,16 @@ def test_rows_of_every_length_around_the_vector_block(dtype, rng, wrapped):
         assert relative(got, expected) <= tolerance("numba", dtype)
 
 
-@pytest.mark.skipif(not _numba.VECTOR_COMPRESS, reason="no AVX-512VL (or LLVM < 19): the build uses the flag loop")
+@pytest.mark.skipif(not neighbors_numba.VECTOR_COMPRESS, reason="no AVX-512VL (or LLVM < 19): the build uses the flag loop")
 def test_vector_compress_scan_matches_the_flag_loop(dtype, rng):
     n = 200
-    pad = _numba.BLOCK
+    pad = neighbors_numba.BLOCK
     xs, ys, zs = (rng.uniform(0.0, 4.0, n + pad).astype(dtype) for _ in range(3))
     order = rng.permutation(n + pad).astype(np.int32)
     centre = [dtype.type(2.0), dtype.type(1.5), dtype.type(2.5)]
     for j0, j1, self_k in ((0, 0, -1), (3, 4, 3), (5, 12, 9), (7, 64, 100), (0, n, 17), (150, n, 199)):
         rows = []
-        for scan in (_numba._scan_shifted_flags, _numba._scan_shifted_compress):
+        for scan in (neighbors_numba._scan_shifted_flags, neighbors_numba._scan_shifted_compress):
             flags = np.zeros(n + pad, np.uint64)
             row = np.full(n + pad + 1, -1, np.int32)
             count = scan(xs, ys, zs, j0, j1, self_k, *centre, dtype.type(2.0), order, flags, row, 3)
