@@ -250,13 +250,23 @@ class SlabDecomposition(Decomposition):
         xp = model.backend.xp
         state, send = domain.drifted, domain.send
         neighbours = slabs.neighbours(p)
+        needs = bool(model.block_needs_rebuild(state))
         plain_in, plain_out = [], []
+        # With every other rank a neighbour (2 or 3 slabs), the ghosts carry their rank's
+        # rebuild flag: the "any" of the flags is then the allreduce's, without its messages.
+        carried = send is not None and len(neighbours) == comm.size - 1
         if send is not None:  # every rank has send lists after the first rebuild: the plain exchange
             plain_in = [comm.irecv(q, "ghosts") for q in neighbours]
             positions = model.block_positions(state)
-            plain_out = [comm.isend(positions[:, send[k]], q, "ghosts") for k, q in enumerate(neighbours)]
-        rebuild = bool(comm.allreduce(bool(model.block_needs_rebuild(state)), op="any"))
-        plain = comm.waitall(plain_in)
+            plain_out = [comm.isend((positions[:, send[k]], needs) if carried else positions[:, send[k]], q,
+                                    "ghosts") for k, q in enumerate(neighbours)]
+        if carried:
+            received = comm.waitall(plain_in)
+            rebuild = needs or any(flag for _, flag in received)
+            plain = [ghosts for ghosts, _ in received]
+        else:
+            rebuild = bool(comm.allreduce(needs, op="any"))
+            plain = comm.waitall(plain_in)
         comm.waitall(plain_out)
         if rebuild:
             offers = [_rebuild_offer(model, slabs, state, p, q) for q in neighbours]

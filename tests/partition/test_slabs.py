@@ -22,6 +22,7 @@ def liquid():
     return make
 
 
+# 2 and 3 slabs: every rank a neighbour, the rebuild flag travels with the ghosts; 4: the allreduce
 @pytest.mark.parametrize("partitions, thermostat", [(2, "none"), (3, "none"), (4, "none"), (2, "langevin")])
 def test_md_slabs_reproduce_the_single_run_with_atoms_migrating(client, liquid, partitions, thermostat):
     model, state = liquid({3: 6, 4: 8}.get(partitions, 5), thermostat)
