@@ -56,7 +56,7 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
         Seconds between kills (default: a quarter of the run, at least 10 s).
     """
     from hpcgpu import registry
-    from hpcgpu.cluster import close_client, cluster
+    from hpcgpu.cluster import close_client, start_cluster
     from hpcgpu.simulation import Simulation
     from hpcgpu.validation import check_float
 
@@ -66,7 +66,7 @@ def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="
         "kill_every", kill_every, minimum=0.0, strict_min=True)
     own = client is None
     if own:
-        client = cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+        client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
         model = registry.get("weather").model_class()("unstable_jet", nx=nx, ny=ny, backend=backend)
         dt = model.suggested_dt(model.initial_state())

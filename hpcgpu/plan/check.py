@@ -184,7 +184,7 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
             predicted = workload.cost(partitions, device, link, scheduler)
             named = workload.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"],
                                   SchedulerModel(steps_per_epoch=epoch))
-            seconds, compute, wait, share = _median_run(
+            seconds, compute, wait, share, _ = _median_run(
                 _time_engine(client, model, partitions, k, supersteps, repeats=repeats))
             rows.append({
                 "workers": partitions, "steps_per_task": k, "steps_per_epoch": epoch,
