@@ -204,6 +204,8 @@ def test_bench_scaling_prints_efficiency_and_baseline():
             # the client's share of the workers' cores: above 1 where a step is shorter than its scheduling
             assert r["bystander_cpu_s"] >= 0
             assert r["bystander_core_share"] == pytest.approx(r["bystander_cpu_s"] / (r["value"] * r["workers"]))
+            # the busiest rank's thread CPU over its working time: it ran for some of it, never for more
+            assert 0 < r["rank_cpu_share"] <= 1.05
 
 
 def test_run_astro_writes_snapshots_picture_and_summary(tmp_path):

@@ -12,7 +12,11 @@ core (or one GPU). Lines (metric):
     ``bystander_cpu_s``, the CPU seconds per step of everything of a local
     cluster that is not a rank (the client, scheduler and nannies in this
     process, and its helper processes), and ``bystander_core_share``, that over the wall time of
-    the workers' cores: what it takes from the ranks where each has one core.
+    the workers' cores: what it takes from the ranks where each has one core;
+    ``rank_cpu_share``, the busiest rank's thread CPU time over its working
+    wall time (inside epochs, outside message waits): below 1 by the share
+    of its core that anything else took, the workers' own event loops and
+    message threads included, which ``bystander_cpu_s`` does not see.
 ``parallel_efficiency``
     weak scaling (``per_worker`` x ``per_worker`` points per worker):
     t(1) / t(N); strong scaling (a fixed ``per_worker`` squared grid):
@@ -43,6 +47,7 @@ alternating the worker counts (each on a fresh cluster).
 import os
 import pickle
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -82,18 +87,32 @@ def _model(nx, ny, dtype, backend):
                         Ly=2.0e4 * ny, peak_wavenumber=max(6.0, ny / 64))
 
 
+class EngineRun(NamedTuple):
+    """One timed run of the engine (:func:`_time_engine`); runs sort by their time per step."""
+
+    seconds_per_step: float
+    compute_s: float          # the busiest rank's time outside message waits, per superstep
+    halo_s: float             # that rank's time waiting for messages, per superstep
+    scheduler_share: float    # share of the wall time outside the epochs
+    bystander_cpu_s: float    # CPU seconds per step of the client, scheduler, nannies and helpers
+    rank_cpu_share: float     # the busiest rank's thread CPU over its compute time
+
+
 def _split(stats, wall, supersteps):
-    """Per superstep: the busiest rank's compute and message-wait time, and the share of ``wall`` outside epochs.
+    """Per superstep: the busiest rank's compute and message-wait time; the share of ``wall`` outside
+    epochs; and the busiest rank's thread CPU time over its compute time.
 
     ``stats`` are the executor's ``epoch_stats`` of the timed steps: every
-    rank's (seconds, seconds waiting for messages) of each epoch.
+    rank's (seconds, seconds waiting for messages, thread CPU seconds) of
+    each epoch.
     """
     compute = _rank_compute_times(stats)
     busiest = int(np.argmax(compute))
     waited = sum(epoch["ranks"][busiest][1] for epoch in stats)
+    cpu = sum(epoch["ranks"][busiest][2] for epoch in stats)
     inside = max(sum(epoch["ranks"][r][0] for epoch in stats) for r in range(len(compute)))
     share = max(0.0, wall - inside) / wall
-    return compute[busiest] / supersteps, waited / supersteps, share
+    return compute[busiest] / supersteps, waited / supersteps, share, cpu / compute[busiest]
 
 
 def _mixed_cluster(slowdown):
@@ -184,9 +203,10 @@ class _BystanderCPU:
 def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
     """``repeats`` timed runs of ``supersteps`` supersteps.
 
-    Returns one tuple per run: seconds per step, the critical compute and
-    halo time per superstep, the share outside the epochs, and the CPU
-    seconds per step of the client, scheduler and nannies (:class:`_BystanderCPU`).
+    Returns one :class:`EngineRun` per run: seconds per step, the critical
+    compute and halo time per superstep, the share outside the epochs, the
+    CPU seconds per step of the client, scheduler and nannies
+    (:class:`_BystanderCPU`), and the busiest rank's CPU share.
     """
     state = model.initial_state()
     dt = model.suggested_dt(state, 0.4)
@@ -204,8 +224,8 @@ def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
         executor.synchronize()
         wall = time.perf_counter() - start
         steps = steps_per_task * supersteps
-        runs.append((wall / steps, *_split(executor.epoch_stats[done:], wall, supersteps),
-                     (bystanders.seconds() - cpu) / steps))
+        compute, halo, share, rank_cpu = _split(executor.epoch_stats[done:], wall, supersteps)
+        runs.append(EngineRun(wall / steps, compute, halo, share, (bystanders.seconds() - cpu) / steps, rank_cpu))
     executor.close()
     return runs
 
@@ -299,15 +319,19 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                                   supersteps, repeats)
             weak, strong = {}, {}
             for (kind, workers, k), runs in timings.items():
-                seconds, compute, halo, share, bystander = _median_run(runs)
+                median = _median_run(runs)
+                seconds, compute, halo, bystander = (median.seconds_per_step, median.compute_s, median.halo_s,
+                                                     median.bystander_cpu_s)
                 if k == steps or (kind, workers, steps) not in timings:
                     (weak if kind == "weak" else strong)[workers] = seconds
                 recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="seconds_per_step", value=seconds, unit="s",
                              durations=[run[0] * k * supersteps for run in runs], workers=workers,
                              grid=[per_worker, per_worker * workers if kind == "weak" else per_worker],
-                             steps_per_task=k, compute_s=compute / k, halo_s=halo / k, scheduler_share=share,
-                             bystander_cpu_s=bystander, bystander_core_share=bystander / (seconds * workers))
+                             steps_per_task=k, compute_s=compute / k, halo_s=halo / k,
+                             scheduler_share=median.scheduler_share, bystander_cpu_s=bystander,
+                             bystander_core_share=bystander / (seconds * workers),
+                             rank_cpu_share=median.rank_cpu_share)
             strong[1] = weak[1]
             for kind, engine, ny in (("weak", weak, per_worker * top), ("strong", strong, per_worker)):
                 runs = overlap[kind]

@@ -168,7 +168,8 @@ class PartitionedExecutor:
         self._closed = False
         self._failure = None
         self.transport = "direct" if self.session.direct else "dask"  # until the ranks report theirs
-        # per finished epoch: its steps and every rank's (seconds, seconds waiting for messages)
+        # per finished epoch: its steps and every rank's (seconds, seconds waiting for messages,
+        # CPU seconds of the rank's thread)
         self.epoch_stats = []
 
     # -- what the driver calls -------------------------------------------------------------------------

@@ -28,7 +28,7 @@ class RankResult:
     records: list = field(default_factory=list)
     seconds: float = 0.0
     steps: int = 0
-    ranks: list = None  # on rank 0: (seconds, seconds waiting for messages) of every rank
+    ranks: list = None  # on rank 0: (seconds, seconds waiting for messages, rank thread's CPU seconds) of every rank
     transport: str = ""
 
 
@@ -67,7 +67,9 @@ def _run_program(context, carried, program):
     """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
     decomposition, model, comm = context.decomposition, context.model, context.comm
     records, steps = [], 0
-    started, waited = time.perf_counter(), comm.wait_seconds
+    # the rank thread's own CPU time beside its wall time: the gap is what
+    # other threads and processes took from its core while it had work
+    started, waited, cpu = time.perf_counter(), comm.wait_seconds, time.thread_time()
     carried = decomposition.resume(context, carried)
     for op, value in program:
         if op == "advance":
@@ -88,7 +90,7 @@ def _run_program(context, carried, program):
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()
     seconds = time.perf_counter() - started
-    ranks = comm.gather((seconds, comm.wait_seconds - waited))
+    ranks = comm.gather((seconds, comm.wait_seconds - waited, time.thread_time() - cpu))
     return RankResult(carried, records, seconds, steps, ranks, comm.transport)
 
 

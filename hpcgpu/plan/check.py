@@ -184,8 +184,9 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
             predicted = workload.cost(partitions, device, link, scheduler)
             named = workload.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"],
                                   SchedulerModel(steps_per_epoch=epoch))
-            seconds, compute, wait, share, _ = _median_run(
-                _time_engine(client, model, partitions, k, supersteps, repeats=repeats))
+            median = _median_run(_time_engine(client, model, partitions, k, supersteps, repeats=repeats))
+            seconds, compute, wait, share = median.seconds_per_step, median.compute_s, median.halo_s, \
+                median.scheduler_share
             rows.append({
                 "workers": partitions, "steps_per_task": k, "steps_per_epoch": epoch,
                 "predicted_s_per_step": predicted.seconds_per_step, "measured_s_per_step": seconds,

@@ -37,7 +37,9 @@ def test_a_step_moves_only_positions_one_allgather_per_step(client):
     sim.run()
     stats = sim._executor.epoch_stats
     assert sum(epoch["steps"] for epoch in stats) == 30 and len(stats[0]["ranks"]) == 2
-    assert all(0 <= waited <= seconds for epoch in stats for seconds, waited in epoch["ranks"])
+    assert all(0 <= waited <= seconds for epoch in stats for seconds, waited, _ in epoch["ranks"])
+    # the rank thread's CPU: positive, and at most its wall time (plus the clocks' ticks)
+    assert all(0 < cpu <= seconds + 0.02 for epoch in stats for seconds, _, cpu in epoch["ranks"])
     sim.close()
 
 
