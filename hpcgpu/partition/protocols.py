@@ -80,6 +80,7 @@ class RowModel(Partitionable, Protocol):
     def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None, fresh=False):
         """A block ``steps`` steps later; results within the halo of an open edge are not valid."""
     def row_view(self, state, start, stop): """Rows ``start:stop`` as views."""
+    def write_rows(self, block, start, rows): """Write a row block into ``block`` from row ``start`` (in place)."""
 
 
 @runtime_checkable

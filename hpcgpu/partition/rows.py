@@ -9,6 +9,13 @@ far K steps read). The results equal the single-block run bitwise: every
 point is computed by the same operations; only the open edges differ, and
 they are cut away.
 
+At K <= 2 (or with :data:`OVERLAP_ENV` set to 1) a superstep instead steps
+its block alone while the halos travel and then the two thin edge strips
+(:meth:`RowDecomposition._overlapped_superstep`): a neighbour that runs
+late by up to a step costs nothing, where the assembled superstep waits
+for it. Its strips cost about ``K x (2 x reach)`` rows of extra stepping
+per step, which at large K outweighs what the exchange waits cost.
+
 :func:`auto_steps_per_task` picks K when none is given (fewer, larger
 exchanges against redundant halo work) and :func:`calibrate_workers`
 measures each worker's step rate for weighted blocks.
@@ -122,6 +129,7 @@ class RowDecomposition(Decomposition):
     periodic: bool
     weights: tuple
     dt: float
+    overlap: bool = False
     unit = "rows"
 
     @classmethod
@@ -140,7 +148,9 @@ class RowDecomposition(Decomposition):
             weights = weights_from_rates(model, k, weights)
         minimum = max(model.halo_rows(k)) if partitions > 1 else 1
         bounds = split_rows(rows, weights, minimum)
-        return cls(tuple(bounds), k, bool(model.periodic_rows()), tuple(float(w) for w in weights), float(dt))
+        overlap = _overlap_default(k)
+        return cls(tuple(bounds), k, bool(model.periodic_rows()), tuple(float(w) for w in weights), float(dt),
+                   overlap)
 
     def sizes(self):
         return list(self.bounds)
@@ -166,6 +176,8 @@ class RowDecomposition(Decomposition):
 
     def _superstep(self, context, block, steps):
         model, comm, rank = context.model, context.comm, context.rank
+        if self.overlap and len(self.bounds) > 1 and block.h.shape[0] >= sum(model.halo_rows(steps)):
+            return self._overlapped_superstep(context, block, steps)
         started = time.perf_counter()
         first_row = self.bounds[rank][0]
         if len(self.bounds) == 1:
@@ -194,6 +206,48 @@ class RowDecomposition(Decomposition):
         emulate_slowdown(started)
         return model.row_view(result, skip, skip + rows)
 
+    def _overlapped_superstep(self, context, block, steps):
+        """A superstep that steps its block while the halos travel, then its two edge strips.
+
+        The block stepped alone, with open edges where it has neighbours,
+        leaves every row at least the halo width from such an edge valid.
+        The rows within it come from a strip: the halo that arrived and the
+        block's rows the halo's reach needs, stepped apart and cut to the
+        rows it makes valid. Every point is computed by the same operations
+        as in the assembled block, so the result is bitwise the same. A
+        neighbour that is late by up to the block's own stepping time costs
+        nothing: the exchange no longer puts the ranks in lock step.
+        """
+        model, comm, rank = context.model, context.comm, context.rank
+        started = time.perf_counter()
+        first_row = self.bounds[rank][0]
+        south, north = self.neighbours(rank)
+        south_width, north_width = model.halo_rows(steps)
+        rows = block.h.shape[0]
+        incoming_south = None if south is None else comm.irecv(south, "south-halo")
+        incoming_north = None if north is None else comm.irecv(north, "north-halo")
+        sends = []
+        if south is not None:
+            sends.append(comm.isend(_cut(model, block, 0, north_width), south, "north-halo"))
+        if north is not None:
+            sends.append(comm.isend(_cut(model, block, rows - south_width, rows), north, "south-halo"))
+        result = model.advance_rows(block, self.dt, steps, first_row, south_open=south is not None,
+                                    north_open=north is not None, cache=context.cache, fresh=True)
+        reach = south_width + north_width
+        if incoming_south is not None:  # valid out of it: the block's first south_width rows
+            strip = model.concat_blocks([incoming_south.wait(comm.timeout), model.row_view(block, 0, reach)])
+            edge = model.advance_rows(strip, self.dt, steps, first_row - south_width, True, True,
+                                      cache=context.cache)
+            model.write_rows(result, 0, model.row_view(edge, south_width, 2 * south_width))
+        if incoming_north is not None:  # valid out of it: the block's last north_width rows
+            strip = model.concat_blocks([model.row_view(block, rows - reach, rows), incoming_north.wait(comm.timeout)])
+            edge = model.advance_rows(strip, self.dt, steps, first_row + rows - reach, True, True,
+                                      cache=context.cache)
+            model.write_rows(result, rows - north_width, model.row_view(edge, south_width, reach))
+        comm.waitall(sends)
+        emulate_slowdown(started)
+        return result
+
     def block_sums(self, context, block):
         """Partial sums of this block; the last row of the south neighbour comes over for the corners."""
         model, comm, rank = context.model, context.comm, context.rank
@@ -210,6 +264,23 @@ class RowDecomposition(Decomposition):
             if send is not None:
                 send.wait(comm.timeout)
         return model.block_sums(model.concat_blocks([block]), self.bounds[rank][0], south_row)
+
+
+OVERLAP_ENV = "HPCGPU_HALO_OVERLAP"
+"""Environment variable (benchmarks): ``1`` or ``0`` forces the overlapped
+superstep on or off for every K; unset, :func:`_overlap_default` decides."""
+
+
+def _overlap_default(steps_per_task):
+    """Whether supersteps of K steps step the block while the halos travel (K <= 2, unless forced)."""
+    import os
+
+    forced = os.environ.get(OVERLAP_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    # measured on 2048^2 blocks, 2 workers, alternated (docs/benchmarks.md):
+    # 2-3% faster at K = 1 and 2, 3% slower at K = 4
+    return steps_per_task <= 2
 
 
 def _cut(model, block, start, stop):

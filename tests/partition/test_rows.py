@@ -179,6 +179,37 @@ def test_periodic_channel_and_walls_both_partition(client):
         sim.close()
 
 
+@pytest.mark.parametrize("steps_per_task", [1, 3, 16])
+def test_stepping_while_the_halos_travel_reproduces_the_single_block_run_bitwise(client, monkeypatch,
+                                                                                  steps_per_task):
+    """The overlapped superstep (block first, then its edge strips), forced on for every K: walls and a
+    periodic channel, 2 to 4 blocks, uneven rows, a last shorter superstep."""
+    from hpcgpu.partition.rows import OVERLAP_ENV
+
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    for case, partitions in (("turbulence", 4), ("gravity_wave", 2), ("gravity_wave", 3)):
+        model = ShallowWater(case, nx=24, ny=401, backend="numba", Lx=2.4e5, Ly=4.01e6)
+        state = model.initial_state()
+        dt = model.suggested_dt(state)
+        steps = 5 * steps_per_task + 2
+        reference = _reference(model, state, dt, steps)
+        sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False, client=client,
+                         partitions=partitions, steps_per_task=steps_per_task)
+        assert sim._executor.decomposition.overlap
+        sim.run()
+        _assert_same(sim, reference)
+        sim.close()
+
+
+def test_halos_overlap_the_block_by_default_only_at_one_or_two_steps_per_exchange(monkeypatch):
+    from hpcgpu.partition.rows import OVERLAP_ENV, _overlap_default
+
+    monkeypatch.delenv(OVERLAP_ENV, raising=False)
+    assert _overlap_default(1) and _overlap_default(2) and not _overlap_default(4) and not _overlap_default(16)
+    monkeypatch.setenv(OVERLAP_ENV, "0")
+    assert not _overlap_default(1)
+
+
 # -- layout ----------------------------------------------------------------------------------------------
 def test_weighted_partitions_follow_the_weights():
     assert split_rows(101, [3, 1]) == [(0, 76), (76, 101)]

@@ -378,6 +378,11 @@ class ShallowWater:
         xp = self.backend.xp
         return ShallowWaterState(*(xp.concatenate([asarray(s.arrays()[k]) for s in states]) for k in range(3)))
 
+    def write_rows(self, block, start, rows):
+        """Write the row block ``rows`` into ``block`` from its row ``start`` on (in place)."""
+        for target, source in zip(block.arrays(), rows.arrays()):
+            target[start:start + source.shape[0]] = source
+
     def assemble_rows(self, south, block, north):
         """``block`` with ``south`` rows below it and ``north`` rows above (either may be None).
 
