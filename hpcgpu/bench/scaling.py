@@ -96,6 +96,7 @@ class EngineRun(NamedTuple):
     scheduler_share: float    # share of the wall time outside the epochs
     bystander_cpu_s: float    # CPU seconds per step of the client, scheduler, nannies and helpers
     rank_cpu_share: float     # the busiest rank's thread CPU over its compute time
+    wall_s: float             # the whole timed run
 
 
 def _split(stats, wall, supersteps):
@@ -225,7 +226,8 @@ def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
         wall = time.perf_counter() - start
         steps = steps_per_task * supersteps
         compute, halo, share, rank_cpu = _split(executor.epoch_stats[done:], wall, supersteps)
-        runs.append(EngineRun(wall / steps, compute, halo, share, (bystanders.seconds() - cpu) / steps, rank_cpu))
+        runs.append(EngineRun(wall / steps, compute, halo, share, (bystanders.seconds() - cpu) / steps, rank_cpu,
+                              wall))
     executor.close()
     return runs
 
@@ -326,7 +328,7 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
                     (weak if kind == "weak" else strong)[workers] = seconds
                 recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="seconds_per_step", value=seconds, unit="s",
-                             durations=[run[0] * k * supersteps for run in runs], workers=workers,
+                             durations=[run.wall_s for run in runs], workers=workers,
                              grid=[per_worker, per_worker * workers if kind == "weak" else per_worker],
                              steps_per_task=k, compute_s=compute / k, halo_s=halo / k,
                              scheduler_share=median.scheduler_share, bystander_cpu_s=bystander,
@@ -393,9 +395,9 @@ def _time_cluster(timings, overlap, workers, top, gpus, per_worker, dtype, backe
                 _time_engine(client, model, workers, k, supersteps, repeats))
         if workers != top:
             return
-        if ks["weak"] > 1:  # the same grid one step per task: what K saves
+        if ks["weak"] > 1:  # the same grid one step per exchange, as many steps: what K saves
             timings.setdefault(("weak", workers, 1), []).extend(
-                _time_engine(client, models["weak"], workers, 1, supersteps * 4, repeats))
+                _time_engine(client, models["weak"], workers, 1, supersteps * ks["weak"], repeats))
         for kind, model in models.items():
             if workers > 1 or kind == "weak":
                 overlap[kind] += _time_map_overlap(client, model, workers, max(OVERLAP_STEPS, supersteps),
