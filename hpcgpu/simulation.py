@@ -35,6 +35,7 @@ from hpcgpu.dashboard import publish as _publish_status
 from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
 from hpcgpu.partition.local import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
+from hpcgpu.simulation_checkpoints import Checkpointing
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Simulation"]
@@ -43,7 +44,7 @@ __all__ = ["Simulation"]
 _CHUNK_SECONDS = 0.5
 
 
-class Simulation:
+class Simulation(Checkpointing):
     """Run a model through time with stop criteria, schedules, checks and output.
 
     Parameters
@@ -448,125 +449,15 @@ class Simulation:
         self._closed = True
         self._executor.close()
 
-    # -- checkpoints ---------------------------------------------------------------
-    def write_checkpoint(self, path):
-        """Write the global state, step, time and diagnostics under ``path`` (atomically); returns its directory."""
-        from hpcgpu import checkpoint
-
-        self._flush(block=True)
-        state = self._executor.global_state()
-        save = getattr(self.model, "checkpoint_state", self.model.to_host)
-        meta = {"step": self.step, "time": self.time, "dt": self.dt, "name": self.name,
-                "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
-                "model": repr(self.model),
-                "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
-        return checkpoint.write_checkpoint(path, self.model, save(state), meta)
-
-    @classmethod
-    def resume(cls, path, *, backend=None, client=None, partitions=None, steps_per_task=None, weights=None,
-               stop_steps=None, stop_time=None, wall_time_limit=None, progress=None, **kwargs):
-        """A simulation continuing from the newest good checkpoint under ``path``.
-
-        The run continues exactly as the uninterrupted one would (bitwise on
-        the same backend and number of workers; to rounding on another
-        count): same model, state, step, time, dt, stop criteria (unless
-        given here) and the diagnostics recorded so far. Callbacks and
-        writers are not saved: add them again.
-
-        Parameters
-        ----------
-        path : str
-            The checkpoint directory given to :meth:`run`.
-        backend : str, optional
-            Continue on another backend (default: the one it ran on; ``auto`` resolves here).
-        client, partitions, steps_per_task, weights, progress, wall_time_limit
-            As for the constructor: any number of workers, or none.
-        stop_steps, stop_time : optional
-            New stop criteria (default: the saved ones).
-
-        Raises
-        ------
-        ConfigError
-            No usable checkpoint under ``path``.
-        """
-        from hpcgpu import checkpoint
-
-        model, host_state, meta = checkpoint.read_checkpoint(os.fspath(path))
-        if backend is not None or getattr(model, "backend_request", None) == "auto":
-            model = model.with_backend(backend or "auto")
-        sim = cls(model, _restore(model, host_state), dt=meta["dt"],
-                  stop_steps=meta["stop_steps"] if stop_steps is None else stop_steps,
-                  stop_time=meta["stop_time"] if stop_time is None else stop_time, wall_time_limit=wall_time_limit,
-                  progress=progress, name=meta["name"], client=client, partitions=partitions,
-                  steps_per_task=steps_per_task, weights=weights, **kwargs)
-        sim.step, sim.time, sim._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
-        return sim
-
-    def _recover(self, error):
-        """After a lost worker: restart from the last checkpoint on the workers left; returns the step."""
-        from hpcgpu import checkpoint
-
-        if self._checkpoint is None or not checkpoint.list_checkpoints(self._checkpoint[0]):
-            raise error
-        executor = self._executor
-        if not hasattr(executor, "client"):
-            raise error
-        import warnings
-
-        _, host_state, meta = checkpoint.read_checkpoint(self._checkpoint[0])  # this run's model is self.model
-        try:
-            executor.close()
-        except Exception:  # noqa: BLE001 - the old partitions are gone anyway
-            pass
-        client = executor.client
-        self._executor = self._make_executor(_restore(self.model, host_state), client, executor.partitions,
-                                             executor.steps_per_task, None)
-        lost = self.step - int(meta["step"])
-        self.step, self.time, self._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
-        self._checked_step = None
-        self.restarts.append({"step": self.step, "steps_lost": lost, "error": str(error),
-                              "workers": len(self._executor.workers)})
-        warnings.warn(f"{self.name}: {error}; restarted from the checkpoint at step {self.step} on "
-                      f"{len(self._executor.workers)} worker(s)", RuntimeWarning, stacklevel=3)
-        return self.step
-
     def __repr__(self):
         return (f"Simulation(name={self.name!r}, model={self.model!r}, dt={self.dt:g}, step={self.step}, "
                 f"time={self.time:g})")
 
     def _repr_html_(self):
-        """An HTML summary for Jupyter: the run, where it runs and its latest diagnostics.
-
-        Shows what is known on the client (no state is gathered, nothing is
-        computed): name, model, step, model time, dt, stop criteria, the
-        executor (partitions, steps per task, workers), timing and the last
-        recorded diagnostics.
-        """
+        """An HTML summary for Jupyter (:func:`hpcgpu.io.html_views.simulation_html`)."""
         from hpcgpu.io import html_views
 
-        stops = [f"{self.stop_steps} steps" if self.stop_steps is not None else None,
-                 f"t = {self.stop_time:g}" if self.stop_time is not None else None,
-                 f"{self.wall_time_limit:g} s wall" if self.wall_time_limit is not None else None]
-        facts = [("name", self.name), ("model", repr(self.model)), ("step", self.step),
-                 ("time", html_views.model_time(self.model, self.time)), ("dt", self.dt),
-                 ("stop at", ", ".join(s for s in stops if s) or "-")]
-        try:
-            executor = self._executor.describe()
-        except Exception:  # noqa: BLE001 - a display must not fail on a closed executor
-            executor = {}
-        facts += [(key.replace("_", " "), value) for key, value in executor.items()]
-        timing = self.timing
-        if timing["steps"]:
-            facts += [("JIT warm-up (s)", timing["warmup_s"]), ("run time (s)", timing["run_s"]),
-                      ("steps/s", timing["steps"] / timing["run_s"] if timing["run_s"] > 0 else float("nan"))]
-        sections = [(None, html_views.table(facts), True)]
-        if self._records:
-            last = self._records[-1]
-            rows = [(key, value) for key, value in last.items() if key not in ("step", "time")]
-            heading = f"diagnostics at step {last['step']} ({len(self._records)} records: sim.diagnostics)"
-            sections.append((heading, html_views.table(rows), True))
-        return html_views.summary(f"Simulation: {self.name}", sections)
-
+        return html_views.simulation_html(self)
 
 def _declaration(model):
     """What the model's workload declares of its summary (:mod:`hpcgpu.registry`).
@@ -581,12 +472,6 @@ def _declaration(model):
         return declared
     return registry.Workload(name=getattr(model, "name", ""), cli="", conserved=tuple(getattr(model, "conserved", ())),
                              grid_points=getattr(type(model), "grid_points", None))
-
-
-def _restore(model, host_state):
-    """A checkpointed host state on ``model``'s backend (the model's own ``restore_state`` if it has one)."""
-    restore = getattr(model, "restore_state", None)
-    return restore(host_state) if restore is not None else model.concat_blocks([host_state])
 
 
 def _check_memory(model, client, partitions):

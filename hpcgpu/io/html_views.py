@@ -26,7 +26,7 @@ import html
 import math
 import numbers
 
-__all__ = ["escape", "format_value", "table", "summary", "array_row", "state_html", "model_html", "model_time"]
+__all__ = ["escape", "format_value", "table", "summary", "array_row", "state_html", "model_html", "model_time", "simulation_html"]
 
 _STYLE = ("<style>.hpcgpu-repr{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;}"
           ".hpcgpu-repr table.hpcgpu-table{border-collapse:collapse;margin:2px 0 6px 0;}"
@@ -219,3 +219,45 @@ def model_time(model, time):
     if declared is not None and declared.time_unit == "s":
         text += " s" + (f" ({time / 86400:.3g} days)" if time >= 3600 else "")
     return text
+
+
+def simulation_html(sim):
+    """An HTML summary of a :class:`~hpcgpu.simulation.Simulation` for Jupyter: the run, where it runs and its
+    latest diagnostics.
+
+    Shows what is known on the client (no state is gathered, nothing is
+    computed): name, model, step, model time, dt, stop criteria, the
+    executor (partitions, steps per task, workers), timing and the last
+    recorded diagnostics.
+
+    Examples
+    --------
+    >>> from hpcgpu import Simulation
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> sim = Simulation(ShallowWater("gravity_wave", nx=8, ny=8, backend="numpy"), stop_steps=2, diagnostics=1,
+    ...                  progress=False)
+    >>> "diagnostics at step 2" in simulation_html(sim.run())
+    True
+    """
+    stops = [f"{sim.stop_steps} steps" if sim.stop_steps is not None else None,
+             f"t = {sim.stop_time:g}" if sim.stop_time is not None else None,
+             f"{sim.wall_time_limit:g} s wall" if sim.wall_time_limit is not None else None]
+    facts = [("name", sim.name), ("model", repr(sim.model)), ("step", sim.step),
+             ("time", model_time(sim.model, sim.time)), ("dt", sim.dt),
+             ("stop at", ", ".join(s for s in stops if s) or "-")]
+    try:
+        executor = sim._executor.describe()
+    except Exception:  # noqa: BLE001 - a display must not fail on a closed executor
+        executor = {}
+    facts += [(key.replace("_", " "), value) for key, value in executor.items()]
+    timing = sim.timing
+    if timing["steps"]:
+        facts += [("JIT warm-up (s)", timing["warmup_s"]), ("run time (s)", timing["run_s"]),
+                  ("steps/s", timing["steps"] / timing["run_s"] if timing["run_s"] > 0 else float("nan"))]
+    sections = [(None, table(facts), True)]
+    if sim._records:
+        last = sim._records[-1]
+        rows = [(key, value) for key, value in last.items() if key not in ("step", "time")]
+        heading = f"diagnostics at step {last['step']} ({len(sim._records)} records: sim.diagnostics)"
+        sections.append((heading, table(rows), True))
+    return summary(f"Simulation: {sim.name}", sections)
