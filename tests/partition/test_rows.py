@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hpcgpu import Simulation
+from hpcgpu._gpu_probe import simulator_enabled
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.partition.rows import (SLOWDOWN_ENV, RowDecomposition, auto_steps_per_task, emulate_slowdown,
@@ -199,6 +200,31 @@ def test_stepping_while_the_halos_travel_reproduces_the_single_block_run_bitwise
         sim.run()
         _assert_same(sim, reference)
         sim.close()
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param("cuda", marks=pytest.mark.cudasim if simulator_enabled() else pytest.mark.gpu, id="cuda"),
+    pytest.param("cupy", marks=pytest.mark.gpu, id="cupy")])
+def test_device_blocks_step_while_the_halos_travel_and_match_one_block(client, name):
+    """The overlapped superstep (K = 1) on device arrays: views, strips and row writes on the GPU
+    (the CUDA simulator at a tiny size here), against one block on the same backend."""
+    from _support import small, usable_backend
+
+    backend = usable_backend(name)
+    ny = small(backend, 96, 24)
+    model = ShallowWater("gravity_wave", nx=small(backend, 64, 8), ny=ny, backend=name, dtype="float64")
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    steps = small(backend, 9, 2)
+    expected = _reference(model, state, dt, steps)
+    sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False, client=client, partitions=2,
+                     steps_per_task=1)
+    assert sim._executor.decomposition.overlap
+    got = sim.run().state
+    for field in ("u", "v", "h"):
+        np.testing.assert_array_equal(backend.to_host(getattr(got, field)),
+                                      backend.to_host(getattr(expected.state, field)), err_msg=field)
+    sim.close()
 
 
 def test_halos_overlap_the_block_by_default_only_at_one_or_two_steps_per_exchange(monkeypatch):
