@@ -2,6 +2,7 @@
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -35,6 +36,14 @@ def test_quick_acceptance_from_the_command_line_writes_json_lines_and_an_html_re
     assert len(pairs) == 2 and all(r["bandwidth_bytes_per_s"] > 0 for r in records if r["kind"] == "transfer")
     scaling = {(r["workload"], r["mode"], r["workers"]) for r in records if r["kind"] == "scaling"}
     assert scaling == {(w, m, n) for w in acceptance.WORKLOADS for m in ("strong", "weak") for n in (1, 2)}
+    # each count timed in every round, judged by the median of its runs
+    for r in (r for r in records if r["kind"] == "scaling"):
+        assert len(r["runs_s_per_step"]) == acceptance.SCALING_ROUNDS
+        assert r["seconds_per_step"] == statistics.median(r["runs_s_per_step"])
+        base = next(b for b in records if b["kind"] == "scaling" and b["workers"] == 1
+                    and (b["workload"], b["mode"]) == (r["workload"], r["mode"]))
+        share = r["workers"] if r["mode"] == "strong" else 1
+        assert r["efficiency"] == base["seconds_per_step"] / (share * r["seconds_per_step"])
     energy = [r for r in records if r["kind"] == "energy"]
     assert all(r["available"] or r["why"] for r in energy)
     summary = [r for r in records if r["kind"] == "summary"][0]
