@@ -4,7 +4,9 @@ Public functions check their input once and dispatch to the backend files
 (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``), which share one signature on
 raw arrays. Grids are ``(ny, nx)`` arrays, x along the last axis. The
 shallow-water fields live on an Arakawa C-grid: ``h`` at cell centres, ``u``
-on west faces, ``v`` on south faces (see :mod:`.boundary`).
+on west faces, ``v`` on south faces (see :mod:`.boundary`). The checks
+every entry point shares are in :mod:`.fields`, the shallow-water entry
+points in :mod:`.shallow_water`; this module re-exports them.
 
 Boundaries are ``"periodic"`` or ``"wall"`` for both axes, a pair
 ``(x, y)``, or a triple ``(x, south, north)`` where south and north may also
@@ -31,12 +33,12 @@ Heat flowing out through cold (zero) edges:
 (0.5, 0.75, 1.0)
 """
 
-import numpy as np
-
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC, WALL
+from hpcgpu.kernels.stencil.fields import MIN_POINTS, _boundary_value, _fields, _spacing, normalize_boundary
 from hpcgpu.kernels.stencil.prepared import FAST_PATHS, PreparedShallowWater, boundary_names
+from hpcgpu.kernels.stencil.shallow_water import prepare_shallow_water, shallow_water_stage, shallow_water_tendency
 from hpcgpu.validation import check_float, check_int
 
 __all__ = [
@@ -61,113 +63,9 @@ __all__ = [
     "raw_kernels",
 ]
 
-MIN_POINTS = 4
-"""Smallest number of points along each axis that every kernel accepts."""
-
-
 SSP_RK3_STAGES = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
 """Shu-Osher SSP-RK3 as ``(a, b, c)`` per stage: ``out = a y0 + b y + c dt L(y)``, with ``a + b = 1``
 (the ``a, b`` and ``c / dt`` of :func:`shallow_water_stage`; the weather and vorticity steppers use it)."""
-
-def normalize_boundary(boundary, *, allow_dirichlet=False):
-    """Return boundary codes ``(x, south, north)`` for a boundary spec.
-
-    Parameters
-    ----------
-    boundary : str or tuple
-        ``"periodic"``, ``"wall"``, a pair ``(x, y)`` or a triple
-        ``(x, south, north)``; ``"open"`` is allowed for south and north.
-    allow_dirichlet : bool
-        Accept ``"dirichlet"`` on any edge: only callers that apply a fixed
-        value (the scalar kernels :func:`laplacian` and :func:`diffuse`) set
-        it, so the shallow-water kernels and the Poisson operator refuse it.
-
-    Raises
-    ------
-    ConfigError
-        Unknown kind, a half-periodic axis, ``"open"`` along x, or
-        ``"dirichlet"`` where it is not allowed.
-
-    Examples
-    --------
-    >>> normalize_boundary(("periodic", "wall"))
-    (0, 1, 1)
-    >>> normalize_boundary(("wall", "dirichlet", "wall"), allow_dirichlet=True)
-    (1, 3, 1)
-    """
-    if isinstance(boundary, str):
-        parts = (boundary, boundary, boundary)
-    elif isinstance(boundary, (tuple, list)) and len(boundary) == 2:
-        parts = (boundary[0], boundary[1], boundary[1])
-    elif isinstance(boundary, (tuple, list)) and len(boundary) == 3:
-        parts = tuple(boundary)
-    else:
-        raise ConfigError(
-            "boundary must be 'periodic', 'wall'" + (", 'dirichlet'" if allow_dirichlet else "")
-            + f", a pair (x, y) or a triple (x, south, north); got {boundary!r}")
-    kinds = [name for name, code in CODES.items() if allow_dirichlet or code != DIRICHLET]
-    for label, part in zip(("x", "south", "north"), parts):
-        if part == "dirichlet" and not allow_dirichlet:
-            raise ConfigError(
-                f"boundary ({label}) 'dirichlet' is only for the scalar kernels (laplacian, "
-                f"diffuse); here it must be one of {', '.join(map(repr, kinds))}")
-        if part not in kinds:
-            raise ConfigError(
-                f"boundary ({label}) must be one of {', '.join(map(repr, kinds))}; got {part!r}")
-    x, south, north = (CODES[p] for p in parts)
-    if x == OPEN:
-        raise ConfigError("boundary along x must be " + ("'periodic', 'wall' or 'dirichlet'" if allow_dirichlet
-                                                         else "'periodic' or 'wall'")
-                          + "; 'open' is only for the south/north edges of a partition")
-    if (south == PERIODIC) != (north == PERIODIC):
-        raise ConfigError(
-            f"boundary in y is periodic on one edge only ({NAMES[south]!r} south, "
-            f"{NAMES[north]!r} north); periodic must hold on both edges")
-    return x, south, north
-
-
-def _fields(backend, names, arrays, dtype=None):
-    """Move arrays to the backend and check they are matching 2D float grids."""
-    out = []
-    shape = None
-    for name, array in zip(names, arrays):
-        if array is None:
-            raise ConfigError(f"{name} must be a 2D array, got None")
-        array = backend.asarray(array)
-        if array.ndim != 2:
-            raise ConfigError(f"{name} must be a 2D array (ny, nx); got shape {array.shape}")
-        if array.dtype.name not in ("float32", "float64"):
-            raise ConfigError(f"{name} must have dtype float32 or float64; got {array.dtype}")
-        if dtype is None:
-            dtype = array.dtype
-        elif array.dtype != dtype:
-            raise ConfigError(f"{name} has dtype {array.dtype} but {names[0]} has {dtype}; "
-                              "all fields of one call must share a dtype")
-        if shape is None:
-            shape = array.shape
-            if min(shape) < MIN_POINTS:
-                raise ConfigError(f"{name} must be at least {MIN_POINTS}x{MIN_POINTS} points; "
-                                  f"got shape {shape}")
-        elif array.shape != shape:
-            raise ConfigError(f"{name} has shape {array.shape} but {names[0]} has {shape}")
-        out.append(array)
-    return out
-
-
-def _spacing(dx, dy):
-    return (check_float("dx", dx, minimum=0.0, strict_min=True),
-            check_float("dy", dy, minimum=0.0, strict_min=True))
-
-
-def _boundary_value(value, dtype):
-    """``boundary_value`` checked: finite, and within the range of the field's dtype."""
-    value = check_float("boundary_value", value)
-    limit = float(np.finfo(dtype).max)
-    if abs(value) > limit:
-        raise ConfigError(f"boundary_value={value!r} does not fit the field's dtype {dtype} "
-                          f"(|boundary_value| <= {limit:.4g})")
-    return value
-
 
 def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", boundary_value=0.0, backend="auto"):
     """Five-point Laplacian of a cell-centred field.
@@ -283,110 +181,6 @@ def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="period
     return backend.kernels("stencil").diffuse(work, other, cx, cy, steps, *bc, value)
 
 
-def _coriolis(backend, f_corner, ny, dtype):
-    if np.isscalar(f_corner):
-        f_value = check_float("f_corner", f_corner)
-        return backend.xp.full(ny + 1, f_value, dtype=dtype)
-    f_corner = backend.asarray(f_corner, dtype=dtype)
-    if f_corner.shape != (ny + 1,):
-        raise ConfigError(f"f_corner must be a scalar or have shape ({ny + 1},) (one value per "
-                          f"corner row); got shape {f_corner.shape}")
-    return f_corner
-
-
-def _sw_parameters(g, dx, dy, viscosity):
-    g = check_float("g", g, minimum=0.0, strict_min=True)
-    dx, dy = _spacing(dx, dy)
-    viscosity = check_float("viscosity", viscosity, minimum=0.0)
-    return g, 1.0 / dx, 1.0 / dy, viscosity
-
-
-def shallow_water_tendency(u, v, h, *, f_corner, g, dx, dy, viscosity=0.0,
-                           boundary="periodic", backend="auto"):
-    """Tendencies of the rotating shallow-water equations on a C-grid.
-
-    Vector-invariant form with the energy- and potential-enstrophy-conserving
-    vorticity flux of Arakawa and Lamb (1981), extended to rectangular cells,
-    plus optional Laplacian viscosity on the velocities.
-
-    Parameters
-    ----------
-    u, v, h : arrays (ny, nx)
-        Velocities on west / south faces (m/s) and layer depth at centres (m).
-    f_corner : float or array (ny + 1,)
-        Coriolis parameter on corner rows 0..ny (1/s).
-    g : float
-        Gravity (m/s**2), > 0.
-    dx, dy : float
-        Grid spacing (m), > 0.
-    viscosity : float
-        Laplacian viscosity (m**2/s), >= 0.
-    boundary, backend
-        See :func:`normalize_boundary`.
-
-    Returns
-    -------
-    du, dv, dh : arrays (ny, nx)
-        Time derivatives (m/s**2, m/s**2, m/s).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> h = np.ones((8, 8)); u = np.zeros((8, 8)); v = np.zeros((8, 8))
-    >>> du, dv, dh = shallow_water_tendency(u, v, h, f_corner=1e-4, g=9.81,
-    ...                                     dx=1e3, dy=1e3, backend="numpy")
-    >>> float(abs(du).max() + abs(dv).max() + abs(dh).max())
-    0.0
-    """
-    backend = get_backend(backend)
-    u, v, h = _fields(backend, ("u", "v", "h"), (u, v, h))
-    g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
-    bc = normalize_boundary(boundary)
-    f_corner = _coriolis(backend, f_corner, h.shape[0], h.dtype)
-    return backend.kernels("stencil").shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, *bc)
-
-
-def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, viscosity=0.0,
-                        boundary="periodic", backend="auto"):
-    """One fused Runge-Kutta stage: ``out = a*state0 + b*state + c*tendency(state)``.
-
-    The whole stage is one pass over memory on the compiled backends; the
-    explicit time steppers of :mod:`hpcgpu.workloads.weather` are built from
-    it (``c`` carries the time step).
-
-    Parameters
-    ----------
-    state0, state, out : tuples ``(u, v, h)`` of arrays (ny, nx)
-        ``state0`` is not read when ``a == 0``. ``out`` must not share
-        memory with ``state`` or ``state0``.
-    a, b, c : float
-        Stage coefficients; ``a`` is 0 or ``1 - b`` (evaluated as
-        ``state0 + b*(state - state0)``, which keeps float32 mass exact).
-    f_corner, g, dx, dy, viscosity, boundary, backend
-        As for :func:`shallow_water_tendency`.
-
-    Returns
-    -------
-    out
-    """
-    backend = get_backend(backend)
-    names = ("u0", "v0", "h0", "u", "v", "h", "u_out", "v_out", "h_out")
-    arrays = _fields(backend, names, (*state0, *state, *out))
-    for o_name, o in zip(names[6:], arrays[6:]):
-        for i_name, i in zip(names[:6], arrays[:6]):
-            if backend.xp.may_share_memory(o, i):
-                raise ConfigError(f"{o_name} shares memory with {i_name}; stage outputs must be "
-                                  "separate arrays")
-    a, b, c = (check_float(name, value) for name, value in (("a", a), ("b", b), ("c", c)))
-    if a != 0 and abs(a + b - 1) > 1e-12:
-        raise ConfigError(f"a must be 0 or 1 - b (a convex combination); got a={a}, b={b}")
-    g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
-    bc = normalize_boundary(boundary)
-    f_corner = _coriolis(backend, f_corner, arrays[5].shape[0], arrays[5].dtype)
-    backend.kernels("stencil").shallow_water_stage(*arrays, f_corner, g, rdx, rdy, nu, a, b, c, *bc)
-    return tuple(arrays[6:])
-
-
 def pad(field, boundary, *, normal=None, width=1):
     """``field`` with ``width`` ghost points on each side, by the boundary rules of the kernels.
 
@@ -419,55 +213,6 @@ def pad(field, boundary, *, normal=None, width=1):
     if getattr(field, "ndim", None) != 2:
         raise ConfigError(f"field must be a 2D array (ny, nx); got {type(field).__name__}")
     return _numpy.pad(field, *bc, normal=normal, width=width)
-
-
-def prepare_shallow_water(nx, dtype, *, f_corner, g, dx, dy, viscosity=0.0, boundary="periodic",
-                          backend="auto"):
-    """Shallow-water stages and SSP-RK3 steps on fields ``(rows, nx)`` of ``dtype``, checked once.
-
-    For a stepper's hot loop: the parameters are checked here, once; each
-    call of the returned :class:`PreparedShallowWater` checks only the
-    arrays' dtype and width. Its ``stage`` is :func:`shallow_water_stage`
-    on raw arrays; its ``rk3_step`` is the backend's fused step where it has
-    one (:data:`FAST_PATHS`), bitwise the same as three stages.
-
-    Parameters
-    ----------
-    nx : int
-        Points along x (>= :data:`MIN_POINTS`).
-    dtype : str or dtype
-        float32 or float64.
-    f_corner : array (rows + 1,)
-        Coriolis parameter on the corner rows (1/s), on the backend's device, in ``dtype``.
-    g, dx, dy, viscosity
-        As for :func:`shallow_water_tendency`.
-    boundary : str, tuple of names, or kernel codes ``(x, south, north)``
-        ``"open"`` south or north for the edge of a partition.
-    backend : str or Backend
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> prepared = prepare_shallow_water(8, "float64", f_corner=np.full(9, 1e-4), g=9.81, dx=1e3, dy=1e3,
-    ...                                  backend="numpy")
-    >>> y0 = (np.zeros((8, 8)), np.zeros((8, 8)), np.ones((8, 8)))
-    >>> out = tuple(np.empty((8, 8)) for _ in range(3))
-    >>> prepared.stage(y0, y0, out, a=0.0, b=1.0, c=10.0, rows=(0, 8))
-    >>> float(out[2].max()), prepared.fused
-    (1.0, False)
-    """
-    backend = get_backend(backend)
-    nx = check_int("nx", nx, minimum=MIN_POINTS)
-    dtype = np.dtype(dtype)
-    if dtype.name not in ("float32", "float64"):
-        raise ConfigError(f"dtype must be float32 or float64; got {dtype}")
-    g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
-    bc = normalize_boundary(boundary_names(boundary))
-    if getattr(f_corner, "ndim", None) != 1 or f_corner.dtype != dtype or not isinstance(
-            f_corner, type(backend.empty((1,), dtype))):
-        raise ConfigError(f"f_corner must be a 1D {dtype} array on the {backend.name} backend's device; "
-                          f"got {type(f_corner).__name__}")
-    return PreparedShallowWater(backend, nx, dtype, f_corner, (g, rdx, rdy, nu), bc)
 
 
 def arakawa_jacobian(psi, zeta, *, dx, dy, boundary="periodic", scale=1.0, backend="auto"):
