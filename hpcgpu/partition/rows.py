@@ -16,6 +16,10 @@ late by up to a step costs nothing, where the assembled superstep waits
 for it. Its strips cost about ``K x (2 x reach)`` rows of extra stepping
 per step, which at large K outweighs what the exchange waits cost.
 
+Without weights the rows are split for equal work, not equal rows
+(:func:`halo_balanced_weights`): in a channel the two blocks at the walls
+step one halo, the others two, so the wall blocks hold a few more rows.
+
 :func:`auto_steps_per_task` picks K when none is given (fewer, larger
 exchanges against redundant halo work) and :func:`calibrate_workers`
 measures each worker's step rate for weighted blocks.
@@ -31,7 +35,7 @@ from hpcgpu.partition.decomposition import Decomposition, on_worker
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.validation import check_int
 
-__all__ = ["RowDecomposition", "SLOWDOWN_ENV", "auto_steps_per_task", "calibrate_workers"]
+__all__ = ["RowDecomposition", "SLOWDOWN_ENV", "auto_steps_per_task", "calibrate_workers", "halo_balanced_weights"]
 
 SLOWDOWN_ENV = "HPCGPU_EMULATE_SLOWDOWN"
 """Environment variable (benchmarks and tests only): a worker started with it
@@ -120,6 +124,30 @@ def weights_from_rates(model, steps_per_task, rates):
     return [max(share, 1e-3) for share in shares]
 
 
+def halo_balanced_weights(model, steps_per_task, partitions, periodic):
+    """Rows per block (as split weights) that give every block the same stepping work.
+
+    A block steps its own rows plus, on average, half the halo rows of each
+    edge it shares with a neighbour (the stepped rows shrink towards an open
+    edge): ``(south + north) / 2`` for a block between two neighbours, less
+    for the two blocks at the walls of a channel. Equal rows would leave the
+    inner blocks the slowest; these make ``rows_p + extra_p`` equal. In a
+    periodic domain every block has two neighbours: equal rows.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> channel = ShallowWater("unstable_jet", nx=16, ny=400, backend="numpy")
+    >>> [round(w, 1) for w in halo_balanced_weights(channel, 4, 3, periodic=False)]
+    [139.3, 127.3, 133.3]
+    """
+    south, north = model.halo_rows(steps_per_task)
+    extras = [(south * (periodic or p > 0) + north * (periodic or p < partitions - 1)) / 2
+              for p in range(partitions)]
+    total = model.decomposition_size() + sum(extras)
+    return [max(total / partitions - extra, 1e-3) for extra in extras]
+
+
 @dataclass(frozen=True)
 class RowDecomposition(Decomposition):
     """Blocks of grid rows, ``bounds[p] = (first, stop)`` on rank p, K steps per halo exchange."""
@@ -143,14 +171,18 @@ class RowDecomposition(Decomposition):
         if partitions > rows:
             raise ConfigError(f"partitions must be <= {rows} (the rows of the model); got {partitions}")
         k = auto_steps_per_task(model, partitions) if steps_per_task is None else steps_per_task
-        weights = [1.0] * partitions if weights is None else list(weights)
+        periodic = bool(model.periodic_rows())
+        shares = None
+        if weights is None:  # equal work, not equal rows: the blocks at a wall step fewer halo rows
+            weights = [1.0] * partitions
+            shares = halo_balanced_weights(model, k, partitions, periodic)
+        weights = list(weights)
         if calibrated:
             weights = weights_from_rates(model, k, weights)
         minimum = max(model.halo_rows(k)) if partitions > 1 else 1
-        bounds = split_rows(rows, weights, minimum)
+        bounds = split_rows(rows, weights if shares is None else shares, minimum)
         overlap = _overlap_default(k)
-        return cls(tuple(bounds), k, bool(model.periodic_rows()), tuple(float(w) for w in weights), float(dt),
-                   overlap)
+        return cls(tuple(bounds), k, periodic, tuple(float(w) for w in weights), float(dt), overlap)
 
     def sizes(self):
         return list(self.bounds)

@@ -10,7 +10,7 @@ from hpcgpu._gpu_probe import simulator_enabled
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.partition.rows import (SLOWDOWN_ENV, RowDecomposition, auto_steps_per_task, emulate_slowdown,
-                                   weights_from_rates)
+                                   halo_balanced_weights, weights_from_rates)
 from hpcgpu.workloads.weather import ShallowWater
 
 
@@ -132,7 +132,9 @@ def test_partitions_reproduce_the_single_block_run_bitwise(client, partitions):
     sim.run()
     _assert_same(sim, reference)
     rows = sim.summary()["rows_per_partition"]
-    assert sum(rows) == 61 and max(rows) - min(rows) <= 1
+    # a channel: equal work, not equal rows (the blocks at the walls step fewer halo rows)
+    expected = halo_balanced_weights(model, 2, partitions, periodic=False)
+    assert sum(rows) == 61 and all(abs(r - e) < 1 for r, e in zip(rows, expected))
     diagnostics, expected = sim.diagnostics, reference.diagnostics.sel(time=sim.diagnostics.time)
     assert diagnostics.sizes["time"] == reference.diagnostics.sizes["time"]
     for key in ("mass", "energy", "enstrophy", "max_cfl"):
@@ -245,6 +247,24 @@ def test_weighted_partitions_follow_the_weights():
         (a, b), (c, d) = split_rows(rows, [3.0, 1.0])
         assert abs((b - a) - 3 * (d - c)) <= 4  # within one row of 3:1 each
         assert abs((b - a) - 0.75 * rows) <= 1
+
+
+def test_default_blocks_of_a_channel_balance_their_halo_work_and_a_periodic_grid_splits_evenly():
+    channel = ShallowWater("unstable_jet", nx=16, ny=1000, backend="numpy")
+    south, north = channel.halo_rows(16)
+    layout = RowDecomposition.build(channel, 30.0, 4, 16, None, calibrated=False)
+    rows = [b - a for a, b in layout.bounds]
+    # each block's own rows plus half the halo rows of its open edges: equal to within rounding
+    work = [r + (south * (p > 0) + north * (p < 3)) / 2 for p, r in enumerate(rows)]
+    assert sum(rows) == 1000 and max(work) - min(work) <= 1
+    assert rows[1] < rows[0] and rows[2] < rows[3]  # inner blocks step two halos
+    assert layout.weights == (1.0, 1.0, 1.0, 1.0)  # what the user asked for: equal work
+    # given weights are taken as they are
+    given = RowDecomposition.build(channel, 30.0, 2, 16, [1, 1], calibrated=False)
+    assert [b - a for a, b in given.bounds] == [500, 500]
+    periodic = ShallowWater("turbulence", nx=16, ny=1000, backend="numpy")
+    even = RowDecomposition.build(periodic, 30.0, 4, 16, None, calibrated=False)
+    assert [b - a for a, b in even.bounds] == [250] * 4
 
 
 def test_calibrated_rates_leave_room_for_the_halo_work_of_each_block():
