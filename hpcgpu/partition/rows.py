@@ -218,6 +218,22 @@ class RowDecomposition(Decomposition):
             emulate_slowdown(started)
             return result
         south, north = self.neighbours(rank)
+        rows = block.h.shape[0]
+        incoming_south, incoming_north, sends = self._post_halos(context, block, steps)
+        south_rows = None if incoming_south is None else incoming_south.wait(comm.timeout)
+        north_rows = None if incoming_north is None else incoming_north.wait(comm.timeout)
+        assembled = model.assemble_rows(south_rows, block, north_rows)
+        skip = 0 if south_rows is None else south_rows.h.shape[0]
+        result = model.advance_rows(assembled, self.dt, steps, first_row - skip, south_open=south is not None,
+                                    north_open=north is not None, cache=context.cache, fresh=True)
+        comm.waitall(sends)
+        emulate_slowdown(started)
+        return model.row_view(result, skip, skip + rows)
+
+    def _post_halos(self, context, block, steps):
+        """Post this rank's halo receives, then its sends; returns ``(incoming south, incoming north, sends)``."""
+        model, comm = context.model, context.comm
+        south, north = self.neighbours(context.rank)
         south_width, north_width = model.halo_rows(steps)
         rows = block.h.shape[0]
         # receives first, then sends: a neighbour's halo may already be here
@@ -228,15 +244,7 @@ class RowDecomposition(Decomposition):
             sends.append(comm.isend(_cut(model, block, 0, north_width), south, "north-halo"))
         if north is not None:
             sends.append(comm.isend(_cut(model, block, rows - south_width, rows), north, "south-halo"))
-        south_rows = None if incoming_south is None else incoming_south.wait(comm.timeout)
-        north_rows = None if incoming_north is None else incoming_north.wait(comm.timeout)
-        assembled = model.assemble_rows(south_rows, block, north_rows)
-        skip = 0 if south_rows is None else south_rows.h.shape[0]
-        result = model.advance_rows(assembled, self.dt, steps, first_row - skip, south_open=south is not None,
-                                    north_open=north is not None, cache=context.cache, fresh=True)
-        comm.waitall(sends)
-        emulate_slowdown(started)
-        return model.row_view(result, skip, skip + rows)
+        return incoming_south, incoming_north, sends
 
     def _overlapped_superstep(self, context, block, steps):
         """A superstep that steps its block while the halos travel, then its two edge strips.
@@ -256,13 +264,7 @@ class RowDecomposition(Decomposition):
         south, north = self.neighbours(rank)
         south_width, north_width = model.halo_rows(steps)
         rows = block.h.shape[0]
-        incoming_south = None if south is None else comm.irecv(south, "south-halo")
-        incoming_north = None if north is None else comm.irecv(north, "north-halo")
-        sends = []
-        if south is not None:
-            sends.append(comm.isend(_cut(model, block, 0, north_width), south, "north-halo"))
-        if north is not None:
-            sends.append(comm.isend(_cut(model, block, rows - south_width, rows), north, "south-halo"))
+        incoming_south, incoming_north, sends = self._post_halos(context, block, steps)
         result = model.advance_rows(block, self.dt, steps, first_row, south_open=south is not None,
                                     north_open=north is not None, cache=context.cache, fresh=True)
         reach = south_width + north_width
