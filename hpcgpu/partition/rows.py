@@ -9,12 +9,13 @@ far K steps read). The results equal the single-block run bitwise: every
 point is computed by the same operations; only the open edges differ, and
 they are cut away.
 
-At K <= 2 (or with :data:`OVERLAP_ENV` set to 1) a superstep instead steps
-its block alone while the halos travel and then the two thin edge strips
+With :data:`OVERLAP_ENV` set to 1 a superstep instead steps its block
+alone while the halos travel and then the two thin edge strips
 (:meth:`RowDecomposition._overlapped_superstep`): a neighbour that runs
 late by up to a step costs nothing, where the assembled superstep waits
 for it. Its strips cost about ``K x (2 x reach)`` rows of extra stepping
-per step, which at large K outweighs what the exchange waits cost.
+per step and two more stepping calls: 2-3% faster at K <= 2 on 2048^2
+blocks here, slower on small blocks, so it is not the default yet.
 
 Without weights the rows are split for equal work, not equal rows
 (:func:`halo_balanced_weights`): in a channel the two blocks at the walls
@@ -301,20 +302,19 @@ class RowDecomposition(Decomposition):
 
 
 OVERLAP_ENV = "HPCGPU_HALO_OVERLAP"
-"""Environment variable (benchmarks): ``1`` or ``0`` forces the overlapped
-superstep on or off for every K; unset, :func:`_overlap_default` decides."""
+"""Environment variable, read where the layout is built (the client): ``1``
+turns the overlapped superstep on for every K; anything else leaves it off."""
 
 
 def _overlap_default(steps_per_task):
-    """Whether supersteps of K steps step the block while the halos travel (K <= 2, unless forced)."""
+    """Whether supersteps of K steps step the block while the halos travel (only when :data:`OVERLAP_ENV` is 1)."""
     import os
 
-    forced = os.environ.get(OVERLAP_ENV, "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
-    # measured on 2048^2 blocks, 2 workers, alternated (docs/benchmarks.md):
-    # 2-3% faster at K = 1 and 2, 3% slower at K = 4
-    return steps_per_task <= 2
+    # measured on 2 workers, alternated (docs/benchmarks.md): 2-3% faster at
+    # K = 1 and 2 on 2048^2 blocks, 3% slower at K = 4; but 6% slower on
+    # 1024 x 80 blocks and 30% on 256 x 64 (three stepping calls a superstep
+    # instead of one), so it is off until a block-size rule is measured
+    return os.environ.get(OVERLAP_ENV, "").strip() == "1"
 
 
 def _cut(model, block, start, stop):

@@ -207,11 +207,14 @@ def test_stepping_while_the_halos_travel_reproduces_the_single_block_run_bitwise
 @pytest.mark.parametrize("name", [
     pytest.param("cuda", marks=pytest.mark.cudasim if simulator_enabled() else pytest.mark.gpu, id="cuda"),
     pytest.param("cupy", marks=pytest.mark.gpu, id="cupy")])
-def test_device_blocks_step_while_the_halos_travel_and_match_one_block(client, name):
+def test_device_blocks_step_while_the_halos_travel_and_match_one_block(client, monkeypatch, name):
     """The overlapped superstep (K = 1) on device arrays: views, strips and row writes on the GPU
     (the CUDA simulator at a tiny size here), against one block on the same backend."""
     from _support import small, usable_backend
 
+    from hpcgpu.partition.rows import OVERLAP_ENV
+
+    monkeypatch.setenv(OVERLAP_ENV, "1")
     backend = usable_backend(name)
     ny = small(backend, 96, 24)
     model = ShallowWater("gravity_wave", nx=small(backend, 64, 8), ny=ny, backend=name, dtype="float64")
@@ -229,11 +232,13 @@ def test_device_blocks_step_while_the_halos_travel_and_match_one_block(client, n
     sim.close()
 
 
-def test_halos_overlap_the_block_by_default_only_at_one_or_two_steps_per_exchange(monkeypatch):
+def test_halos_overlap_the_block_only_when_asked(monkeypatch):
     from hpcgpu.partition.rows import OVERLAP_ENV, _overlap_default
 
     monkeypatch.delenv(OVERLAP_ENV, raising=False)
-    assert _overlap_default(1) and _overlap_default(2) and not _overlap_default(4) and not _overlap_default(16)
+    assert not any(_overlap_default(k) for k in (1, 2, 4, 16))
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    assert all(_overlap_default(k) for k in (1, 2, 4, 16))
     monkeypatch.setenv(OVERLAP_ENV, "0")
     assert not _overlap_default(1)
 
