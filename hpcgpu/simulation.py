@@ -36,7 +36,7 @@ from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
 from hpcgpu.partition.local import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.simulation_checkpoints import Checkpointing
-from hpcgpu.validation import check_float, check_int
+from hpcgpu.validation import check_float, check_int, check_model_memory
 
 __all__ = ["Simulation"]
 
@@ -102,7 +102,7 @@ class Simulation(Checkpointing):
                  wall_time_limit=None, diagnostics=None, check=None, progress=None, name=None,
                  client=None, partitions=None, steps_per_task=None, weights=None):
         self.model = model
-        _check_memory(model, client, partitions)
+        check_model_memory(model, None if client is None else worker_info(client), partitions)
         state = model.initial_state() if state is None else state
         if dt is None:
             dt = model.suggested_dt(state)
@@ -459,6 +459,7 @@ class Simulation(Checkpointing):
 
         return html_views.simulation_html(self)
 
+
 def _declaration(model):
     """What the model's workload declares of its summary (:mod:`hpcgpu.registry`).
 
@@ -472,31 +473,6 @@ def _declaration(model):
         return declared
     return registry.Workload(name=getattr(model, "name", ""), cli="", conserved=tuple(getattr(model, "conserved", ())),
                              grid_points=getattr(type(model), "grid_points", None))
-
-
-def _check_memory(model, client, partitions):
-    """Refuse a problem larger than this machine's or a worker's memory before allocating it."""
-    estimate = getattr(model, "memory_estimate", None)
-    if estimate is None:
-        return
-    what, nbytes = estimate()
-    from hpcgpu.validation import check_memory
-
-    if client is None:
-        check_memory(what, nbytes, model.backend)
-        return
-    # The client builds the global state once (its host copy), then each worker holds a share.
-    check_memory(f"{what} (the state built on the client)", nbytes // 4, model.backend)
-    workers = worker_info(client)
-    limits = [w.get("memory_limit") or 0 for w in workers.values()]
-    if workers and min(limits) > 0:
-        count = partitions or len(workers)
-        per_worker = nbytes * -(-count // len(workers)) / count
-        if per_worker > min(limits):
-            raise ConfigError(
-                f"{what} needs about {per_worker:.3g} bytes per worker ({per_worker / 2**30:.4g} GiB) over "
-                f"{count} partitions on {len(workers)} workers, but the smallest worker has "
-                f"{min(limits) / 2**30:.4g} GiB; use more workers (or a smaller problem)")
 
 
 def _flat(attrs):

@@ -16,6 +16,7 @@ from hpcgpu.errors import ConfigError
 __all__ = [
     "available_memory",
     "check_memory",
+    "check_model_memory",
     "check_int",
     "check_float",
     "check_choice",
@@ -178,3 +179,40 @@ def _array_module(array):
         import cupy
         return cupy
     return np
+
+
+def check_model_memory(model, workers=None, partitions=None):
+    """Refuse a model larger than this machine's memory, or a worker's share of it, before its state is built.
+
+    Models without ``memory_estimate()`` pass. On a cluster (``workers``: the
+    ``{address: info}`` of :func:`hpcgpu.cluster.worker_info`) the client
+    holds the global state on the host once and each worker its partitions' share.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> check_model_memory(ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy"))
+    >>> check_model_memory(ShallowWater("gravity_wave", nx=4096, ny=4096, backend="numpy"),
+    ...                    {"tcp://a": {"memory_limit": 2**20}}, 2)
+    Traceback (most recent call last):
+    ...
+    hpcgpu.errors.ConfigError: nx=4096, ny=4096 (float64) needs about 1.61e+09 bytes per worker (1.5 GiB) over 2 partitions on 1 workers, but the smallest worker has 0.0009766 GiB; use more workers (or a smaller problem)
+    """
+    estimate = getattr(model, "memory_estimate", None)
+    if estimate is None:
+        return
+    what, nbytes = estimate()
+    if workers is None:
+        check_memory(what, nbytes, model.backend)
+        return
+    # The client builds the global state once (its host copy), then each worker holds a share.
+    check_memory(f"{what} (the state built on the client)", nbytes // 4, model.backend)
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    if workers and min(limits) > 0:
+        count = partitions or len(workers)
+        per_worker = nbytes * -(-count // len(workers)) / count
+        if per_worker > min(limits):
+            raise ConfigError(
+                f"{what} needs about {per_worker:.3g} bytes per worker ({per_worker / 2**30:.4g} GiB) over "
+                f"{count} partitions on {len(workers)} workers, but the smallest worker has "
+                f"{min(limits) / 2**30:.4g} GiB; use more workers (or a smaller problem)")

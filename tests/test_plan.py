@@ -13,7 +13,8 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.partition.engine import EPOCH_SECONDS
 from hpcgpu.plan import USABLE_MEMORY_FRACTION, SchedulerModel, plan
 from hpcgpu.plan.check import fit_link
-from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, device_profile, link_profile, measured_device
+from hpcgpu.plan.devices import device_profile, measured_device
+from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, link_profile
 from hpcgpu.plan.workload_costs import MolecularDynamicsCost, NBodyCost, WeatherCost
 
 HPCGPU = [sys.executable, "-P", "-m", "hpcgpu.cli"]

@@ -50,9 +50,10 @@ Examples
 
 from hpcgpu.partition.engine import EPOCH_SECONDS
 from hpcgpu.plan.cli import add_arguments, run_command
+from hpcgpu.plan.devices import device_profile, measured_device
 from hpcgpu.plan.prediction import EFFICIENCY_THRESHOLD, USABLE_MEMORY_FRACTION, Plan, PlanRow, plan
 from hpcgpu.plan.profiles import (DEVICES, EPOCH_OVERHEAD_S, LINKS, TASK_OVERHEAD_S, DeviceProfile, LinkProfile,
-                                  SchedulerModel, device_profile, link_profile, measured_device)
+                                  SchedulerModel, link_profile)
 from hpcgpu.plan.workload_costs import WORKLOADS, StepCost, make_workload
 
 __all__ = ["plan", "run_command", "add_arguments", "Plan", "PlanRow", "SchedulerModel", "StepCost", "LinkProfile",

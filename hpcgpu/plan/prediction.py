@@ -18,7 +18,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
-from hpcgpu.plan.profiles import LINKS, SchedulerModel, device_profile, link_profile
+from hpcgpu.plan.devices import device_profile
+from hpcgpu.plan.profiles import LINKS, SchedulerModel, link_profile
 from hpcgpu.plan.workload_costs import make_workload
 from hpcgpu.validation import check_float, check_int
 

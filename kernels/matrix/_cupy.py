@@ -39,6 +39,7 @@ import threading
 import numpy as np
 
 from hpcgpu.kernels import launch_limits
+from hpcgpu.kernels.cupy_templates import TemplateKernels
 
 THREADS = 256
 """Threads per block of the SpMV kernel."""
@@ -139,16 +140,9 @@ def check_spmv(dtype_name, lanes):
     launch_limits.check("matrix spmv_kernel", (dtype_name, lanes), THREADS, spmv_shared_bytes(dtype_name))
 
 
-@functools.cache
-def _module():
-    import cupy
-    return cupy.RawModule(code=KERNEL_SOURCE, options=OPTIONS, name_expressions=NAME_EXPRESSIONS)
-
-
-@functools.cache
-def _kernel(expression):
-    """The compiled template instance ``expression`` (a RawKernel)."""
-    return _module().get_function(expression)
+_TEMPLATES = TemplateKernels(KERNEL_SOURCE, OPTIONS, NAME_EXPRESSIONS)
+_kernel = _TEMPLATES.kernel
+"""The compiled template instance of an expression (the emulation tests replace it)."""
 
 
 def spmv(data, indices, indptr, x, out):

@@ -22,12 +22,12 @@ block by block (``tests/kernels/test_md_cupy_source.py``), through this
 module's own launch code.
 """
 
-import functools
 
 import numpy as np
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import launch_limits
+from hpcgpu.kernels.cupy_templates import TemplateKernels, array_module
 from hpcgpu.kernels.md import cells
 
 OPTIONS = ("--std=c++17",)
@@ -207,25 +207,11 @@ __global__ void forces_kernel(const T* __restrict__ positions, int n, const int*
 """
 
 
-@functools.cache
-def _module():
-    import cupy
-    return cupy.RawModule(code=KERNEL_SOURCE, options=OPTIONS, name_expressions=NAME_EXPRESSIONS)
+_TEMPLATES = TemplateKernels(KERNEL_SOURCE, OPTIONS, NAME_EXPRESSIONS)
+_kernel = _TEMPLATES.kernel
+"""The compiled template instance of an expression (the emulation tests replace it)."""
 
-
-@functools.cache
-def _kernel(expression):
-    """The compiled template instance ``expression`` (a RawKernel)."""
-    if expression not in NAME_EXPRESSIONS:
-        raise ConfigError(f"no compiled instance {expression!r}")
-    return _module().get_function(expression)
-
-
-def _xp(array):
-    if type(array).__module__.split(".")[0] == "cupy":
-        import cupy
-        return cupy
-    return np
+_xp = array_module
 
 
 def _ctype(dtype):

@@ -21,11 +21,11 @@ positions, which are usually a slice of the sources, are copied (3 values
 per target, against ``N`` pair interactions per target).
 """
 
-import functools
 
 import numpy as np
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.cupy_templates import TemplateKernels, array_module
 from hpcgpu.kernels.nbody.tiling import FINALIZE_THREADS, LAUNCH, VARIANTS, blocks, check, slices
 
 OPTIONS = ("--std=c++17",)
@@ -205,30 +205,13 @@ __global__ void finalize_kernel(const T* __restrict__ partial, int n_slices, int
 """
 
 
-@functools.cache
-def _module(expressions):
-    import cupy
-    return cupy.RawModule(code=KERNEL_SOURCE, options=OPTIONS, name_expressions=expressions)
+_TEMPLATES = TemplateKernels(KERNEL_SOURCE, OPTIONS, NAME_EXPRESSIONS, VARIANT_EXPRESSIONS,
+                             hint="add its launch to LAUNCH or VARIANTS")
+_kernel = _TEMPLATES.kernel
+"""The compiled template instance of an expression (the emulation tests replace it)."""
 
 
-@functools.cache
-def _kernel(expression):
-    """The compiled template instance ``expression`` (a RawKernel, compiled per device on use).
-
-    The default instances share one module; the variants' module is compiled
-    only when a variant runs.
-    """
-    expressions = NAME_EXPRESSIONS if expression in NAME_EXPRESSIONS else VARIANT_EXPRESSIONS
-    if expression not in expressions:
-        raise ConfigError(f"no compiled instance {expression!r}; add its launch to LAUNCH or VARIANTS")
-    return _module(expressions).get_function(expression)
-
-
-def _xp(array):
-    if type(array).__module__.split(".")[0] == "cupy":
-        import cupy
-        return cupy
-    return np
+_xp = array_module
 
 
 def _contiguous(array, dtype):

@@ -48,13 +48,13 @@ or touch the GPU. The tests compile the same text on the CPU with g++ and run
 it thread by thread (``tests/kernels/test_stencil_cupy_source.py``).
 """
 
-import functools
 from typing import NamedTuple
 
 import numpy as np
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import launch_limits
+from hpcgpu.kernels.cupy_templates import TemplateKernels, array_module
 from hpcgpu.kernels.stencil.kernel_source_cupy import KERNEL_SOURCE
 
 
@@ -134,30 +134,13 @@ VARIANT_EXPRESSIONS = tuple(e for e in _instances(VARIANTS) if e not in NAME_EXP
 """Further instances that only :data:`VARIANTS` use (a second module, compiled on demand)."""
 
 
-def _xp(array):
-    if type(array).__module__.split(".")[0] == "cupy":
-        import cupy
-        return cupy
-    return np
+_xp = array_module
 
 
-@functools.cache
-def _module(expressions):
-    import cupy
-    return cupy.RawModule(code=KERNEL_SOURCE, options=OPTIONS, name_expressions=expressions)
-
-
-@functools.cache
-def _kernel(expression):
-    """The compiled template instance ``expression`` (a RawKernel, compiled per device on use).
-
-    The default instances share one module; the variants' module is compiled
-    only when a variant runs.
-    """
-    expressions = NAME_EXPRESSIONS if expression in NAME_EXPRESSIONS else VARIANT_EXPRESSIONS
-    if expression not in expressions:
-        raise ConfigError(f"no compiled instance {expression!r}; add its launch to LAUNCH or VARIANTS")
-    return _module(expressions).get_function(expression)
+_TEMPLATES = TemplateKernels(KERNEL_SOURCE, OPTIONS, NAME_EXPRESSIONS, VARIANT_EXPRESSIONS,
+                             hint="add its launch to LAUNCH or VARIANTS")
+_kernel = _TEMPLATES.kernel
+"""The compiled template instance of an expression (the emulation tests replace it)."""
 
 
 MAX_GRID_Y = 65535

@@ -24,8 +24,6 @@ True
 """
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
 from hpcgpu.backends import get_backend
@@ -33,6 +31,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.nbody import prepare_gravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads.astro import cases, diagnostics
+from hpcgpu.workloads.astro.state import NBodyState
 
 __all__ = ["NBody", "NBodyState", "Leapfrog", "CASES", "METHODS", "INTEGRATORS"]
 
@@ -41,46 +40,6 @@ METHODS = ("direct", "tree")
 INTEGRATORS = ("kdk", "dkd")
 """Leapfrog forms: kick-drift-kick and drift-kick-drift (REBOUND's ``leapfrog``)."""
 _SCHEMES = {"kdk": "kick-drift-kick leapfrog", "dkd": "drift-kick-drift leapfrog"}
-
-
-@dataclass(frozen=True)
-class NBodyState:
-    """Bodies of one (partition of an) N-body model.
-
-    Attributes
-    ----------
-    positions, velocities : arrays (3, N)
-        Rows x, y, z (length, length/time), both at the state's time.
-    masses : array (N,)
-    accelerations : array (3, N)
-        From the last force evaluation (length/time**2): at ``positions``
-        with the ``"kdk"`` integrator, at the last step's mid-step (drifted)
-        positions with ``"dkd"`` (and at ``positions`` in a fresh state).
-    potentials : array (N,)
-        Gravitational potential at each body from all others (energy/mass),
-        from the same force evaluation as ``accelerations``. With ``"dkd"``
-        use :meth:`NBody.diagnostics` for the energy: it evaluates the
-        potential at ``positions``.
-    """
-
-    positions: object
-    velocities: object
-    masses: object
-    accelerations: object
-    potentials: object
-
-    def arrays(self):
-        return (self.positions, self.velocities, self.masses, self.accelerations, self.potentials)
-
-    @property
-    def size(self):
-        return self.masses.shape[0]
-
-    def _repr_html_(self):
-        """HTML summary for Jupyter: the number of bodies and each array's shape, dtype, device and range."""
-        from hpcgpu.io import html_views
-
-        return html_views.state_html(self, facts=[("bodies", self.size)])
 
 
 class NBody:
