@@ -108,8 +108,10 @@ class SlabModel(Partitionable, Protocol):
     def atom_ids(self, state): """Global ids ``(N,)`` of a block's atoms."""
     def select_atoms(self, state, index): """The atoms ``index`` of a block."""
     def drift_block(self, state, dt): """The part of a step before the forces."""
-    def block_needs_rebuild(self, state): """Whether an atom moved far enough since the last list build."""
-    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild): """Forces from own atoms and ghosts, the rest of the step."""
+    def rebuild_progress(self, state): """The largest squared move since the list build over the rebuild threshold's."""
+    def split_neighbors(self, state, edge_atoms): """The block's list cut into the rows of ``edge_atoms`` and the others."""
+    def inner_forces(self, state, split): """Forces on the atoms that list no ghost (while the ghosts travel)."""
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None): """Forces from own atoms and ghosts, the rest of the step."""
 
 
 PROTOCOLS = {"rows": RowModel, "bodies": AllPairsModel, "domains": SlabModel}

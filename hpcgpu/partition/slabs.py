@@ -23,6 +23,16 @@ process). A step on rank p:
 4. forces from its atoms and ghosts, the closing half kick, and the next
    step's half kick and drift.
 
+Between 2 and 3 a rank does not idle: while the ghosts travel it computes
+the forces on its *inner* atoms, those whose neighbour rows list no ghost
+(the atoms farther than the ghost radius from both faces when the list
+was built: :meth:`Slabs.inside`, :meth:`SlabModel.split_neighbors`), and
+once the ghosts are in, only the edge atoms'. Each row is summed as in one
+pass, so the forces are the same. It does so when its own atoms are below
+:data:`SPECULATE_BELOW` of the rebuild threshold: a rebuild another rank
+calls for throws the inner forces away, and that is likeliest near the
+threshold.
+
 Why it is exact: between rebuilds no atom moves more than ``skin / 2``, so
 an atom farther than ``cutoff + skin`` from a slab at the last rebuild
 cannot come within ``cutoff`` of it (the argument that makes a Verlet list
@@ -41,7 +51,13 @@ import numpy as np
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition.decomposition import Decomposition
 
-__all__ = ["Domain", "SlabDecomposition", "Slabs"]
+__all__ = ["Domain", "SPECULATE_BELOW", "SlabDecomposition", "Slabs"]
+
+SPECULATE_BELOW = 0.8
+"""A rank computes its inner atoms' forces while its ghosts travel when its
+atoms moved less than this fraction of the rebuild threshold (``skin / 2``)
+since the last build: nearer to it, another rank's rebuild (which discards
+them) is likely."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,8 @@ class Slabs:
     [0, 0, 1, 1]
     >>> slabs.near(np, np.array([5.5, 9.5, 7.5]), 0, 1.0).tolist()
     [True, True, False]
+    >>> slabs.inside(np, np.array([0.5, 2.5, 4.5, 7.5]), 0, 1.0).tolist()
+    [False, True, False, False]
     """
 
     bounds: tuple
@@ -87,6 +105,18 @@ class Slabs:
         above = xp.remainder(z - hi, length) < radius
         return below | above | ((z >= lo) & (z < hi))
 
+    def inside(self, xp, z, p, radius):
+        """Whether each coordinate lies in slab ``p`` farther than ``radius`` from both its faces.
+
+        No coordinate outside the slab is then within ``radius`` of it, even
+        through the periodic edge: the way there crosses a face. (The margin
+        covers the rounding of the neighbour build's distances.)
+        """
+        lo, hi = self.bounds[p], self.bounds[p + 1]
+        reach = radius * (1.0 + 1e-9) + 1e-12 * self.length
+        z = z.astype(np.float64)
+        return (z - lo >= reach) & (hi - z >= reach)
+
     def neighbours(self, p):
         """The other slabs next to ``p`` (periodic), each once, in increasing order."""
         if self.count == 1:
@@ -101,12 +131,14 @@ class Domain:
     ``send[k]`` indexes the atoms that neighbour ``slabs.neighbours(p)[k]``
     holds as ghosts (None until the first rebuild). ``drifted`` is
     ``state`` after the next step's half kick and drift (None after a
-    split: made on first use).
+    split: made on first use). ``split`` is the neighbour list cut into the
+    rows that list no ghost and the others (None until the first rebuild).
     """
 
     state: object
     send: tuple = None
     drifted: object = None
+    split: object = None
 
 
 def _slab_index(model, slabs, state):
@@ -235,7 +267,7 @@ class SlabDecomposition(Decomposition):
     def resume(self, context, domain):
         if domain.drifted is not None:
             return domain
-        return Domain(domain.state, domain.send, context.model.drift_block(domain.state, self.dt))
+        return Domain(domain.state, domain.send, context.model.drift_block(domain.state, self.dt), domain.split)
 
     def model_state(self, domain):
         return domain.state
@@ -250,7 +282,8 @@ class SlabDecomposition(Decomposition):
         xp = model.backend.xp
         state, send = domain.drifted, domain.send
         neighbours = slabs.neighbours(p)
-        needs = bool(model.block_needs_rebuild(state))
+        progress = model.rebuild_progress(state)
+        needs = progress > 1.0
         plain_in, plain_out = [], []
         # With every other rank a neighbour (2 or 3 slabs), the ghosts carry their rank's
         # rebuild flag: the "any" of the flags is then the allreduce's, without its messages.
@@ -260,6 +293,10 @@ class SlabDecomposition(Decomposition):
             positions = model.block_positions(state)
             plain_out = [comm.isend((positions[:, send[k]], needs) if carried else positions[:, send[k]], q,
                                     "ghosts") for k, q in enumerate(neighbours)]
+        inner = None
+        if send is not None and domain.split is not None and progress < SPECULATE_BELOW ** 2:
+            # while the ghosts travel: the atoms that need none (discarded if a rank rebuilds)
+            inner = (domain.split, model.inner_forces(state, domain.split))
         if carried:
             received = comm.waitall(plain_in)
             rebuild = needs or any(flag for _, flag in received)
@@ -281,7 +318,12 @@ class SlabDecomposition(Decomposition):
         else:
             ghosts = plain
         positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
-        state = model.kick_with_ghosts(state, positions, self.dt, rebuild)
+        state = model.kick_with_ghosts(state, positions, self.dt, rebuild, None if rebuild else inner)
+        split = domain.split
         if rebuild:
             send = _send_lists(model, slabs, p, state, staying, arrivals)
-        return Domain(state, send, model.drift_block(state, self.dt))
+            split = None
+            if neighbours:  # the atoms within the ghost radius of a face are the only ones that list ghosts
+                z = model.block_positions(state)[slabs.axis]
+                split = model.split_neighbors(state, ~slabs.inside(xp, z, p, model.ghost_radius()))
+        return Domain(state, send, model.drift_block(state, self.dt), split)

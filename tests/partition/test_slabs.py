@@ -85,3 +85,80 @@ def test_a_rebuild_keeps_ghost_lists_in_the_order_the_neighbours_assembled():
     state = settled([10.5, 19.5, 15.0, 12.0, 10.1, 11.0])
     with pytest.raises(UnstableSimulation, match="partition 1: the ghosts of partition 0"):
         _send_lists(model, slabs, 1, state, 4, arrivals)
+
+
+def _slab_and_ghosts(model, state, slabs, p):
+    """The atoms of slab ``p`` and, as its ghosts, every other atom within the ghost radius."""
+    z = state.positions[2]
+    own = np.nonzero(slabs.of(np, z) == p)[0]
+    near = np.nonzero(slabs.near(np, z, p, model.ghost_radius()) & (slabs.of(np, z) != p))[0]
+    return model.select_atoms(state, own), state.positions[:, near]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_inner_forces_then_the_edge_atoms_equal_the_forces_in_one_pass(liquid, backend):
+    model, state = liquid(8, "none")  # box side 13.4: a slab of 7 has inner atoms (2.8 from both faces)
+    model = model.with_backend(backend) if backend != "numba" else model
+    length = float(model.box[2])
+    slabs = Slabs((0.0, 2.0, 9.0, length), axis=2, length=length)
+    block, ghosts = _slab_and_ghosts(model, model.to_host(state), slabs, 1)
+    *_, neighbors, _ = model.slabs.forces_with_ghosts(block, ghosts, rebuild=True)
+    block = replace(block, neighbors=neighbors)
+    edge = ~slabs.inside(np, block.positions[2], 1, model.ghost_radius())
+    assert 0 < edge.sum() < block.size
+    # what makes the cut exact: the inner atoms' rows list none of the ghosts (indices >= N)
+    rows = np.asarray(neighbors.neighbors)[:block.size][~edge]
+    listed = np.arange(neighbors.capacity)[None, :] < np.asarray(neighbors.counts)[:block.size][~edge][:, None]
+    assert not ((rows >= block.size) & listed).any()
+    assert ((np.asarray(neighbors.neighbors)[:block.size][edge] >= block.size)).any()
+    # the atoms move a little (no rebuild): the list stays, the forces change
+    rng = np.random.default_rng(7)
+    block = replace(block, positions=block.positions + rng.uniform(-0.05, 0.05, block.positions.shape))
+    ghosts = ghosts + rng.uniform(-0.05, 0.05, ghosts.shape)
+    whole = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False)
+    split = model.split_neighbors(block, edge)
+    np.testing.assert_array_equal(np.asarray(split.inner.counts) + np.asarray(split.edge.counts),
+                                  np.asarray(neighbors.counts))
+    inner = model.inner_forces(block, split)
+    in_two = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False, inner=(split, inner))
+    for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
+        if backend == "numba":  # each row summed in the same order: bitwise
+            np.testing.assert_array_equal(two, one, err_msg=name)
+        else:  # the NumPy reference pads rows to the longest of a chunk: to rounding
+            np.testing.assert_allclose(two, one, rtol=1e-12, atol=1e-12, err_msg=name)
+    assert in_two[3] is neighbors
+    with pytest.raises(ConfigError, match="the ghosts changed without a neighbour-list rebuild"):
+        model.slabs.forces_with_ghosts(block, ghosts[:, 1:], rebuild=False, inner=(split, inner))
+
+
+def test_md_slabs_overlap_their_ghosts_and_match_the_run_that_does_not(liquid, monkeypatch):
+    """Two ranks in this process (threads): the overlapped run takes the inner path and ends bitwise
+    where a run that never overlaps ends."""
+    from distributed import Client, LocalCluster
+
+    from hpcgpu.partition import slabs as slab_module
+    from hpcgpu.workloads.md.domains import SlabDomains
+
+    model, state = liquid(8, "none")  # two slabs of 6.7: inner atoms in the middle of each
+    calls = []
+    original = SlabDomains.inner_forces
+
+    def counted(self, block, split):
+        calls.append(block.size)
+        return original(self, block, split)
+
+    monkeypatch.setattr(SlabDomains, "inner_forces", counted)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        finals = []
+        for below in (slab_module.SPECULATE_BELOW, 0.0):
+            monkeypatch.setattr(slab_module, "SPECULATE_BELOW", below)
+            calls.clear()
+            sim = Simulation(model, state, dt=0.005, stop_steps=60, progress=False, client=client, partitions=2).run()
+            finals.append((sim.state, len(calls)))
+            sim.close()
+    (overlapped, inner_calls), (plain, plain_calls) = finals
+    # most steps of both ranks speculate (60 steps, a rebuild every few), none when it is turned off
+    assert inner_calls > 60 and plain_calls == 0
+    for name in ("positions", "velocities", "forces"):
+        np.testing.assert_array_equal(getattr(overlapped, name), getattr(plain, name), err_msg=name)

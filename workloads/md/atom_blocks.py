@@ -82,13 +82,14 @@ class AtomBlocks:
                                       backend=self.backend)
         return self.select_atoms(state, order)
 
-    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild):
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None):
         """:meth:`kick_block` for a domain: forces on its atoms from themselves and ``ghost_positions``.
 
-        See :meth:`SlabDomains.forces_with_ghosts <hpcgpu.workloads.md.domains.SlabDomains.forces_with_ghosts>`.
+        See :meth:`SlabDomains.forces_with_ghosts <hpcgpu.workloads.md.domains.SlabDomains.forces_with_ghosts>`
+        (``inner``: the inner atoms' forces, computed while the ghosts travelled).
         """
         forces, energies, virials, neighbors, rebuilds = self.slabs.forces_with_ghosts(state, ghost_positions,
-                                                                                       rebuild)
+                                                                                       rebuild, inner)
         return self._kicked(state, dt, forces, energies, virials, neighbors, rebuilds)
 
     def _kicked(self, state, dt, forces, energies, virials, neighbors, rebuilds):
@@ -113,8 +114,14 @@ class AtomBlocks:
     def select_atoms(self, state, index):
         return self.slabs.select_atoms(state, index)
 
-    def block_needs_rebuild(self, state):
-        return self.slabs.block_needs_rebuild(state)
+    def rebuild_progress(self, state):
+        return self.slabs.rebuild_progress(state)
+
+    def split_neighbors(self, state, edge_atoms):
+        return self.slabs.split_neighbors(state, edge_atoms)
+
+    def inner_forces(self, state, split):
+        return self.slabs.inner_forces(state, split)
 
     def take_block(self, state, start, stop):
         return self.slabs.take_block(state, start, stop)

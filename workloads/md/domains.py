@@ -8,10 +8,36 @@ It reads the model's public attributes and calls its public methods only;
 the kick that follows the forces is the model's.
 """
 
+from dataclasses import dataclass, replace
+
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import md as md_kernels
 
-__all__ = ["SlabDomains"]
+__all__ = ["NeighborSplit", "SlabDomains"]
+
+
+@dataclass(frozen=True)
+class NeighborSplit:
+    """A slab's neighbour list cut in two by its rows: the atoms that list no ghost, and the rest.
+
+    Each is the same list with the other rows' counts set to 0, so every
+    backend's force kernel runs on it unchanged and sums each row it keeps
+    in the same order as the whole list (bitwise the same forces on the
+    CPU and GPU kernels; on the NumPy reference, to rounding).
+
+    Attributes
+    ----------
+    inner : NeighborList
+        The rows of atoms whose neighbours are all the slab's own.
+    edge : NeighborList
+        The rows of atoms that list at least one ghost.
+    edge_atoms : bool array (N,)
+        Which of the slab's own atoms are edge atoms.
+    """
+
+    inner: object
+    edge: object
+    edge_atoms: object
 
 
 class SlabDomains:
@@ -53,21 +79,50 @@ class SlabDomains:
         """The atoms ``index`` (an integer array) of a block, as independent arrays (no neighbour list)."""
         return type(state)(*(a[..., index] for a in state.arrays()), step=state.step, rebuilds=state.rebuilds)
 
-    def block_needs_rebuild(self, state):
-        """Whether an atom of the block moved more than ``skin / 2`` since its list was built (or it has none).
-
-        Only the block's own atoms are checked (the first ``N`` of the list's
-        reference positions); ghosts are checked by their own domains.
-        """
+    def rebuild_progress(self, state):
+        """The largest squared displacement of the block's atoms since its list was built, over the
+        rebuild threshold ``(skin / 2)^2``: a rebuild is due above 1 (inf without a list)."""
         neighbors = state.neighbors
         if neighbors is None:
-            return True
+            return float("inf")
         model = self.model
         largest = md_kernels.largest_displacement_squared(state.positions, neighbors.reference_positions, model.box,
                                                           backend=model.backend)
-        return largest > (0.5 * model.skin) ** 2
+        return float(largest) / (0.5 * model.skin) ** 2
 
-    def forces_with_ghosts(self, state, ghost_positions, rebuild):
+    def split_neighbors(self, state, edge_atoms):
+        """The block's list cut into the rows of ``edge_atoms`` (a boolean array (N,)) and the others.
+
+        The caller vouches that only edge atoms list ghosts (the slab
+        decomposition marks every atom within the ghost radius of a face).
+        Returns a :class:`NeighborSplit`, or None when the block has no list.
+        """
+        neighbors = state.neighbors
+        if neighbors is None:
+            return None
+        xp, n = self.model.backend.xp, state.size
+        counts = neighbors.counts
+        # the ghosts' own rows are empty (the list has rows for the block's atoms only)
+        edge = xp.concatenate([xp.asarray(edge_atoms, dtype=bool), xp.ones(neighbors.size - n, dtype=bool)])
+        zero = xp.zeros_like(counts)
+        return NeighborSplit(replace(neighbors, counts=xp.where(edge, zero, counts)),
+                             replace(neighbors, counts=xp.where(edge, counts, zero)), edge[:n])
+
+    def inner_forces(self, state, split):
+        """Forces on the block's inner atoms (those whose rows list no ghost), zeros on the others.
+
+        Returns ``(positions, forces, energies, virials)``: ``positions`` is
+        the ``(3, atoms + ghosts)`` array the list indexes, the block's own
+        atoms first and zeros (inside the box) where the ghosts go;
+        :meth:`forces_with_ghosts` writes the ghosts there and adds the edge atoms.
+        """
+        model, n = self.model, state.size
+        xp = model.backend.xp
+        positions = xp.zeros((3, split.inner.size), dtype=state.positions.dtype)
+        positions[:, :n] = state.positions
+        return (positions, *model.forces(positions, split.inner))
+
+    def forces_with_ghosts(self, state, ghost_positions, rebuild, inner=None):
         """Forces on a domain's atoms from themselves and ``ghost_positions``, and the list they used.
 
         The neighbour list spans the block's atoms then the ghosts; it is
@@ -79,8 +134,23 @@ class SlabDomains:
         forces, energies, virials, neighbors, rebuilds
             As :meth:`LennardJones.forces` gives them, for the block's own
             atoms; the list and the count of lists built so far.
+
+        With ``inner`` (``(split, inner_forces(state, split))``, made from
+        this list while the ghosts travelled; only without a rebuild) only
+        the edge atoms' forces are computed here.
         """
         model, n = self.model, state.size
+        if inner is not None and not rebuild:
+            split, (positions, forces, energies, virials) = inner
+            if split.edge.size != n + ghost_positions.shape[1]:
+                raise ConfigError(f"the ghosts changed without a neighbour-list rebuild ({split.edge.size} listed "
+                                  f"atoms, {n + ghost_positions.shape[1]} given)")
+            positions[:, n:] = ghost_positions
+            edge_forces, edge_energies, edge_virials = model.forces(positions, split.edge)
+            xp, edge = model.backend.xp, split.edge_atoms
+            return (xp.where(edge[None, :], edge_forces[:, :n], forces[:, :n]),
+                    xp.where(edge, edge_energies[:n], energies[:n]), xp.where(edge, edge_virials[:n], virials[:n]),
+                    state.neighbors, state.rebuilds)
         positions = model.backend.xp.concatenate([state.positions, ghost_positions], axis=1)
         neighbors, rebuilds = state.neighbors, state.rebuilds
         if rebuild or neighbors is None:
