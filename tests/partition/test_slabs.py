@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from _support import small
 
 from hpcgpu import Simulation
 from hpcgpu.errors import ConfigError, UnstableSimulation
@@ -162,3 +163,27 @@ def test_md_slabs_overlap_their_ghosts_and_match_the_run_that_does_not(liquid, m
     assert inner_calls > 60 and plain_calls == 0
     for name in ("positions", "velocities", "forces"):
         np.testing.assert_array_equal(getattr(overlapped, name), getattr(plain, name), err_msg=name)
+
+
+def test_every_backend_splits_the_forces_into_inner_and_edge_atoms_as_one_pass(fast_backend):
+    """The device kernels too: each row of the split lists is summed as in the whole list."""
+    cells, cutoff = small(fast_backend, 5, 3), small(fast_backend, 2.5, 2.0)
+    reference = LennardJones(cells, temperature=1.44, cutoff=cutoff, backend="numpy", seed=5)
+    melted = reference.step(reference.initial_state(), 0.005, 100)
+    model = reference.with_backend(fast_backend)
+    length = float(model.box[2])
+    # one thick slab (inner atoms at least cutoff + skin from both faces) and a thin one for ghosts
+    slabs = Slabs((0.0, 0.1, length - 0.1, length), axis=2, length=length)
+    host_block, host_ghosts = _slab_and_ghosts(reference, melted, slabs, 1)
+    block = model.concat_blocks([host_block])
+    ghosts = fast_backend.asarray(host_ghosts)
+    *_, neighbors, _ = model.slabs.forces_with_ghosts(block, ghosts, rebuild=True)
+    block = replace(block, neighbors=neighbors)
+    edge = ~slabs.inside(np, host_block.positions[2], 1, model.ghost_radius())
+    assert 0 < edge.sum() < block.size
+    whole = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False)
+    split = model.split_neighbors(block, fast_backend.asarray(edge))
+    inner = (split, model.inner_forces(block, split))
+    in_two = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False, inner=inner)
+    for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
+        np.testing.assert_array_equal(fast_backend.to_host(two), fast_backend.to_host(one), err_msg=name)
