@@ -130,11 +130,12 @@ class _Timed(Request):
         return self.request.done()
 
     def wait(self, timeout):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             return self.request.wait(timeout)
         finally:
             self.comm.wait_seconds += time.perf_counter() - started
+            self.comm.wait_cpu_seconds += time.thread_time() - cpu
 
 
 class Communicator(abc.ABC):
@@ -158,6 +159,7 @@ class Communicator(abc.ABC):
         self.timeout = float(timeout)
         self._collectives = 0
         self.wait_seconds = 0.0  # time this rank spent waiting for messages (the engine's exchange time)
+        self.wait_cpu_seconds = 0.0  # CPU time of the waiting thread inside those waits (taking messages in)
 
     # -- what a transport provides --------------------------------------------------------
     @abc.abstractmethod

@@ -69,7 +69,7 @@ def _run_program(context, carried, program):
     records, steps = [], 0
     # the rank thread's own CPU time beside its wall time: the gap is what
     # other threads and processes took from its core while it had work
-    started, waited, cpu = time.perf_counter(), comm.wait_seconds, time.thread_time()
+    started, waited, cpu = time.perf_counter(), comm.wait_seconds, time.thread_time() - comm.wait_cpu_seconds
     carried = decomposition.resume(context, carried)
     for op, value in program:
         if op == "advance":
@@ -90,7 +90,9 @@ def _run_program(context, carried, program):
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()
     seconds = time.perf_counter() - started
-    ranks = comm.gather((seconds, comm.wait_seconds - waited, time.thread_time() - cpu))
+    # CPU outside the waits, beside the wall time outside them (a wait's own CPU, taking a
+    # message in, is the exchange's: with it a tiny step's share could pass 1)
+    ranks = comm.gather((seconds, comm.wait_seconds - waited, time.thread_time() - comm.wait_cpu_seconds - cpu))
     return RankResult(carried, records, seconds, steps, ranks, comm.transport)
 
 
