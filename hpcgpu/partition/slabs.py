@@ -159,7 +159,7 @@ def _rebuild_offer(model, slabs, state, source, destination):
     slab = _slab_index(model, slabs, state)
     migrants = model.select_atoms(state, xp.nonzero(slab == destination)[0])
     near = slabs.near(xp, positions[slabs.axis], destination, model.ghost_radius())
-    return migrants, positions[:, xp.nonzero((slab == source) & near)[0]]
+    return migrants, xp.take(positions, xp.nonzero((slab == source) & near)[0], axis=1)
 
 
 def _settle(model, slabs, p, state, arrivals):
@@ -291,8 +291,10 @@ class SlabDecomposition(Decomposition):
         if send is not None:  # every rank has send lists after the first rebuild: the plain exchange
             plain_in = [comm.irecv(q, "ghosts") for q in neighbours]
             positions = model.block_positions(state)
-            plain_out = [comm.isend((positions[:, send[k]], needs) if carried else positions[:, send[k]], q,
-                                    "ghosts") for k, q in enumerate(neighbours)]
+            # take, not positions[:, index]: C-ordered ghosts (see SlabDomains.select_atoms)
+            ghosts_out = [xp.take(positions, index, axis=1) for index in send]
+            plain_out = [comm.isend((ghosts_out[k], needs) if carried else ghosts_out[k], q, "ghosts")
+                         for k, q in enumerate(neighbours)]
         inner = None
         if send is not None and domain.split is not None and progress < SPECULATE_BELOW ** 2:
             # while the ghosts travel: the atoms that need none (discarded if a rank rebuilds)

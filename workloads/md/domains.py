@@ -76,8 +76,17 @@ class SlabDomains:
         return state.ids
 
     def select_atoms(self, state, index):
-        """The atoms ``index`` (an integer array) of a block, as independent arrays (no neighbour list)."""
-        return type(state)(*(a[..., index] for a in state.arrays()), step=state.step, rebuilds=state.rebuilds)
+        """The atoms ``index`` (an integer array) of a block, as independent arrays (no neighbour list).
+
+        The arrays come out C-ordered: ``a[:, index]`` of a ``(3, N)`` array
+        is Fortran-ordered, which every later step inherits
+        (``concatenate`` and ``empty_like`` keep it), and the force kernel
+        ran 17% slower on it; ``take`` is also 3x faster than that indexing.
+        """
+        xp = self.model.backend.xp
+        index = xp.asarray(index)
+        return type(state)(*(xp.take(a, index, axis=-1) for a in state.arrays()), step=state.step,
+                           rebuilds=state.rebuilds)
 
     def rebuild_progress(self, state):
         """The largest squared displacement of the block's atoms since its list was built, over the
