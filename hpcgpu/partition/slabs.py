@@ -31,7 +31,10 @@ once the ghosts are in, only the edge atoms'. Each row is summed as in one
 pass, so the forces are the same. It does so when its own atoms are below
 :data:`SPECULATE_BELOW` of the rebuild threshold: a rebuild another rank
 calls for throws the inner forces away, and that is likeliest near the
-threshold.
+threshold. It does so on GPUs only (:data:`SPECULATE_ON_CPU`): there the
+inner pass runs on the device while the host takes the ghosts in, and a
+kernel's empty rows cost next to nothing; on CPUs the two passes cost more
+than the wait they hide.
 
 Why it is exact: between rebuilds no atom moves more than ``skin / 2``, so
 an atom farther than ``cutoff + skin`` from a slab at the last rebuild
@@ -51,13 +54,26 @@ import numpy as np
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition.decomposition import Decomposition
 
-__all__ = ["Domain", "SPECULATE_BELOW", "SlabDecomposition", "Slabs"]
+__all__ = ["Domain", "SPECULATE_BELOW", "SPECULATE_ON_CPU", "SlabDecomposition", "Slabs"]
 
 SPECULATE_BELOW = 0.8
 """A rank computes its inner atoms' forces while its ghosts travel when its
 atoms moved less than this fraction of the rebuild threshold (``skin / 2``)
 since the last build: nearer to it, another rank's rebuild (which discards
 them) is likely."""
+
+SPECULATE_ON_CPU = False
+"""Whether ranks on CPU backends compute inner forces while their ghosts travel.
+Off: each of the two passes loops over every row of the list (a row of the
+other pass is empty) and the edge pass's rows are the costly ones (minimum
+image), so on a CPU the passes cost more than one: 32,000 atoms on 2 slabs,
+13.78 against 12.62 ms a step (median of 6 alternated runs, slower in all 6;
+docs/benchmarks.md)."""
+
+
+def _speculates(model):
+    """Whether ``model``'s ranks compute inner forces while their ghosts travel."""
+    return bool(model.backend.on_gpu or SPECULATE_ON_CPU)
 
 
 @dataclass(frozen=True)
@@ -296,7 +312,7 @@ class SlabDecomposition(Decomposition):
             plain_out = [comm.isend((ghosts_out[k], needs) if carried else ghosts_out[k], q, "ghosts")
                          for k, q in enumerate(neighbours)]
         inner = None
-        if send is not None and domain.split is not None and progress < SPECULATE_BELOW ** 2:
+        if send is not None and domain.split is not None and progress < SPECULATE_BELOW ** 2 and _speculates(model):
             # while the ghosts travel: the atoms that need none (discarded if a rank rebuilds)
             inner = (domain.split, model.inner_forces(state, domain.split))
         if carried:
@@ -325,7 +341,7 @@ class SlabDecomposition(Decomposition):
         if rebuild:
             send = _send_lists(model, slabs, p, state, staying, arrivals)
             split = None
-            if neighbours:  # the atoms within the ghost radius of a face are the only ones that list ghosts
+            if neighbours and _speculates(model):  # the atoms within the ghost radius of a face list ghosts
                 z = model.block_positions(state)[slabs.axis]
                 split = model.split_neighbors(state, ~slabs.inside(xp, z, p, model.ghost_radius()))
         return Domain(state, send, model.drift_block(state, self.dt), split)

@@ -165,15 +165,17 @@ def test_md_slabs_overlap_their_ghosts_and_match_the_run_that_does_not(liquid, m
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         finals = []
-        for below in (slab_module.SPECULATE_BELOW, 0.0):
+        # forced on (on GPUs by default), turned off by its threshold, and numba's default (off)
+        for on_cpu, below in ((True, slab_module.SPECULATE_BELOW), (True, 0.0), (slab_module.SPECULATE_ON_CPU, 0.8)):
+            monkeypatch.setattr(slab_module, "SPECULATE_ON_CPU", on_cpu)
             monkeypatch.setattr(slab_module, "SPECULATE_BELOW", below)
             calls.clear()
             sim = Simulation(model, state, dt=0.005, stop_steps=60, progress=False, client=client, partitions=2).run()
             finals.append((sim.state, len(calls)))
             sim.close()
-    (overlapped, inner_calls), (plain, plain_calls) = finals
+    (overlapped, inner_calls), (plain, plain_calls), (_, default_calls) = finals
     # most steps of both ranks speculate (60 steps, a rebuild every few), none when it is turned off
-    assert inner_calls > 60 and plain_calls == 0
+    assert inner_calls > 60 and plain_calls == 0 and default_calls == 0
     for name in ("positions", "velocities", "forces"):
         np.testing.assert_array_equal(getattr(overlapped, name), getattr(plain, name), err_msg=name)
 
