@@ -13,7 +13,10 @@ says what it is); :mod:`hpcgpu.bench.report` turns them into HTML.
 
 Workers on the same host share memory bandwidth and cores, so their
 single-worker measurements run one host-mate at a time; workers on
-different hosts are measured at once.
+different hosts are measured at once. A worker whose kernel rate, or a
+pair whose transfer bandwidth, falls below its peers is measured once more
+and judged by its faster run (:mod:`hpcgpu.bench.second_look`): a slow
+worker is slow twice, a slow spell of a shared host is not.
 
 Examples
 --------
@@ -32,7 +35,7 @@ import uuid
 
 import numpy as np
 
-from hpcgpu.bench import comm, probes
+from hpcgpu.bench import comm, probes, second_look
 from hpcgpu.bench.comm import task_round_trips
 from hpcgpu.bench.report import Thresholds
 from hpcgpu.cluster import worker_info
@@ -100,21 +103,53 @@ def _touch(array):
     return int(array.nbytes)
 
 
-def measure_transfers(client, workers, nbytes, repeats=3):
+def _kernel_checks(client, workers, hosts, ceilings, quick, fraction):
+    """``{worker: kernel-check records}``; a worker below ``fraction`` of its peers in a family is
+    measured once more and judged by its faster run (:mod:`.second_look`)."""
+    def measure(w):
+        return _on_each(client, [w], hosts, probes.kernel_checks, ceilings[w], "auto", quick,
+                        key="acceptance-kernels")[w]
+
+    runs = {w: measure(w) for w in workers}
+    for w in second_look.below_peers(runs, fraction):
+        again = measure(w)
+        if isinstance(again, list):
+            runs[w] = second_look.keep_faster(runs[w], again)
+    return runs
+
+
+def _bandwidth(nbytes, small, large):
+    return nbytes / (large - small) if large > small else math.inf
+
+
+def _transfers(client, workers, nbytes, fraction):
+    """``{(source, destination): (latency s, [bandwidths measured])}``: a pair below ``fraction`` of
+    the other pairs' median is measured once more (:mod:`.second_look`)."""
+    out = {pair: (small, [_bandwidth(nbytes, small, large)])
+           for pair, (small, large) in measure_transfers(client, workers, nbytes).items()}
+    slow = second_look.pairs_below_peers({pair: bandwidths[0] for pair, (_, bandwidths) in out.items()}, fraction)
+    if slow:
+        for pair, (small, large) in measure_transfers(client, workers, nbytes, pairs=slow).items():
+            latency, bandwidths = out[pair]
+            out[pair] = (min(latency, small), bandwidths + [_bandwidth(nbytes, small, large)])
+    return out
+
+
+def measure_transfers(client, workers, nbytes, repeats=3, pairs=None):
     """``{(source, destination): (seconds small, seconds large)}`` for every ordered pair.
 
     Each is the median wall time of a task on the destination that needs an
     array made on the source: a tiny one (latency, including the scheduler
     round trip a dask program pays) and one of ``nbytes`` (bandwidth from
     the difference). Every repeat moves a freshly made array, never a
-    replica the destination already holds.
+    replica the destination already holds. ``pairs`` limits it to those pairs.
     """
     from distributed import wait
 
     out = {}
     for source in workers:
         for destination in workers:
-            if destination == source:
+            if destination == source or (pairs is not None and (source, destination) not in pairs):
                 continue
             timings = {}
             for size in (8, nbytes):
@@ -282,22 +317,21 @@ def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS,
     ceilings = _on_each(client, workers, hosts, probes.ceilings, "auto", quick, key="acceptance-ceilings")
     for w in workers:
         _emit(records, {"kind": "ceiling", "worker": w, **ceilings[w]}, stream)
-    for w in workers:
-        if "error" in ceilings[w]:
-            continue
-        checks = _on_each(client, [w], hosts, probes.kernel_checks, ceilings[w], "auto", quick,
-                          key="acceptance-kernels")[w]
+    kernels = _kernel_checks(client, [w for w in workers if "error" not in ceilings[w]], hosts, ceilings, quick,
+                             thresholds.peer_fraction)
+    for w, checks in kernels.items():
         for check in (checks if isinstance(checks, list) else [checks]):
             _emit(records, {"kind": "kernel", "worker": w, **check}, stream)
     energy = _on_each(client, workers, hosts, probes.energy_per_step, "auto", quick, key="acceptance-energy")
     for w in workers:
         _emit(records, {"kind": "energy", "worker": w, **energy[w]}, stream)
     nbytes = transfer_bytes or (16 if quick else 256) * 2**20
-    for (source, destination), (small, large) in measure_transfers(client, workers, nbytes).items():
-        bandwidth = nbytes / (large - small) if large > small else math.inf
+    for (source, destination), (latency, bandwidths) in _transfers(client, workers, nbytes,
+                                                                   thresholds.transfer_fraction).items():
         _emit(records, {"kind": "transfer", "source": source, "destination": destination, "bytes": nbytes,
-                        "latency_s": small, "bandwidth_bytes_per_s": bandwidth,
-                        "same_host": hosts[source] == hosts[destination]}, stream)
+                        "latency_s": latency, "bandwidth_bytes_per_s": max(bandwidths),
+                        "bandwidths_measured": bandwidths, "same_host": hosts[source] == hosts[destination]},
+              stream)
     if len(workers) > 1:
         _communicator(client, workers, hosts, nbytes, quick, stream, records)
     for workload in workloads:
