@@ -240,3 +240,20 @@ def test_a_slow_spell_of_one_worker_does_not_fail_acceptance(client, monkeypatch
         ratio = r["rate"] / peer[r["family"]]
         verdict = verdicts[f"{r['family']} rate vs peers"]
         assert verdict["detail"].startswith(f"{ratio:.0%} of the median") and verdict["passed"] == (ratio >= 0.7)
+
+
+def test_the_second_look_goes_on_while_it_raises_the_median_the_others_are_judged_by(monkeypatch):
+    # b is slow once, then faster than a's first run: a falls below it and gets its own second look
+    rates = {"a": [1.0, 1.9], "b": [0.5, 2.0]}
+    calls = []
+
+    def fake_on_each(client, workers, hosts, function, *args, key):
+        (w,) = workers
+        calls.append(w)
+        return {w: [{"family": "md", "rate": rates[w].pop(0), "passed": True}]}
+
+    monkeypatch.setattr(acceptance, "_on_each", fake_on_each)
+    runs = acceptance._kernel_checks(None, ["a", "b"], {"a": "h", "b": "h"}, {"a": {}, "b": {}}, True, 0.7)
+    assert calls == ["a", "b", "b", "a"]  # each worker at most twice
+    assert runs["a"][0]["rates_measured"] == [1.0, 1.9] and runs["b"][0]["rates_measured"] == [0.5, 2.0]
+    assert second_look.below_peers(runs, 0.7) == []

@@ -9,7 +9,9 @@ one run of ``hpcgpu bench --quick``, and a pair's task-path bandwidth at
 a bad memory channel) is slow every time; a slow spell of the host is not.
 So whatever falls below its threshold is measured once more, the faster of
 its runs is judged, and the record keeps both (``rates_measured``,
-``bandwidths_measured``). Correctness is never taken from the better run:
+``bandwidths_measured``). A faster second run raises the median the others
+are judged by, so the caller looks again at whoever is then below it; each
+worker or pair is measured at most twice. Correctness is never taken from the better run:
 a kernel check passes only if every run passed.
 
 Examples
