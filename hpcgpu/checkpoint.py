@@ -59,7 +59,7 @@ def _fsync_directory(path):
         return
     try:
         os.fsync(fd)
-    except OSError:
+    except OSError:  # some filesystems (network mounts, Windows) cannot sync a directory: the files are synced
         pass
     finally:
         os.close(fd)
