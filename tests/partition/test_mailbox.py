@@ -1,0 +1,73 @@
+"""The mailbox a rank waits on: it polls for a message before it sleeps, and the poll keeps every wait's promises."""
+
+import threading
+import time
+
+import pytest
+
+from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
+from hpcgpu.partition.dask_comm import POLL_ENV, POLL_SECONDS, _Mailbox, poll_seconds
+
+
+def _later(seconds, action):
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_polling_rank_sees_a_message_that_arrives_without_a_wake_up():
+    # filed without notify: only the poll can see it (a sleeping rank would wait for its timeout)
+    box = _Mailbox(poll=2.0)
+    _later(0.05, lambda: box.queues[0, 1, "halo"].append("ghosts"))
+    started = time.perf_counter()
+    assert box.take(0, 1, "halo", timeout=10.0, describe="a message") == "ghosts"
+    assert time.perf_counter() - started < 1.5
+
+
+def test_a_rank_that_does_not_poll_sleeps_until_it_is_woken():
+    box = _Mailbox(poll=0.0)
+    _later(0.05, lambda: box.queues[0, 1, "halo"].append("ghosts"))
+    started = time.perf_counter()
+    # it looks again only when its wait ends: at the deadline, where it finds the message
+    assert box.take(0, 1, "halo", timeout=0.4, describe="a message") == "ghosts"
+    assert time.perf_counter() - started >= 0.39
+
+
+def test_a_woken_rank_takes_its_message_after_the_poll_ran_out():
+    box = _Mailbox(poll=0.01)
+    _later(0.1, lambda: box.put(0, 1, "halo", "ghosts"))
+    assert box.take(0, 1, "halo", timeout=10.0, describe="a message") == "ghosts"
+
+
+def test_an_abort_ends_the_poll_at_once():
+    box = _Mailbox(poll=5.0)
+    _later(0.05, lambda: setattr(box, "aborted", "rank 1 failed"))
+    started = time.perf_counter()
+    with pytest.raises(CommAborted, match="rank 1 failed"):
+        box.take(0, 1, "halo", timeout=30.0, describe="a message")
+    assert time.perf_counter() - started < 2.0
+
+
+def test_the_poll_never_outlasts_the_timeout():
+    box = _Mailbox(poll=5.0)
+    started = time.perf_counter()
+    with pytest.raises(CommTimeout):
+        box.take(0, 1, "halo", timeout=0.1, describe="a message")
+    assert time.perf_counter() - started < 2.0
+
+
+def test_poll_seconds_come_from_the_environment_or_the_default(monkeypatch):
+    monkeypatch.delenv(POLL_ENV, raising=False)
+    assert poll_seconds() == POLL_SECONDS
+    assert _Mailbox().poll == POLL_SECONDS
+    monkeypatch.setenv(POLL_ENV, "0.0025")
+    assert poll_seconds() == 0.0025
+    monkeypatch.setenv(POLL_ENV, "0")
+    assert _Mailbox().poll == 0.0
+
+
+@pytest.mark.parametrize("text", ["soon", "-0.001", "2", "nan", ""])
+def test_a_bad_poll_setting_is_a_config_error_that_names_it(monkeypatch, text):
+    monkeypatch.setenv(POLL_ENV, text)
+    with pytest.raises(ConfigError, match=f"{POLL_ENV} must be a number of seconds between 0 and 1"):
+        poll_seconds()
