@@ -289,6 +289,11 @@ class Simulation(Checkpointing):
                     self._executor.advance(n)
                     self.step += n
                     self.time = self.step * self.dt
+                    if target_step is not None and self.step >= target_step:
+                        # the closing check goes with the last steps: on a cluster, in the same
+                        # epoch (a check asked for once they were sent costs an epoch of its own)
+                        self._executor.request_health(self.step)
+                        self._checked_step = self.step
                     self._events()
                     _publish_status(self)  # to the dask dashboard's hpcgpu page; never blocks
                 except ClusterError as error:
@@ -357,7 +362,8 @@ class Simulation(Checkpointing):
         writers = [w for w in self._writers if w.schedule.fires(step, now, dt)]
         schedule = getattr(self, "_checkpoint", None) and self._checkpoint[1]
         save = bool(schedule) and schedule.fires(step, now, dt)
-        if force_check or diag or callbacks or writers or save or self.check_schedule.fires(step, now, dt):
+        wanted = force_check or diag or callbacks or writers or save or self.check_schedule.fires(step, now, dt)
+        if wanted and self._checked_step != step:
             self._executor.request_health(step)
             self._checked_step = step
         if diag or force_check:

@@ -44,3 +44,26 @@ class SlowRows(ShallowWater):
     def advance_rows(self, *args, **kwargs):
         time.sleep(self.pause)
         return super().advance_rows(*args, **kwargs)
+
+
+class PoisonedRows(ShallowWater):
+    """Shallow water whose blocks turn NaN on their ``poison_at``-th advance in each worker process (per ``token``)."""
+
+    calls = {}
+
+    def __init__(self, *args, poison_at=3, token="", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.poison_at, self.token = poison_at, token
+
+    def advance_rows(self, *args, **kwargs):
+        result = super().advance_rows(*args, **kwargs)
+        count = PoisonedRows.calls[self.token] = PoisonedRows.calls.get(self.token, 0) + 1
+        if count == self.poison_at:
+            result.h[...] = float("nan")
+        return result
+
+    def with_backend(self, backend):
+        other = super().with_backend(backend)
+        other.__class__ = PoisonedRows
+        other.poison_at, other.token = self.poison_at, self.token
+        return other

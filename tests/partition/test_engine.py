@@ -32,6 +32,31 @@ def test_many_short_events_run_in_few_epochs(client):
     sim.close()
 
 
+def test_a_run_and_its_closing_check_are_one_epoch_and_the_check_still_catches_the_last_steps(client):
+    import uuid
+
+    from _faulty_models import PoisonedRows
+
+    from hpcgpu.errors import UnstableSimulation
+
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numba")
+    sim = Simulation(model, dt=100.0, progress=False, client=client, partitions=2, steps_per_task=2,
+                     diagnostics=10**6, check=10**6)
+    sim.run(steps=4)
+    before = sim._executor.epoch
+    sim.run(steps=6)
+    # a check asked for after the steps were sent would be an epoch of its own
+    assert sim._executor.epoch == before + 1
+    sim.close()
+    # the blocks turn NaN in the last of three supersteps: only the closing check can see it
+    poisoned = PoisonedRows("unstable_jet", nx=16, ny=40, backend="numba", poison_at=3, token=uuid.uuid4().hex)
+    sim = Simulation(poisoned, dt=100.0, progress=False, client=client, partitions=2, steps_per_task=2,
+                     diagnostics=10**6, check=10**6)
+    with pytest.raises(UnstableSimulation, match=r"step 6 .*field\(s\) .*h"):
+        sim.run(steps=6)
+    sim.close()
+
+
 def _holds_array(value):
     if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
         return True
