@@ -137,7 +137,12 @@ class _Mailbox:
         self.queues = collections.defaultdict(collections.deque)
         self.aborted = None   # the reason, once aborted
         self.finished = set()  # peers that said goodbye
-        self.poll = poll_seconds() if poll is None else poll
+        if poll is None:
+            try:
+                poll = poll_seconds()
+            except ConfigError:  # the rank's communicator() reports it; a message's thread must not
+                poll = POLL_SECONDS
+        self.poll = poll
 
     def put(self, dest, source, key, obj):
         with self.condition:
@@ -502,7 +507,10 @@ def communicator(session, rank, worker=None):
     ------
     ClusterError
         Called outside a dask worker, or on a worker that is not ``rank``'s.
+    ConfigError
+        The worker's :data:`POLL_ENV` is not a number of seconds between 0 and 1.
     """
+    poll_seconds()  # a bad setting stops the rank here, with its name, not a mailbox made by a message
     worker = _current_worker(worker)
     if worker.address != session.addresses[rank]:
         raise ClusterError(f"rank {rank} of session {session.id} belongs to {session.addresses[rank]}, not to "

@@ -71,3 +71,14 @@ def test_a_bad_poll_setting_is_a_config_error_that_names_it(monkeypatch, text):
     monkeypatch.setenv(POLL_ENV, text)
     with pytest.raises(ConfigError, match=f"{POLL_ENV} must be a number of seconds between 0 and 1"):
         poll_seconds()
+
+
+def test_a_bad_poll_setting_stops_the_rank_with_its_name_and_never_a_delivery(monkeypatch):
+    from hpcgpu.partition.dask_comm import Session, communicator
+
+    monkeypatch.setenv(POLL_ENV, "forever")
+    # a message's thread makes mailboxes too: it must not raise, the rank does
+    assert _Mailbox().poll == POLL_SECONDS
+    session = Session("s", ("tcp://127.0.0.1:1",))
+    with pytest.raises(ConfigError, match=POLL_ENV):
+        communicator(session, 0)
