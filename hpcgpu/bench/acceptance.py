@@ -110,15 +110,14 @@ def _kernel_checks(client, workers, hosts, ceilings, quick, fraction):
         return _on_each(client, [w], hosts, probes.kernel_checks, ceilings[w], "auto", quick,
                         key="acceptance-kernels")[w]
 
-    runs = {w: measure(w) for w in workers}
-    looked = set()
-    # a faster second run raises the peers' median for the others: look again until no new one is below it
-    while slow := [w for w in second_look.below_peers(runs, fraction) if w not in looked]:
+    def measure_again(slow):
         for w in slow:
-            looked.add(w)
             again = measure(w)
             if isinstance(again, list):
                 runs[w] = second_look.keep_faster(runs[w], again)
+
+    runs = {w: measure(w) for w in workers}
+    second_look.look_again(lambda: second_look.below_peers(runs, fraction), measure_again)
     return runs
 
 
@@ -129,15 +128,15 @@ def _bandwidth(nbytes, small, large):
 def _transfers(client, workers, nbytes, fraction):
     """``{(source, destination): (latency s, [bandwidths measured])}``: a pair below ``fraction`` of
     the other pairs' median is measured once more (:mod:`.second_look`)."""
-    out = {pair: (small, [_bandwidth(nbytes, small, large)])
-           for pair, (small, large) in measure_transfers(client, workers, nbytes).items()}
-    looked = set()
-    while slow := [pair for pair in second_look.pairs_below_peers(
-            {pair: max(bandwidths) for pair, (_, bandwidths) in out.items()}, fraction) if pair not in looked]:
-        looked.update(slow)
+    def measure_again(slow):
         for pair, (small, large) in measure_transfers(client, workers, nbytes, pairs=slow).items():
             latency, bandwidths = out[pair]
             out[pair] = (min(latency, small), bandwidths + [_bandwidth(nbytes, small, large)])
+
+    out = {pair: (small, [_bandwidth(nbytes, small, large)])
+           for pair, (small, large) in measure_transfers(client, workers, nbytes).items()}
+    second_look.look_again(lambda: second_look.pairs_below_peers(
+        {pair: max(bandwidths) for pair, (_, bandwidths) in out.items()}, fraction), measure_again)
     return out
 
 

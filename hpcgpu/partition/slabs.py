@@ -312,7 +312,7 @@ class SlabDecomposition(Decomposition):
             plain_out = [comm.isend((ghosts_out[k], needs) if carried else ghosts_out[k], q, "ghosts")
                          for k, q in enumerate(neighbours)]
         inner = None
-        if send is not None and domain.split is not None and progress < SPECULATE_BELOW ** 2 and _speculates(model):
+        if send is not None and domain.split is not None and progress < SPECULATE_BELOW ** 2:  # split: if _speculates
             # while the ghosts travel: the atoms that need none (discarded if a rank rebuilds)
             inner = (domain.split, model.inner_forces(state, domain.split))
         if carried:
@@ -335,7 +335,10 @@ class SlabDecomposition(Decomposition):
                       for (_, near), (sent, _) in zip(received, offers)]
         else:
             ghosts = plain
-        positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
+        if len(ghosts) == 1:  # one neighbour (2 slabs): its array as it came, only read below
+            positions = ghosts[0]
+        else:
+            positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
         state = model.kick_with_ghosts(state, positions, self.dt, rebuild, None if rebuild else inner)
         split = domain.split
         if rebuild:
