@@ -44,6 +44,13 @@ def test_quick_acceptance_from_the_command_line_writes_json_lines_and_an_html_re
                     and (b["workload"], b["mode"]) == (r["workload"], r["mode"]))
         share = r["workers"] if r["mode"] == "strong" else 1
         assert r["efficiency"] == base["seconds_per_step"] / (share * r["seconds_per_step"])
+        # each weak line on 2 workers carries what 2 copies of the one-worker run reach side by side
+        assert ("side_by_side_efficiency" in r) == (r["mode"] == "weak" and r["workers"] == 2)
+        if "side_by_side_efficiency" in r:
+            assert 0.2 < r["side_by_side_efficiency"] < 2.0
+            detail = next(v["detail"] for v in records if v["kind"] == "verdict"
+                          and v["subject"] == f"{r['workload']} on 2 workers" and v["check"] == "weak scaling efficiency")
+            assert f"2 copies side by side, no engine: {r['side_by_side_efficiency']:.0%}" in detail
     energy = [r for r in records if r["kind"] == "energy"]
     assert all(r["available"] or r["why"] for r in energy)
     summary = [r for r in records if r["kind"] == "summary"][0]
@@ -106,6 +113,20 @@ def test_the_report_renders_from_synthetic_records(tmp_path):
     records += acceptance.judge(records, Thresholds(), ["a"])
     path = write_html(records, tmp_path / "r.html")
     assert "PASSED" in path.read_text() and "One worker: no pairs to measure" in path.read_text()
+
+
+def test_a_weak_line_is_judged_by_its_threshold_and_shown_beside_the_copies_side_by_side(tmp_path):
+    records = _synthetic({"a": "cpu", "b": "cpu"}, {"a": 1.0, "b": 1.0})
+    records += [{"kind": "scaling", "workload": "md", "mode": "weak", "workers": 1, "seconds_per_step": 3e-3,
+                 "efficiency": 1.0, "size": 6912},
+                {"kind": "scaling", "workload": "md", "mode": "weak", "workers": 2, "seconds_per_step": 5e-3,
+                 "efficiency": 0.6, "size": 13824, "side_by_side_efficiency": 0.9}]
+    verdicts = acceptance.judge(records, Thresholds(), ["a", "b"])
+    weak = next(v for v in verdicts if v["kind"] == "verdict" and v["check"] == "weak scaling efficiency")
+    # the hardware's ceiling explains a failure; it does not excuse it
+    assert not weak["passed"] and weak["detail"] == "60% (threshold 70%; 2 copies side by side, no engine: 90%)"
+    page = write_html(records + verdicts, tmp_path / "r.html").read_text()
+    assert "side_by_side_efficiency" in page and "0.9" in page
 
 
 @pytest.mark.parametrize("text, match", [

@@ -134,7 +134,11 @@ def _scaling_chart(records):
             series = sorted((r["workers"], r["efficiency"]) for r in runs if r["workload"] == workload
                             and r["mode"] == mode)
             if series:
-                ax.plot(*zip(*series), marker="o", label=workload)
+                line, = ax.plot(*zip(*series), marker="o", label=workload)
+                ceiling = sorted((r["workers"], r["side_by_side_efficiency"]) for r in runs if r["workload"] == workload
+                                 and r["mode"] == mode and "side_by_side_efficiency" in r)
+                if ceiling:  # what copies side by side reach with no engine: the hardware's share of the loss
+                    ax.plot(*zip(*([(1, 1.0)] + ceiling)), ls=":", color=line.get_color(), lw=1)
         ax.axhline(1.0, color="k", lw=1, ls="--")
         ax.set_xlabel("workers")
         ax.set_title(f"{mode} scaling")
@@ -248,7 +252,7 @@ def write_html(records, path, title="hpcgpu cluster acceptance"):
                ["worker", "family", "rate", "unit", "roof", "fraction_of_roof", "max_relative_error", "passed"]),
         '<h2 id="scaling">Scaling</h2>', _scaling_chart(records),
         _table([r for r in records if r["kind"] == "scaling"],
-               ["workload", "mode", "workers", "size", "seconds_per_step", "efficiency"]),
+               ["workload", "mode", "workers", "size", "seconds_per_step", "efficiency", "side_by_side_efficiency"]),
         _transfers(records),
         '<h2 id="energy">Energy</h2>',
         _table([r for r in records if r["kind"] == "energy"],
