@@ -165,7 +165,8 @@ def test_acceptance_measures_the_communicator_beside_the_task_path(client, tmp_p
     comm = [r for r in records if r["kind"] == "comm"]
     assert {(r["source"], r["destination"]) for r in comm} == tasks == {tuple(workers), tuple(workers[::-1])}
     for r in comm:
-        assert r["transport"] == "dask" and r["protocol"] == "tcp" and r["small_bytes"] == 4096
+        # tcp: the ranks' own sockets (the direct path), not dask's comm layer
+        assert r["transport"] == "direct" and r["protocol"] == "tcp" and r["small_bytes"] == 4096
         assert 0 < r["round_trip_s"] <= r["round_trip_p90_s"] and r["bandwidth_bytes_per_s"] > 0
         assert r["bytes"] == 2**20
     collectives = {r["op"]: r for r in records if r["kind"] == "collective"}

@@ -185,12 +185,12 @@ def _communicator(client, workers, hosts, nbytes, quick, stream, records):
         measured = comm.measure(client, workers, sorted({small, nbytes}), repeats=50 if quick else 200,
                                 traffic_bytes=2**28 if quick else 2**31)
     except Exception as exc:  # noqa: BLE001 - a communicator that cannot run is a finding
-        _emit(records, {"kind": "comm", "error": f"{type(exc).__name__}: {exc}", "transport": "dask",
-                        "protocol": protocol}, stream)
+        _emit(records, {"kind": "comm", "error": f"{type(exc).__name__}: {exc}", "protocol": protocol}, stream)
         return
+    transport = measured["transport"]
     for (source, destination), by_size in measured["pairs"].items():
         round_trips, large = by_size[small], by_size[nbytes]
-        _emit(records, {"kind": "comm", "source": source, "destination": destination, "transport": "dask",
+        _emit(records, {"kind": "comm", "source": source, "destination": destination, "transport": transport,
                         "protocol": protocol, "small_bytes": small,
                         "round_trip_s": float(np.median(round_trips)),
                         "round_trip_p90_s": float(np.percentile(round_trips, 90)), "bytes": nbytes,
@@ -198,7 +198,7 @@ def _communicator(client, workers, hosts, nbytes, quick, stream, records):
                         "same_host": hosts[source] == hosts[destination]}, stream)
     for op in ("allreduce", "barrier"):
         durations = measured[op]
-        _emit(records, {"kind": "collective", "op": op, "workers": len(workers), "transport": "dask",
+        _emit(records, {"kind": "collective", "op": op, "workers": len(workers), "transport": transport,
                         "protocol": protocol, "latency_s": float(np.median(durations)),
                         "p90_s": float(np.percentile(durations, 90)), "repeats": len(durations)}, stream)
 

@@ -28,7 +28,9 @@ as an epoch runs):
 
 Every line has ``suite`` ("comm"), ``case``, ``workers`` (the pair, or all
 workers for a collective), ``size`` (bytes), ``metric``, ``value``,
-``unit``, ``median_s``, ``p90_s``, ``repeats``, ``transport`` ("dask"),
+``unit``, ``median_s``, ``p90_s``, ``repeats``, ``transport`` (the
+communicator's: "direct", sockets from the ranks' threads on tcp and tls,
+or "dask", dask's comm layer),
 ``protocol`` (tcp, tls or ucx, from the scheduler's address) and ``path``
 ("communicator", or "tasks" for ``task_round_trip``); ``backend`` and
 ``ratio_to_numpy`` are null (no compute backend is involved).
@@ -272,7 +274,7 @@ def measure(client, workers, sizes=DEFAULT_SIZES, repeats=DEFAULT_REPEATS, colle
             if key[0] == "pair":
                 _, i, j, size = key
                 pairs.setdefault((workers[i], workers[j]), {})[size] = durations
-    out = {"pairs": pairs}
+    out = {"pairs": pairs, "transport": "direct" if session.direct else "dask"}
     if collectives:
         for name in ("allreduce", "barrier"):
             out[name] = [float(max(column)) for column in zip(*(r[(name,)] for r in ranks))]
@@ -323,11 +325,12 @@ def run(recorder, client, *, workers=None, sizes=DEFAULT_SIZES, repeats=DEFAULT_
                            f"has {len(addresses)}")
     addresses = addresses[:wanted]
     hosts = {a: info[a].get("host", a) for a in addresses}
-    common = dict(transport="dask", protocol=protocol_of(client.scheduler.address), path="communicator")
+    common = dict(protocol=protocol_of(client.scheduler.address), path="communicator")
     if stream is not None:
         print(f"hpcgpu bench comm: {len(addresses)} workers ({common['protocol']}), "
               f"{len(addresses) * (len(addresses) - 1)} ordered pairs, sizes {sizes} bytes", file=stream)
     measured = measure(client, addresses, sizes, repeats)
+    common["transport"] = measured["transport"]
     for (source, destination), by_size in measured["pairs"].items():
         pair = dict(workers=[source, destination], source=source, destination=destination,
                     same_host=hosts[source] == hosts[destination], **common)
@@ -355,7 +358,7 @@ def run(recorder, client, *, workers=None, sizes=DEFAULT_SIZES, repeats=DEFAULT_
         recorder.add(case="task_round_trip", backend=None, dtype="float64", size=small, metric="round_trip_s",
                      value=median, unit="s", durations=durations, p90_s=_p90(durations),
                      workers=[source, destination], source=source, destination=destination,
-                     same_host=hosts[source] == hosts[destination], **{**common, "path": "tasks"},
+                     same_host=hosts[source] == hosts[destination], **{**common, "path": "tasks", "transport": "dask"},
                      payload_bytes=8 * max(1, small // 8),
                      round_trips_per_chain=_TASK_ROUND_TRIPS,
                      ratio_to_communicator=median / float(np.median(by_size[small])),
