@@ -115,6 +115,33 @@ def test_the_report_renders_from_synthetic_records(tmp_path):
     assert "PASSED" in path.read_text() and "One worker: no pairs to measure" in path.read_text()
 
 
+def test_copies_side_by_side_that_cannot_run_leave_the_weak_line_with_the_reason(client, monkeypatch):
+    workers = sorted(worker_info(client))
+    # a copy that fails on its worker raises on the client
+    with pytest.raises(ValueError, match="no-such-workload"):
+        acceptance._side_by_side(client, "no-such-workload", workers, 2, True, 1)
+
+    def small_nbody(workload, mode, count, largest, quick):
+        from hpcgpu.workloads.astro import NBody
+
+        n = 64 * (count if mode == "weak" else largest)
+        model = NBody("plummer", n=n, backend="numpy")
+        return model, model.initial_state(), 0.001, 4, 1, n
+
+    def broken(*args):
+        raise RuntimeError("the copies could not start")
+
+    monkeypatch.setattr(acceptance, "_scaling_case", small_nbody)
+    monkeypatch.setattr(acceptance, "_side_by_side", broken)
+    monkeypatch.setattr(acceptance, "SCALING_SECONDS", {True: 0.05, False: 0.05})
+    records = []
+    acceptance._scaling(client, "nbody", workers, True, None, records)
+    weak = next(r for r in records if r["mode"] == "weak" and r["workers"] == 2)
+    # the line keeps its efficiency, judged as before; the reason stands in for the figure
+    assert weak["side_by_side_error"] == "RuntimeError: the copies could not start"
+    assert "side_by_side_efficiency" not in weak and weak["efficiency"] > 0
+
+
 def test_a_weak_line_is_judged_by_its_threshold_and_shown_beside_the_copies_side_by_side(tmp_path):
     records = _synthetic({"a": "cpu", "b": "cpu"}, {"a": 1.0, "b": 1.0})
     records += [{"kind": "scaling", "workload": "md", "mode": "weak", "workers": 1, "seconds_per_step": 3e-3,

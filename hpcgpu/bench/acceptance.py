@@ -258,8 +258,11 @@ def _scaling(client, workload, workers, quick, stream, records):
             results[(mode, count)] = seconds
             extra = {}
             if mode == "weak" and count > 1:
-                extra["side_by_side_efficiency"] = _side_by_side(client, workload, workers[:count], counts[-1],
-                                                                 quick, runs[counts[0]]["steps"])
+                try:
+                    extra["side_by_side_efficiency"] = _side_by_side(client, workload, workers[:count],
+                                                                     counts[-1], quick, runs[counts[0]]["steps"])
+                except Exception as exc:  # noqa: BLE001 - the line stands without its ceiling; say why
+                    extra["side_by_side_error"] = f"{type(exc).__name__}: {exc}"
             _emit(records, {"kind": "scaling", "workload": workload, "mode": mode, "workers": count,
                             "seconds_per_step": seconds, "efficiency": efficiency, "size": run["size"],
                             "steps_per_task": run["k"], "steps": run["steps"],
