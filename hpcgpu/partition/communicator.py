@@ -175,7 +175,11 @@ class Communicator(abc.ABC):
         """End the run on every rank: every pending and later wait raises CommAborted with ``reason``."""
 
     def close(self):
-        """Release this rank's connections (the group stays usable by a new communicator of its session)."""
+        """Release this rank's connections (the other ranks of its session keep theirs).
+
+        The rank sends nothing more in the session afterwards: a message on a
+        new connection could overtake one still in flight on the closed one.
+        """
 
     # -- point to point -------------------------------------------------------------------
     def _peer(self, name, peer):

@@ -45,6 +45,7 @@ Examples
 
 import asyncio
 import collections
+import copy
 import logging
 import math
 import os
@@ -52,7 +53,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hpcgpu.errors import ClusterError, CommAborted, ConfigError
+from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, Communicator, Request, _Finished, raise_timeout
 
 __all__ = ["CommExtension", "DaskCommunicator", "POLL_ENV", "POLL_SECONDS", "Session", "abort_session",
@@ -65,6 +66,9 @@ STREAM_OP = "hpcgpu_comm_stream"
 ABORT_OP = "hpcgpu-comm-abort"
 # seconds an abort or a goodbye may take to reach a peer (best effort: the peer has its own timeout)
 _NOTIFY_TIMEOUT_S = 5.0
+# closed sessions a worker remembers, so that a late message, goodbye or abort of one does not make its
+# mailbox again (a few KiB per thousand; the oldest are dropped first)
+_CLOSED_SESSIONS_KEPT = 1024
 
 POLL_SECONDS = 0.001
 """How long a rank polls for a message, yielding its core between looks, before it sleeps on the mailbox.
@@ -261,22 +265,91 @@ class CommExtension:
         self._mailboxes = {}
         self._outbound = {}
         self._links = {}
+        self._link_locks = {}  # one per link key: two threads of a rank connect to a peer once
         self._listener = None
+        self._sessions = {}  # the Session of each id a communicator was made for here: whom to tell of an abort
+        self._unspread = {}  # (source, reason) of aborts found before a communicator of their session was made
+        self._closed = collections.OrderedDict()  # ids of sessions closed here, oldest first
         worker.handlers[STREAM_OP] = self.serve_stream
         worker.stream_handlers[ABORT_OP] = self.abort_from_scheduler
 
     # -- mailboxes --------------------------------------------------------------------------
     def mailbox(self, session_id):
-        """The mailbox of ``session_id`` on this worker (made on first use, by a message or a rank)."""
+        """The mailbox of ``session_id`` on this worker (made on first use, by a message or a rank).
+
+        A session closed here gets a mailbox of its own, aborted and kept
+        nowhere: a rank made too late fails at once, and nothing stays
+        behind on the worker.
+        """
+        box = self._live_mailbox(session_id)
+        if box is None:
+            box = _Mailbox(poll=0.0)
+            box.abort(f"session {session_id} was closed on this worker")
+        return box
+
+    def _live_mailbox(self, session_id):
+        """The mailbox of ``session_id`` (made on first use), or None once the session was closed here.
+
+        The hooks of incoming messages, goodbyes and aborts use this: what
+        comes after a session's close (a peer's goodbye, a late message, the
+        scheduler's abort) must not make its mailbox again.
+        """
         with self._lock:
+            if session_id in self._closed:
+                return None
             box = self._mailboxes.get(session_id)
             if box is None:
                 box = self._mailboxes[session_id] = _Mailbox()
             return box
 
+    def remember(self, session):
+        """Note ``session``'s workers (a communicator of it is made here): whom :meth:`spread_abort` tells."""
+        with self._lock:
+            if session.id in self._closed or session.id in self._sessions:
+                return
+            self._sessions[session.id] = session
+            pending = self._unspread.pop(session.id, None)
+        if pending is not None:
+            self._notify_peers(session, *pending)
+
     def forget(self, session_id):
+        """Drop what this worker keeps of a closed session, and ignore whatever of it comes later."""
         with self._lock:
             self._mailboxes.pop(session_id, None)
+            self._sessions.pop(session_id, None)
+            self._unspread.pop(session_id, None)
+            self._closed[session_id] = None
+            while len(self._closed) > _CLOSED_SESSIONS_KEPT:
+                self._closed.popitem(last=False)
+
+    def spread_abort(self, session_id, source, reason):
+        """Abort ``session_id`` here and tell its other workers, without waiting (any thread).
+
+        For failures found on this worker that the other ranks would
+        otherwise only learn from their timeouts: a message that cannot be
+        rebuilt, a send that failed half way. ``source`` is the rank of this
+        worker the notice goes out as.
+        """
+        box = self._live_mailbox(session_id)
+        if box is None:
+            return
+        box.abort(reason)
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:  # no communicator of it made here yet: the first one made tells the peers
+                self._unspread.setdefault(session_id, (source, reason))
+                return
+        self._notify_peers(session, source, reason)
+
+    def _notify_peers(self, session, source, reason):
+        """Post an abort to ``session``'s other workers (fire and forget: a stopped peer must not hold us)."""
+        session_id = session.id
+        peers = sorted({a for a in session.addresses if a != self.worker.address})
+        if peers:
+            try:
+                self.post(self.notify(session_id, source, peers, {"abort": reason}))
+            except RuntimeError as error:  # the worker's loop is closing: nobody is left to tell
+                logger.debug("hpcgpu comm: abort of %s not spread: %s", session_id, error)
 
     def sessions(self):
         with self._lock:
@@ -289,15 +362,26 @@ class CommExtension:
 
         with self._lock:
             if self._listener is None and direct_enabled(self.worker.address):
-                def finished(session, source):
-                    box = self.mailbox(session)
-                    with box.condition:
-                        box.finished.add(source)
-
-                self._listener = Listener(self.worker, lambda session, dest, source, key, obj:
-                                          self.mailbox(session).put(dest, source, key, obj),
-                                          lambda session, reason: self.mailbox(session).abort(reason), finished)
+                self._listener = Listener(self.worker, self._deliver, self._abort, self._finished,
+                                          lambda session, dest, reason: self.spread_abort(session, dest, reason))
             return self._listener
+
+    # the listener's hooks (its threads): a session closed here takes nothing more
+    def _deliver(self, session, dest, source, key, obj):
+        box = self._live_mailbox(session)
+        if box is not None:
+            box.put(dest, source, key, obj)
+
+    def _abort(self, session, reason):
+        box = self._live_mailbox(session)
+        if box is not None:
+            box.abort(reason)
+
+    def _finished(self, session, source):
+        box = self._live_mailbox(session)
+        if box is not None:
+            with box.condition:
+                box.finished.add(source)
 
     def link(self, session, source, address):
         """The connection of rank ``source`` of ``session`` to the listener at ``address`` (made on first use)."""
@@ -306,22 +390,34 @@ class CommExtension:
         key = (session, source, address)
         with self._lock:
             link = self._links.get(key)
-        if link is None:
-            listener = self.listener()
-            link = Link(address, session, source, None if listener is None else listener.client_ssl)
+            if link is not None:
+                return link
+            connecting = self._link_locks.setdefault(key, threading.Lock())
+        # connect once: a second connection made meanwhile by another thread of the rank would be
+        # dropped, and its end without a goodbye would abort the session on the peer
+        with connecting:
             with self._lock:
-                link = self._links.setdefault(key, link)
+                link = self._links.get(key)
+            if link is None:
+                listener = self.listener()
+                link = Link(address, session, source, None if listener is None else listener.client_ssl)
+                with self._lock:
+                    self._links[key] = link
         return link
 
-    def close_links(self, session):
+    def close_links(self, session, source=None):
+        """Say goodbye on the links of ``session`` from this worker (only rank ``source``'s, if given)."""
         with self._lock:
-            links = [self._links.pop(k) for k in [k for k in self._links if k[0] == session]]
+            keys = [k for k in self._links if k[0] == session and source in (None, k[1])]
+            links = [self._links.pop(k) for k in keys]
+            for k in keys:
+                self._link_locks.pop(k, None)
         for link in links:
             link.close()
 
     def abort_from_scheduler(self, session=None, reason=None, **_):
         """Stream handler: the scheduler says a worker of ``session`` left the cluster."""
-        self.mailbox(session).abort(reason)
+        self._abort(session, reason)
 
     # -- the event loop's side ------------------------------------------------------------------
     async def serve_stream(self, comm, session=None, source=None):
@@ -329,12 +425,23 @@ class CommExtension:
         from distributed.comm import CommClosedError
         from distributed.core import Status
 
-        box = self.mailbox(session)
+        # a session closed here: read its stream to the end, file nothing (no mailbox made again)
+        box = self._live_mailbox(session) or _Mailbox(poll=0.0)
+        # the data is rebuilt here, message by message, so that one that cannot be names its sender and tag
+        # and the stream goes on (a failure inside read() would end the handler, and the rest would be lost)
+        comm.deserialize = False
         try:
             while True:
                 message = await comm.read()
                 if "data" in message:
-                    box.put(message["dest"], source, message["tag"], message["data"])
+                    try:
+                        obj = _rebuilt(message["data"])
+                    except Exception as error:  # noqa: BLE001 - any failure of the sender's object
+                        dest, tag = message["dest"], message["tag"]
+                        self.spread_abort(session, dest, f"rank {dest} cannot rebuild the message rank {source} "
+                                                         f"sent tagged {tag!r}: {type(error).__name__}: {error}")
+                        continue
+                    box.put(message["dest"], source, message["tag"], obj)
                 elif "abort" in message:
                     box.abort(message["abort"])
                 elif message.get("bye"):
@@ -394,9 +501,9 @@ class CommExtension:
 
         await asyncio.gather(*(one(address) for address in addresses))
 
-    async def close_streams(self, session):
-        """Say goodbye on every stream of ``session`` from this worker, and close them."""
-        for key in [k for k in self._outbound if k[0] == session]:
+    async def close_streams(self, session, source=None):
+        """Say goodbye on the streams of ``session`` from this worker (only rank ``source``'s, if given); close them."""
+        for key in [k for k in self._outbound if k[0] == session and source in (None, k[1])]:
             outbound = self._outbound.pop(key)
             if outbound.comm is None or outbound.comm.closed():
                 continue
@@ -416,21 +523,34 @@ class DaskCommunicator(Communicator):
         self.session = session
         self._extension = extension
         self._mailbox = extension.mailbox(session.id)
+        extension.remember(session)
+
+    def _aborted_reason(self):
+        return self._mailbox.aborted
 
     def _post_send(self, obj, dest, key):
         address = self.session.addresses[dest]
         if address == self._extension.worker.address:
-            # a rank on this same worker: straight into the mailbox (nothing to serialise)
-            self._mailbox.put(dest, self.rank, key, obj)
+            # a rank on this same worker: a private copy into the mailbox, as the other paths deliver (the
+            # send is complete at once, so the sender may reuse obj; neither rank may see the other's writes)
+            self._mailbox.put(dest, self.rank, key, copy.deepcopy(obj))
             return _Finished(f"a send to rank {dest} tagged {key!r}")
         direct = self.session.direct[dest] if self.session.direct else None
         if direct is not None:
             # from this thread, on its own socket: no event loop in between (direct_comm)
             try:
-                self._extension.link(self.session.id, self.rank, direct).send(dest, key, obj)
+                self._extension.link(self.session.id, self.rank, direct).send(dest, key, obj, self.timeout,
+                                                                              self._aborted_reason)
+            except CommAborted:
+                raise
+            except CommError as error:
+                # an object no pickler takes, or a peer that took no data within the timeout: the peers
+                # must not wait for this message until their own timeouts
+                self._extension.spread_abort(self.session.id, self.rank, str(error))
+                raise
             except OSError as error:
                 reason = f"rank {self.rank} could not send to rank {dest} ({type(error).__name__}: {error})"
-                self._mailbox.abort(reason)
+                self._extension.spread_abort(self.session.id, self.rank, reason)
                 raise CommAborted(reason, rank=self.rank) from error
             self.check()
             return _Finished(f"a send to rank {dest} tagged {key!r}")
@@ -471,12 +591,34 @@ class DaskCommunicator(Communicator):
             pass
 
     def close(self):
-        """Say goodbye on this worker's streams of the session and close them (the end of the session)."""
-        self._extension.close_links(self.session.id)
+        """Say goodbye on this rank's connections of the session and close them (the end of its part in it).
+
+        Other ranks of the session on this worker keep theirs. A rank does
+        not send again in the session after ``close()``: a message on a new
+        connection could overtake one still in flight on the closed one.
+        """
+        self._extension.close_links(self.session.id, self.rank)
         try:
-            self._extension.post(self._extension.close_streams(self.session.id)).result(2 * _NOTIFY_TIMEOUT_S)
+            self._extension.post(self._extension.close_streams(self.session.id, self.rank)).result(
+                2 * _NOTIFY_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
+
+
+def _rebuilt(data):
+    """The object of a message's ``data`` read without deserialization (see ``serve_stream``)."""
+    from distributed.protocol.serialize import Serialize, Serialized, merge_and_deserialize
+
+    if isinstance(data, Serialize):  # in-process comms pass the object itself
+        return data.data
+    if not isinstance(data, Serialized):
+        return data
+    frames = data.frames
+    if "compression" in data.header:
+        from distributed.protocol.compression import decompress
+
+        frames = decompress(data.header, frames)
+    return merge_and_deserialize(data.header, frames)
 
 
 def _extension(worker):

@@ -28,7 +28,7 @@ Examples
 import uuid
 
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
-from hpcgpu.partition.dask_comm import _NOTIFY_TIMEOUT_S, ABORT_OP, DaskCommunicator, Session, _extension
+from hpcgpu.partition.dask_comm import _NOTIFY_TIMEOUT_S, ABORT_OP, Session, _extension
 
 __all__ = ["CommSchedulerPlugin", "CommWorkerPlugin", "close_session", "on_session_close", "open_session"]
 
@@ -53,10 +53,18 @@ def on_session_close(release):
 def _close_worker(session):
     from distributed import get_worker
 
-    worker = get_worker()
-    extension = _extension(worker)
-    DaskCommunicator(session, session.addresses.index(worker.address), extension).close()
+    from hpcgpu.partition.decomposition import _forget_rank_caches
+
+    extension = _extension(get_worker())
+    # every rank's connections on this worker, not one rank's (DaskCommunicator.close)
+    extension.close_links(session.id)
+    try:
+        extension.post(extension.close_streams(session.id)).result(2 * _NOTIFY_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
     extension.forget(session.id)
+    # the work buffers of the session's ranks here: the client's own copy of this call frees only its own
+    _forget_rank_caches(session.id)
     for release in list(_session_closers):
         release(session.id)
 

@@ -10,7 +10,7 @@ listener, a plain socket (wrapped with the cluster's own TLS context on
 ``tls://``: the same certificates, never weaker than dask's own traffic),
 and a rank sends from its own thread: the object pickled with protocol 5
 (NumPy buffers out of band, no copy), and the header, pickle and buffers
-go out in one ``sendall`` (joined, up to :data:`_COALESCE_BYTES`). A receiver thread per incoming connection blocks in
+go out in one ``send`` (joined, up to :data:`_COALESCE_BYTES`). A receiver thread per incoming connection blocks in
 ``recv`` (the GIL released), unpickles, and files the message in the
 session's mailbox, exactly where the dask path files it: waits, aborts and
 timeouts are the same. Other protocols (``ucx://``) keep the dask path,
@@ -22,7 +22,13 @@ Frames, on one connection per (session, source rank, destination worker):
 length of the pickled header ``(dest, key, buffer lengths)`` and of the
 pickle, the header, the pickle and the buffers. A connection that ends
 without a goodbye aborts its session on the receiving worker (the sender's
-worker died).
+worker died); a message that cannot be rebuilt there aborts the session
+with the sender's rank, the tag and the error (the stream itself is intact).
+
+A send never hangs: when the socket buffer is full (a slow or stopped
+peer) the rank waits for room in short slices, checking between them for
+an abort of the session and for the communicator's timeout
+(:class:`~hpcgpu.errors.CommAborted`, :class:`~hpcgpu.errors.CommTimeout`).
 
 Examples
 --------
@@ -32,12 +38,19 @@ Examples
 [0.0, 1.0, 2.0, 3.0]
 """
 
+import io
 import logging
 import os
 import pickle
+import select
 import socket
 import struct
 import threading
+import time
+
+import numpy as np
+
+from hpcgpu.errors import CommAborted, CommError, CommTimeout
 
 __all__ = ["DIRECT_ENV", "Link", "Listener", "decode", "direct_enabled", "encode"]
 
@@ -55,6 +68,12 @@ _COALESCE_BYTES = 1 << 18
 costs less than the extra system calls: MD slabs of 6,912 atoms, 6.95
 against 7.2 ms a step, docs/benchmarks.md); larger ones go part by part."""
 
+_WAIT_S = 0.25
+"""Longest single wait for room in a full socket buffer: between waits a send looks for an abort and its deadline."""
+
+_GOODBYE_S = 5.0
+"""Longest a goodbye or an abort frame may take to leave (best effort: the peer has its own timeout)."""
+
 
 def direct_enabled(address):
     """Whether a worker at ``address`` gets the fast path (tcp/tls, not turned off)."""
@@ -63,10 +82,70 @@ def direct_enabled(address):
     return address.startswith(("tcp://", "tls://"))
 
 
+class _Pickler(pickle.Pickler):
+    """Protocol 5 with non-contiguous NumPy arrays made contiguous first.
+
+    NumPy pickles a non-contiguous array in band, and that path drops a
+    non-native byte order (a strided ``>f8`` view arrives as ``<f8``): such
+    an array travels as its contiguous copy, out of band like any other.
+    Everything else pickles as with :func:`pickle.dumps` (the hook is not
+    even called for ints, floats, strings, tuples, lists and dicts).
+    """
+
+    def reducer_override(self, obj):
+        if type(obj) is np.ndarray and not obj.flags.forc:
+            return np.ascontiguousarray(obj).__reduce_ex__(5)
+        return NotImplemented
+
+
+_SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def _contiguous(obj):
+    """True if ``obj`` is a contiguous NumPy array, a scalar, or a tuple or list of them (nothing for _Pickler).
+
+    A quick look at the shapes halo and ghost messages take; anything else
+    (dicts, dataclasses, nested containers) goes through :class:`_Pickler`.
+    """
+    kind = type(obj)
+    if kind is np.ndarray:
+        return obj.flags.forc
+    if kind is tuple or kind is list:
+        for item in obj:
+            kind = type(item)
+            if kind is np.ndarray:
+                if not item.flags.forc:
+                    return False
+            elif kind not in _SCALARS and not isinstance(item, np.generic):  # NumPy scalars: native order
+                return False
+        return True
+    return kind in _SCALARS or isinstance(obj, np.generic)
+
+
 def encode(obj):
-    """``(pickle bytes, out-of-band buffers)`` of ``obj`` (protocol 5: arrays travel without a copy)."""
+    """``(pickle bytes, out-of-band buffers)`` of ``obj`` (protocol 5: arrays travel without a copy).
+
+    Objects plain pickle refuses but dask would send (lambdas, functions of
+    ``__main__``) go with cloudpickle.
+
+    Raises
+    ------
+    pickle.PicklingError, TypeError, AttributeError
+        Neither pickle nor cloudpickle can serialize ``obj`` (the error of cloudpickle).
+    """
     buffers = []
-    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    try:
+        if _contiguous(obj):  # the messages of a step: pickle.dumps, the cheapest (no Pickler object to make)
+            data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        else:
+            stream = io.BytesIO()
+            _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+            data = stream.getvalue()
+    except Exception:  # noqa: BLE001 - whatever pickle refuses, cloudpickle may take
+        import cloudpickle
+
+        buffers = []
+        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     return data, [b.raw() for b in buffers]
 
 
@@ -109,11 +188,13 @@ class Listener:
     """A worker's socket for the direct path; a thread accepts, one thread per connection receives.
 
     ``deliver(session, dest, source, key, obj)``, ``abort(session, reason)``
-    and ``finished(session, source)`` are the extension's mailbox hooks.
+    and ``finished(session, source)`` are the extension's mailbox hooks;
+    ``fail(session, dest, reason)`` aborts the session on every worker (a
+    message this worker cannot rebuild: its peers would wait otherwise).
     """
 
-    def __init__(self, worker, deliver, abort, finished):
-        self._deliver, self._abort, self._finished = deliver, abort, finished
+    def __init__(self, worker, deliver, abort, finished, fail):
+        self._deliver, self._abort, self._finished, self._fail = deliver, abort, finished, fail
         self._server_ssl, self.client_ssl = _ssl_contexts(worker)
         host, _ = _host_port(worker.address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -148,7 +229,13 @@ class Listener:
                     dest, key, lengths = pickle.loads(_recv_exactly(connection, header_size))
                     data = _recv_exactly(connection, data_size)
                     buffers = [_recv_exactly(connection, n) for n in lengths]
-                    self._deliver(session, dest, source, key, decode(data, buffers))
+                    try:
+                        obj = decode(data, buffers)
+                    except Exception as error:  # noqa: BLE001 - the frame was read whole: the stream goes on
+                        self._fail(session, dest, f"rank {dest} cannot rebuild the message rank {source} sent "
+                                                  f"tagged {key!r}: {type(error).__name__}: {error}")
+                        continue
+                    self._deliver(session, dest, source, key, obj)
                 elif kind == b"A":
                     (size,) = _HELLO.unpack(_recv_exactly(connection, _HELLO.size))
                     self._abort(session, _recv_exactly(connection, size).decode())
@@ -180,41 +267,112 @@ class Link:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if client_ssl is not None:
             sock = client_ssl.wrap_socket(sock, server_hostname=host if client_ssl.check_hostname else None)
-        sock.settimeout(None)
-        hello = pickle.dumps((session, source))
-        sock.sendall(_HELLO.pack(len(hello)) + hello)
+        # plain sockets block and send with MSG_DONTWAIT (one call when there is room); an SSL socket
+        # refuses flags, so a timeout bounds each of its writes instead
+        sock.settimeout(None if client_ssl is None else _WAIT_S)
+        self._tls = client_ssl is not None
         self._socket = sock
         self._lock = threading.Lock()
         self.closed = False
+        self.source = source
+        hello = pickle.dumps((session, source))
+        self._send(_HELLO.pack(len(hello)) + hello, time.monotonic() + timeout, None)
 
-    def send(self, dest, key, obj):
-        data, buffers = encode(obj)
+    def send(self, dest, key, obj, timeout=None, aborted=None):
+        """Send ``obj`` to rank ``dest`` under ``key``, within ``timeout`` seconds (None: no limit).
+
+        ``aborted()`` says why the session was aborted (None while it is
+        not): a send that waits for room in a full socket buffer looks at it
+        and at its deadline every :data:`_WAIT_S`.
+
+        Raises
+        ------
+        CommError
+            Neither pickle nor cloudpickle can serialize ``obj`` (nothing was sent).
+        CommTimeout, CommAborted
+            The peer took no data for ``timeout`` seconds, or the session was aborted meanwhile; the
+            message went out in part, so the link is closed.
+        OSError
+            The connection is closed or broken.
+        """
+        try:
+            data, buffers = encode(obj)
+        except Exception as error:  # noqa: BLE001 - what fails to pickle is the caller's object: say which
+            raise CommError(f"rank {self.source} cannot send the {type(obj).__module__}.{type(obj).__qualname__} "
+                            f"object tagged {key!r} to rank {dest}: neither pickle nor cloudpickle can serialize "
+                            f"it ({type(error).__name__}: {error})", rank=self.source) from error
         header = pickle.dumps((dest, key, [len(b) for b in buffers]))
         head = b"D" + _SIZES.pack(len(header), len(data)) + header
         parts = [head, data, *buffers]
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if sum(len(part) for part in parts) <= _COALESCE_BYTES:
                 # one system call: each one gives the GIL up and must win it back from the
                 # worker's receive thread, busy with the peer's message of the same step
-                self._socket.sendall(b"".join(parts))
+                self._send(b"".join(parts), deadline, aborted)
             else:
                 for part in parts:
-                    self._socket.sendall(part)
+                    self._send(part, deadline, aborted)
+
+    def _send(self, data, deadline, aborted):
+        """Send all of ``data`` (the lock held): at once if the buffer has room, else in bounded waits."""
+        sock = self._socket
+        sent = 0
+        if not self._tls:
+            try:
+                sent = sock.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+            if sent == len(data):
+                return
+        view = memoryview(data).cast("B")
+        poller = None
+        while sent < len(view):
+            reason = None if aborted is None else aborted()
+            if reason is not None:
+                self._break()
+                raise CommAborted(f"rank {self.source}: the run was aborted while sending: {reason}",
+                                  rank=self.source)
+            if deadline is not None and time.monotonic() >= deadline:
+                self._break()
+                raise CommTimeout(f"rank {self.source}: the peer took no data for the send's timeout (it hangs, "
+                                  f"or its worker is gone); {sent} of {len(view)} bytes went out",
+                                  rank=self.source)
+            try:
+                if self._tls:
+                    # a timed-out SSL write is retried with the same data, as SSL requires
+                    sent += sock.send(view[sent:])
+                else:
+                    if poller is None:
+                        poller = select.poll()
+                        poller.register(sock, select.POLLOUT)
+                    if poller.poll(_WAIT_S * 1000):
+                        sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
+            except (BlockingIOError, TimeoutError):
+                pass
+
+    def _break(self):
+        """Close without a goodbye: a message went out in part, nothing more may follow it."""
+        self.closed = True
+        try:
+            self._socket.close()
+        except OSError:
+            pass
 
     def abort(self, reason):
         text = reason.encode()
         with self._lock:
-            self._socket.sendall(b"A" + _HELLO.pack(len(text)) + text)
+            self._send(b"A" + _HELLO.pack(len(text)) + text, time.monotonic() + _GOODBYE_S, None)
 
     def close(self):
-        """Say goodbye and close (best effort)."""
+        """Say goodbye and close (best effort, within :data:`_GOODBYE_S`)."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             try:
-                self._socket.sendall(b"B")
-            except OSError:
+                self._send(b"B", time.monotonic() + _GOODBYE_S, None)
+            except (OSError, CommError):
                 pass
             try:
                 self._socket.close()

@@ -390,3 +390,296 @@ def test_the_direct_path_refuses_a_plain_connection_on_tls():
         assert count == 0
     finally:
         close_client(secure)
+
+
+# -- review fixes: copies, leaks, races, bad messages, stuck peers, byte order, close -----------------------
+def _on_shared_ranks(client, session, function, *args):
+    """Run ``function(comm, *args)`` on every rank, the ranks of one worker as threads of one task; by rank."""
+    workers = sorted(set(session.addresses))
+    futures = [client.submit(_shared_ranks_task, session, [r for r, a in enumerate(session.addresses) if a == w],
+                             function, *args, workers=[w], allow_other_workers=False, pure=False) for w in workers]
+    results = {}
+    for part in client.gather(futures):
+        results.update(part)
+    return results
+
+
+def _shared_ranks_task(session, ranks, function, *args):
+    import threading
+
+    from distributed import get_worker
+
+    worker = get_worker()
+    results = {}
+
+    def one(rank):
+        try:
+            results[rank] = function(communicator(session, rank, worker), *args)
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            results[rank] = f"{type(error).__name__}: {error}"
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in ranks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def _reuse_after_send(comm):
+    if comm.rank == 0:
+        buffer = np.zeros(4)
+        comm.isend(buffer, 1, "halo").wait(5)
+        buffer[:] = 99.0  # complete: the sender may reuse its buffer (MPI)
+        comm.barrier()
+        comm.barrier()
+        return buffer.tolist()
+    comm.barrier()
+    got = comm.recv(0, "halo", timeout=5)
+    seen = got.tolist()
+    got[0] = -1.0  # the receiver's own copy
+    comm.barrier()
+    return seen
+
+
+def test_ranks_on_one_worker_get_a_private_copy_of_what_was_sent(client):
+    worker = sorted(worker_info(client))[0]
+    session = open_session(client, [worker, worker], timeout=30)
+    try:
+        results = _on_shared_ranks(client, session, _reuse_after_send)
+    finally:
+        close_session(client, session)
+    assert results == {0: [99.0] * 4, 1: [0.0] * 4}
+
+
+def _use_a_cache(comm):
+    from hpcgpu.partition.decomposition import rank_cache
+
+    rank_cache(comm.session.id, comm.rank)["work"] = np.zeros(1000)
+    return comm.allreduce(comm.rank)
+
+
+def _after_close(session_id, dask_worker=None):
+    from hpcgpu.partition import decomposition
+    from hpcgpu.partition.dask_comm import EXTENSION
+
+    extension = dask_worker.extensions[EXTENSION]
+    # what may reach a worker after its close: the scheduler's abort, a peer's late message and goodbye
+    extension.abort_from_scheduler(session=session_id, reason="a worker left")
+    listener = extension.listener()
+    if listener is not None:
+        listener._deliver(session_id, 0, 1, "late", "message")
+        listener._finished(session_id, 1)
+    late = extension.mailbox(session_id)  # a rank made too late
+    return (session_id in extension.sessions(), any(k[0] == session_id for k in decomposition._rank_caches),
+            late.aborted is not None)
+
+
+def test_a_closed_session_leaves_no_mailbox_or_rank_cache_on_its_workers(client, session):
+    results, _ = _on_ranks(client, session, _use_a_cache)
+    assert results == [1, 1]
+    close_session(client, session)
+    left = client.run(_after_close, session.id)
+    assert sorted(left.values()) == [(False, False, True)] * 2, left
+
+
+def _make_fake_extension():
+    from types import SimpleNamespace
+
+    from hpcgpu.partition.dask_comm import CommExtension
+
+    return CommExtension(SimpleNamespace(address="tcp://127.0.0.1:1", handlers={}, stream_handlers={}))
+
+
+def test_two_threads_of_a_rank_connect_to_a_peer_once(monkeypatch):
+    import gc
+    import threading
+
+    from hpcgpu.partition import direct_comm
+
+    extension = _make_fake_extension()
+    listener = extension.listener()
+    made = []
+
+    class SlowLink(direct_comm.Link):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+            time.sleep(0.2)  # both threads are inside link() meanwhile
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(direct_comm, "Link", SlowLink)
+    links = []
+    threads = [threading.Thread(target=lambda: links.append(extension.link("s", 0, listener.address)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gc.collect()  # a dropped second link would close here, without a goodbye
+    time.sleep(0.3)
+    try:
+        assert len(made) == 1 and links[0] is links[1]
+        assert extension.mailbox("s").aborted is None
+    finally:
+        extension.close_links("s")
+        listener.close()
+
+
+def _explode():
+    raise RuntimeError("cannot rebuild this object here")
+
+
+class _Fragile:
+    """Pickles, but cannot be rebuilt (like an object whose class the receiver cannot import)."""
+
+    def __reduce__(self):
+        return (_explode, ())
+
+
+def _send_fragile(comm):
+    started = time.monotonic()
+    try:
+        if comm.rank == 0:
+            comm.send(_Fragile(), 1, "obj")
+            comm.recv(1, "reply", timeout=8)
+        else:
+            comm.recv(0, "obj", timeout=8)
+    except CommAborted as error:
+        return str(error), time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+def test_a_message_that_cannot_be_rebuilt_aborts_every_rank_naming_it(client, session):
+    results, _ = _on_ranks(client, session, _send_fragile)
+    for rank, (message, waited) in enumerate(results):
+        assert message is not None and waited < 5, (rank, message, waited)
+        assert "cannot rebuild the message rank 0 sent tagged 'obj'" in message
+        assert "RuntimeError: cannot rebuild this object here" in message
+
+
+def _send_unpicklables(comm):
+    import threading
+
+    if comm.rank == 0:
+        comm.send(lambda x: x + 1, 1, "function")
+        try:
+            comm.send(threading.Lock(), 1, "lock")
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            return type(error).__name__, str(error)
+        return None
+    increment = comm.recv(0, "function", timeout=5)
+    started = time.monotonic()
+    try:
+        comm.recv(0, "lock", timeout=8)
+    except CommAborted as error:
+        return increment(1), str(error), time.monotonic() - started
+    return increment(1), None, time.monotonic() - started
+
+
+def test_the_direct_path_sends_what_cloudpickle_takes_and_aborts_on_the_rest(client):
+    session = open_session(client, sorted(worker_info(client)), timeout=30, direct=True)
+    try:
+        results, _ = _on_ranks(client, session, _send_unpicklables)
+    finally:
+        close_session(client, session)
+    kind, message = results[0]
+    assert kind == "CommError" and "_thread.lock" in message and "'lock'" in message
+    increment, aborted, waited = results[1]
+    assert increment == 2 and aborted is not None and "'lock'" in aborted and waited < 5
+
+
+def _gather_big_endian_views(comm):
+    mine = (np.arange(10.0) + comm.rank).astype(">f8")[::2]
+    return [(part.dtype.str, part.tolist()) for part in comm.allgather(mine)]
+
+
+def test_strided_big_endian_arrays_keep_their_byte_order(client, session):
+    results, _ = _on_ranks(client, session, _gather_big_endian_views)
+    expected = [(">f8", [float(v) for v in np.arange(10.0)[::2] + r]) for r in range(2)]
+    assert results == [expected, expected]
+
+
+def _links_after_a_neighbours_close(comm):
+    if comm.rank == 2:
+        comm.send("first", 1, "t")
+        comm.barrier()
+        comm.recv(0, "looked", timeout=5)  # from this same worker: a mailbox, no connection
+        comm.send("second", 1, "t")
+        return None
+    comm.barrier()
+    if comm.rank == 1:
+        return [comm.recv(2, "t", timeout=5) for _ in range(2)]
+    comm.close()
+    extension = comm._extension
+    left = sorted({k[1] for k in [*extension._links, *extension._outbound] if k[0] == comm.session.id})
+    comm.send(None, 2, "looked")
+    return left
+
+
+def test_a_ranks_close_leaves_the_connections_of_the_others_on_its_worker(client, session):
+    workers = sorted(worker_info(client))
+    shared = open_session(client, [workers[0], workers[1], workers[0]], timeout=30, direct=bool(session.direct))
+    try:
+        results = _on_shared_ranks(client, shared, _links_after_a_neighbours_close)
+    finally:
+        close_session(client, shared)
+    assert results[1] == ["first", "second"]
+    assert results[0] == [2], results  # rank 0's close() left rank 2's connection to rank 1 open
+
+
+@pytest.fixture(params=["plain", "tls"])
+def deaf_peer(request):
+    """``(address, client_ssl)`` of a listener that accepts (and shakes hands on tls) but never reads."""
+    import socket
+    import threading
+
+    server_ssl = client_ssl = None
+    if request.param == "tls":
+        pytest.importorskip("cryptography")
+        from distributed import Security
+
+        security = Security.temporary()
+        server_ssl = security.get_listen_args("worker")["ssl_context"]
+        client_ssl = security.get_connection_args("worker")["ssl_context"]
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def accept():
+        connection, _ = server.accept()
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        if server_ssl is not None:
+            connection = server_ssl.wrap_socket(connection, server_side=True)
+        accepted.append(connection)  # kept open, never read
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}", client_ssl
+    thread.join(5)
+    for connection in accepted:
+        connection.close()
+    server.close()
+
+
+def test_a_send_to_a_peer_that_takes_nothing_times_out(deaf_peer):
+    from hpcgpu.partition.direct_comm import Link
+
+    address, client_ssl = deaf_peer
+    link = Link(address, "s", 0, client_ssl)
+    started = time.monotonic()
+    with pytest.raises(CommTimeout, match="took no data"):
+        link.send(1, "big", np.ones(8 << 20), timeout=0.5, aborted=lambda: None)  # 64 MiB: more than buffers hold
+    assert 0.5 <= time.monotonic() - started < 3.0
+    assert link.closed  # half a message went out: nothing may follow it
+
+
+def test_an_abort_ends_a_send_stuck_on_a_full_buffer(deaf_peer):
+    from hpcgpu.partition.direct_comm import Link
+
+    address, client_ssl = deaf_peer
+    link = Link(address, "s", 0, client_ssl)
+    abort_at = time.monotonic() + 0.3
+    started = time.monotonic()
+    with pytest.raises(CommAborted, match="rank 1 failed"):
+        link.send(1, "big", np.ones(8 << 20), timeout=30.0,
+                  aborted=lambda: "rank 1 failed" if time.monotonic() > abort_at else None)
+    assert time.monotonic() - started < 2.0

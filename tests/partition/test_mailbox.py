@@ -82,3 +82,46 @@ def test_a_bad_poll_setting_stops_the_rank_with_its_name_and_never_a_delivery(mo
     session = Session("s", ("tcp://127.0.0.1:1",))
     with pytest.raises(ConfigError, match=POLL_ENV):
         communicator(session, 0)
+
+
+def _extension():
+    from types import SimpleNamespace
+
+    from hpcgpu.partition.dask_comm import CommExtension
+
+    return CommExtension(SimpleNamespace(address="tcp://127.0.0.1:1", handlers={}, stream_handlers={}))
+
+
+def test_what_reaches_a_closed_session_makes_no_mailbox_and_the_memory_of_closes_is_bounded(monkeypatch):
+    from hpcgpu.partition import dask_comm
+
+    monkeypatch.setattr(dask_comm, "_CLOSED_SESSIONS_KEPT", 3)
+    extension = _extension()
+    extension.mailbox("old").put(0, 1, "t", "x")
+    extension.forget("old")
+    extension.abort_from_scheduler(session="old", reason="a worker left")
+    extension._deliver("old", 0, 1, "late", "message")
+    extension._finished("old", 1)
+    extension.spread_abort("old", 0, "bad message")
+    assert extension.sessions() == []
+    with pytest.raises(CommAborted, match="session old was closed"):
+        extension.mailbox("old").take(0, 1, "t", timeout=5, describe="a message")
+    for k in range(5):
+        extension.forget(f"s{k}")
+    assert list(extension._closed) == ["s2", "s3", "s4"]
+
+
+def test_encode_keeps_byte_order_layout_and_takes_what_only_cloudpickle_can():
+    import numpy as np
+
+    from hpcgpu.partition.direct_comm import decode, encode
+
+    def round_trip(obj):
+        data, buffers = encode(obj)
+        return decode(data, [bytearray(b) for b in buffers])
+
+    big_endian = np.arange(12.0).astype(">f8").reshape(3, 4)
+    for array in (big_endian[:, ::2], big_endian[::2], np.asfortranarray(big_endian), big_endian.T[::2]):
+        back = round_trip({"a": (array, 1)})["a"][0]
+        assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
+    assert round_trip(lambda x: x * 3)(2) == 6
