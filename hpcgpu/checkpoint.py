@@ -15,7 +15,9 @@ Both are written into a hidden temporary directory, flushed to disk, and
 the directory is renamed into place: a crash mid-write leaves no
 half-checkpoint under a real name. Reading checks the digest; a partial or
 corrupt checkpoint is skipped with a warning and the previous good one is
-used. The newest :data:`KEEP` checkpoints are kept.
+used. The newest :data:`KEEP` checkpoints up to the step just written are
+kept; a checkpoint at a later step (another run's history) is never deleted
+in favour of it.
 
 Checkpoints hold the global state, not per-partition pieces, so a run
 resumes on any number of workers. Pickle runs code when loaded: load only
@@ -45,11 +47,22 @@ import warnings
 from hpcgpu._version import __version__
 from hpcgpu.errors import ConfigError
 
-__all__ = ["write_checkpoint", "read_checkpoint", "list_checkpoints", "KEEP"]
+__all__ = ["write_checkpoint", "read_checkpoint", "list_checkpoints", "checkpoint_step", "KEEP"]
 
 KEEP = 2
-"""Checkpoints kept (the newest); older ones are deleted after a new one is in place."""
+"""Checkpoints kept (the newest up to the one just written); older ones are deleted after a new one is in place."""
 _PREFIX = "step-"
+
+
+def checkpoint_step(directory):
+    """The step of the checkpoint directory ``directory`` (from its name, ``step-NNNNNNNNNN``).
+
+    Examples
+    --------
+    >>> checkpoint_step("/scratch/run/step-0000000040")
+    40
+    """
+    return int(os.path.basename(os.path.normpath(directory))[len(_PREFIX):])
 
 
 def _fsync_directory(path):
@@ -91,7 +104,10 @@ def write_checkpoint(path, model, host_state, meta):
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    for old in list_checkpoints(path)[:-KEEP]:
+    # Pruning by step alone would delete the checkpoint just written when the
+    # directory holds later steps (another run's): only earlier ones are pruned.
+    earlier = [c for c in list_checkpoints(path) if checkpoint_step(c) <= step]
+    for old in earlier[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -100,7 +116,7 @@ def list_checkpoints(path):
     """Checkpoint directories under ``path``, oldest first (complete or not)."""
     if not os.path.isdir(path):
         return []
-    names = sorted(n for n in os.listdir(path) if n.startswith(_PREFIX))
+    names = sorted(n for n in os.listdir(path) if n.startswith(_PREFIX) and n[len(_PREFIX):].isdigit())
     return [os.path.join(path, n) for n in names]
 
 
@@ -115,18 +131,26 @@ def _load(directory):
     return content["model"], content["state"], meta
 
 
-def read_checkpoint(path):
+def read_checkpoint(path, candidates=None):
     """``(model, host_state, meta)`` of the newest good checkpoint under ``path``.
 
     A checkpoint that cannot be read or fails its digest is skipped with a
     warning (naming it and why) in favour of the previous one.
+
+    Parameters
+    ----------
+    path : str
+        The checkpoint directory.
+    candidates : sequence of str, optional
+        Only these checkpoint directories (default: every one under ``path``),
+        e.g. those a run wrote itself.
 
     Raises
     ------
     ConfigError
         No checkpoint, or none readable, under ``path``.
     """
-    candidates = list_checkpoints(path)
+    candidates = list_checkpoints(path) if candidates is None else sorted(candidates, key=checkpoint_step)
     if not candidates:
         raise ConfigError(f"checkpoint: no checkpoint under {path!r} (expected {_PREFIX}NNNNNNNNNN directories)")
     problems = []

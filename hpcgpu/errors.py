@@ -10,6 +10,7 @@ __all__ = [
     "BackendUnavailable",
     "UnstableSimulation",
     "ClusterError",
+    "WorkerLost",
     "ConvergenceError",
 ]
 
@@ -35,6 +36,15 @@ class BackendUnavailable(HpcgpuError, RuntimeError):
 
 class ClusterError(HpcgpuError, RuntimeError):
     """A dask cluster cannot be started or reached, or lost a worker mid-run."""
+
+
+class WorkerLost(ClusterError):
+    """A worker of a partitioned run left the cluster (or its ranks were aborted) mid-run: its partitions are gone.
+
+    The one :class:`ClusterError` a :class:`~hpcgpu.simulation.Simulation`
+    recovers from (from its last checkpoint, on the workers left); a closed
+    or failed run, or a cluster that cannot start, is not.
+    """
 
 
 class CommError(ClusterError):

@@ -32,7 +32,7 @@ import time as _time
 
 from hpcgpu.cluster import worker_info
 from hpcgpu.dashboard import publish as _publish_status
-from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation
+from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation, WorkerLost
 from hpcgpu.partition.local import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.simulation_checkpoints import Checkpointing
@@ -42,6 +42,9 @@ __all__ = ["Simulation"]
 
 # Longest stretch of steps between two looks at the wall clock, in seconds of work.
 _CHUNK_SECONDS = 0.5
+# Restarts in a row from the same checkpoint before a lost worker ends the run: a crash
+# that repeats on every attempt would otherwise loop, taking down one worker after another.
+_MAX_RESTARTS = 3
 
 
 class Simulation(Checkpointing):
@@ -137,6 +140,8 @@ class Simulation(Checkpointing):
         self._checkpoint = None
         self._checked_step = None
         self.restarts = []  # one record per restart from a checkpoint after a lost worker
+        self._own_checkpoints = []  # real paths of the checkpoints this run wrote (or was resumed from)
+        self._unusable_checkpoints = []  # later ones resume() skipped as unreadable: not another run's
         self._closed = False
 
     def _make_executor(self, state, client, partitions, steps_per_task, weights):
@@ -192,7 +197,8 @@ class Simulation(Checkpointing):
         return self._records[-1]
 
     # -- running -----------------------------------------------------------------
-    def run(self, steps=None, *, stop_time=None, wall_time_limit=None, checkpoint=None, checkpoint_every=None):
+    def run(self, steps=None, *, stop_time=None, wall_time_limit=None, checkpoint=None, checkpoint_every=None,
+            max_restarts=_MAX_RESTARTS):
         """Advance until a stop criterion is met; returns the simulation.
 
         Parameters
@@ -208,9 +214,15 @@ class Simulation(Checkpointing):
             :mod:`hpcgpu.checkpoint`): written on ``checkpoint_every`` and
             when the run stops (at its end or at the wall-time limit), so
             that :meth:`resume` continues it. On a cluster, a run that loses
-            a worker restarts from the last checkpoint on the workers left.
+            a worker restarts from the last checkpoint it wrote there on the
+            workers left. The directory must hold no checkpoint later than
+            the current step (another run's), except unreadable ones
+            :meth:`resume` skipped.
         checkpoint_every : int or Schedule, optional
             When to write checkpoints besides the last (an int: every N steps).
+        max_restarts : int, optional
+            Restarts in a row from the same checkpoint after lost workers
+            (default 3) before the run gives up; 0 never restarts.
 
         Notes
         -----
@@ -242,24 +254,39 @@ class Simulation(Checkpointing):
         ------
         UnstableSimulation
             NaN/inf in a field or a CFL number above the limit; the message
-            names the step, the field and the CFL number.
+            names the step, the field and the CFL number. ``step`` and
+            ``time`` are then those of the failing step.
         ConfigError
-            No stop criterion given.
+            No stop criterion given, a bad ``max_restarts``, or a
+            ``checkpoint`` directory holding checkpoints later than the
+            current step.
+        ClusterError
+            The simulation was closed (:meth:`close`).
+        WorkerLost
+            A worker was lost with no checkpoint of this run to restart from,
+            or after ``max_restarts`` restarts from the same checkpoint
+            (chained to the last loss).
         """
+        if self._closed:
+            raise ClusterError(f"{self.name}: run() after close(): its executor (and any cluster-side state) is "
+                               "released; create a new Simulation, or Simulation.resume(...) from a checkpoint")
         target_step = self._target_step(steps, stop_time)
         wall_limit = wall_time_limit if wall_time_limit is not None else self.wall_time_limit
         if target_step is None and wall_limit is None:
             raise ConfigError("run needs a stop criterion: steps, stop_steps, stop_time or wall_time_limit")
         if checkpoint is None and checkpoint_every is not None:
             raise ConfigError("checkpoint_every needs a checkpoint directory (checkpoint=PATH)")
+        max_restarts = check_int("max_restarts", max_restarts, minimum=0)
+        if checkpoint is not None:
+            self._check_checkpoint_folder(os.fspath(checkpoint))
         self._checkpoint = None if checkpoint is None else (
             os.fspath(checkpoint), None if checkpoint_every is None else as_schedule(checkpoint_every, "checkpoint_every"))
         try:
-            return self._run(target_step, wall_limit)
+            return self._run(target_step, wall_limit, max_restarts)
         finally:
             self._checkpoint = None
 
-    def _run(self, target_step, wall_limit):
+    def _run(self, target_step, wall_limit, max_restarts):
         if not self._warmed_up:
             start = _time.perf_counter()
             self.model.warm_up()
@@ -296,8 +323,8 @@ class Simulation(Checkpointing):
                         self._checked_step = self.step
                     self._events()
                     _publish_status(self)  # to the dask dashboard's hpcgpu page; never blocks
-                except ClusterError as error:
-                    self._recover(error)  # from the last checkpoint, or re-raise
+                except WorkerLost as error:
+                    self._recover(error, max_restarts)  # from this run's last checkpoint, or re-raise
                     if bar is not None:
                         bar.n = max(0, self.step - steps_at_start)
                         bar.refresh()
@@ -306,6 +333,12 @@ class Simulation(Checkpointing):
                     bar.update(n)
             if self._checkpoint is not None:
                 self.write_checkpoint(self._checkpoint[0])
+        except UnstableSimulation as error:
+            # On a cluster the driver queues steps ahead of the checks: label the state,
+            # diagnostics and checkpoints with the step that failed, not the last one queued.
+            self.step, self.time = error.step, error.step * self.dt
+            self._checked_step = None
+            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -447,13 +480,19 @@ class Simulation(Checkpointing):
         The diagnostics of the current step are recorded first (if they are
         not already), so :meth:`summary` and :attr:`diagnostics` still
         describe the final state afterwards. Closing twice does nothing.
+        The executor is released whatever happens; a failed health check
+        (already raised by :meth:`run`, or found now) is not raised again.
         """
         if self._closed:
             return
-        if self._records and self._records[-1]["step"] != self.step and getattr(self._executor, "usable", True):
-            self.record_diagnostics()
         self._closed = True
-        self._executor.close()
+        try:
+            if self._records and self._records[-1]["step"] != self.step and getattr(self._executor, "usable", True):
+                self.record_diagnostics()
+        except UnstableSimulation:  # reported by run(); close() often runs in a finally, masking the real error
+            pass
+        finally:
+            self._executor.close()
 
     def __repr__(self):
         return (f"Simulation(name={self.name!r}, model={self.model!r}, dt={self.dt:g}, step={self.step}, "

@@ -22,6 +22,8 @@ Examples
 
 import os
 
+from hpcgpu.errors import ClusterError, ConfigError, WorkerLost
+
 __all__ = ["Checkpointing"]
 
 
@@ -39,7 +41,11 @@ class Checkpointing:
                 "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
                 "model": repr(self.model),
                 "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
-        return checkpoint.write_checkpoint(path, self.model, save(state), meta)
+        directory = checkpoint.write_checkpoint(path, self.model, save(state), meta)
+        # the only ones _recover restarts from (those pruned since are forgotten: a long run writes many)
+        self._own_checkpoints = [c for c in self._own_checkpoints if os.path.isdir(c)]
+        self._own_checkpoints.append(os.path.realpath(directory))
+        return directory
 
     @classmethod
     def resume(cls, path, *, backend=None, client=None, partitions=None, steps_per_task=None, weights=None,
@@ -79,29 +85,77 @@ class Checkpointing:
                   progress=progress, name=meta["name"], client=client, partitions=partitions,
                   steps_per_task=steps_per_task, weights=weights, **kwargs)
         sim.step, sim.time, sim._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
+        # It continues the history of this folder: the checkpoint it came from is its own, and
+        # later ones were unusable (read_checkpoint skipped them), so run(checkpoint=path) may go on.
+        path = os.fspath(path)
+        later = [c for c in checkpoint.list_checkpoints(path) if checkpoint.checkpoint_step(c) > sim.step]
+        sim._own_checkpoints.append(os.path.realpath(os.path.join(path, f"step-{sim.step:010d}")))
+        sim._unusable_checkpoints.extend(os.path.realpath(c) for c in later)
         return sim
 
-    def _recover(self, error):
-        """After a lost worker: restart from the last checkpoint on the workers left; returns the step."""
+    def _check_checkpoint_folder(self, path):
+        """Refuse a checkpoint folder holding checkpoints later than this run's step (another run's history)."""
         from hpcgpu import checkpoint
 
-        if self._checkpoint is None or not checkpoint.list_checkpoints(self._checkpoint[0]):
-            raise error
+        known = set(self._own_checkpoints) | set(self._unusable_checkpoints)
+        later = [c for c in checkpoint.list_checkpoints(path)
+                 if checkpoint.checkpoint_step(c) > self.step and os.path.realpath(c) not in known]
+        if later:
+            steps = ", ".join(str(checkpoint.checkpoint_step(c)) for c in later)
+            raise ConfigError(
+                f"checkpoint={path!r} already holds checkpoints at step(s) {steps}, later than this run's step "
+                f"{self.step}: they belong to another run (or a later part of this one), and mixing histories "
+                "would restart a lost worker from the wrong one. Give an empty directory, delete those "
+                f"checkpoints, or continue from them with Simulation.resume({path!r}).")
+
+    def _recover(self, error, max_restarts):
+        """After a lost worker: restart from this run's last checkpoint on the workers left; returns the step.
+
+        Re-raises ``error`` unless it is a :class:`~hpcgpu.errors.WorkerLost` on a
+        cluster and this run wrote a checkpoint at or before its step into the
+        folder given to :meth:`run`. After ``max_restarts`` restarts in a row from
+        the same checkpoint (the failure repeats before the next checkpoint),
+        raises a :class:`~hpcgpu.errors.WorkerLost` chained to ``error``.
+        """
+        from hpcgpu import checkpoint
+
         executor = self._executor
-        if not hasattr(executor, "client"):
+        if not isinstance(error, WorkerLost) or self._checkpoint is None or not hasattr(executor, "client"):
+            raise error
+        folder = os.path.realpath(self._checkpoint[0])
+        # Only checkpoints this run wrote, never one past its step: another run's, in the same
+        # folder, would continue a different history.
+        own = [c for c in self._own_checkpoints if os.path.dirname(c) == folder and os.path.isdir(c)
+               and checkpoint.checkpoint_step(c) <= self.step]
+        if not own:
             raise error
         import warnings
 
-        _, host_state, meta = checkpoint.read_checkpoint(self._checkpoint[0])  # this run's model is self.model
+        _, host_state, meta = checkpoint.read_checkpoint(folder, candidates=own)  # this run's model is self.model
+        step = int(meta["step"])
+        repeats = 0
+        for record in reversed(self.restarts):
+            if record["step"] != step:
+                break
+            repeats += 1
+        if repeats >= max_restarts:
+            why = (f"not restarting again: the last {repeats} restart(s) from the checkpoint at step {step} failed "
+                   "before the next checkpoint, so the failure repeats (look at the workers' logs)") if repeats else \
+                "not restarting"
+            raise WorkerLost(f"{self.name}: {error}; {why} (max_restarts={max_restarts})") from error
         try:
             executor.close()
         except Exception:  # noqa: BLE001 - the old partitions are gone anyway
             pass
         client = executor.client
-        self._executor = self._make_executor(_restore(self.model, host_state), client, executor.partitions,
-                                             executor.steps_per_task, None)
-        lost = self.step - int(meta["step"])
-        self.step, self.time, self._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
+        try:
+            self._executor = self._make_executor(_restore(self.model, host_state), client, executor.partitions,
+                                                 executor.steps_per_task, None)
+        except ClusterError as failure:  # e.g. no workers left: the lost worker is the cause to report
+            raise WorkerLost(f"{self.name}: {error}; restarting from the checkpoint at step {step} failed: "
+                             f"{failure}") from error
+        lost = self.step - step
+        self.step, self.time, self._records = step, float(meta["time"]), list(meta["records"])
         self._checked_step = None
         self.restarts.append({"step": self.step, "steps_lost": lost, "error": str(error),
                               "workers": len(self._executor.workers)})

@@ -34,10 +34,15 @@ This module is the client side; what runs on the workers is
 Faults: a rank that raises aborts the session on every rank (their waits
 end at once) and the client re-raises the first rank's own error; a lost
 worker aborts the session on the other workers (the scheduler plugin of
-:mod:`hpcgpu.partition.dask_comm`) and the client raises a
-:class:`~hpcgpu.errors.ClusterError`, from which
+:mod:`hpcgpu.partition.dask_comm`) and the client raises
+:class:`~hpcgpu.errors.WorkerLost`, from which
 :class:`~hpcgpu.simulation.Simulation` restarts at its last checkpoint on
 the workers left. Every wait has a timeout; nothing hangs.
+
+A health check that finds the state blown up (NaN/inf, or a CFL number
+above the model's limit) ends its epoch's program there; the client then
+drops the epochs sent after it and the queued program, so the run stands at
+the failing step (its fields, for a look, from :meth:`~PartitionedExecutor.global_state`).
 """
 
 import time
@@ -45,13 +50,14 @@ import uuid
 from collections import deque
 
 from hpcgpu.cluster import worker_info
-from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError
+from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, WorkerLost
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
 from hpcgpu.partition.decomposition import Decomposition, _forget_rank_caches, on_worker, rank_cache  # noqa: F401
 from hpcgpu.partition.decompositions import decomposition_for
-from hpcgpu.partition.epochs import RankResult, Spec, _host_blocks, _records, epoch_task  # noqa: F401
+from hpcgpu.partition.epochs import (RankResult, Spec, _abort_here, _host_blocks, _records, epoch_task,  # noqa: F401
+                                     unhealthy)
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
-from hpcgpu.validation import check_int
+from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]
 
@@ -76,6 +82,21 @@ def _is_lost_worker(error):
                                   "without a goodbye"))
 
 
+def _check_weights(weights, partitions):
+    """``weights`` as a list of floats, or ConfigError: one positive finite number per partition."""
+    valid = f"None, 'calibrate' or a sequence of {partitions} positive finite numbers (one per partition)"
+    try:
+        values = list(weights)
+    except TypeError:
+        raise ConfigError(f"weights must be {valid}; got {weights!r}") from None
+    if len(values) != partitions:
+        raise ConfigError(f"weights must be {valid}; got {len(values)} entries: {weights!r}")
+    try:
+        return [check_float("weights", w, minimum=0.0, strict_min=True) for w in values]
+    except ConfigError as error:
+        raise ConfigError(f"weights must be {valid}; got {weights!r} ({error})") from None
+
+
 class PartitionedExecutor:
     """A model's state in partitions resident on dask workers, advanced by SPMD epochs.
 
@@ -96,18 +117,20 @@ class PartitionedExecutor:
         :func:`hpcgpu.partition.rows.auto_steps_per_task`). Particle
         models exchange every step and take only 1.
     weights : sequence of float or "calibrate", optional
-        Relative partition sizes, or ``"calibrate"`` (grids) to size them by
-        each worker's measured step rate.
+        Relative partition sizes (one positive finite number per
+        partition), or ``"calibrate"`` (grids) to size them by each
+        worker's measured step rate.
     name : str
         Run name (dashboard span and task keys).
     timeout : float
-        Seconds any wait of a rank may take before the run is aborted.
+        Seconds any wait of a rank may take before the run is aborted (> 0).
 
     Raises
     ------
     ConfigError
         A partitioning the model cannot take (too many partitions, a halo
-        or ghost radius wider than a partition).
+        or ghost radius wider than a partition), or ``timeout``,
+        ``partitions``, ``steps_per_task`` or ``weights`` out of range.
     ClusterError
         The cluster has no workers.
     """
@@ -116,6 +139,8 @@ class PartitionedExecutor:
                  name="run", timeout=DEFAULT_TIMEOUT_S):
         from hpcgpu.partition.dask_session import open_session
 
+        # checked here: a bad value would otherwise fail deep in the session, or as a timeout mid-run
+        timeout = check_float("timeout", timeout, minimum=0.0, strict_min=True)
         self.client = client
         self.model = model
         self.dt = dt
@@ -142,8 +167,8 @@ class PartitionedExecutor:
             calibrated = True
         else:
             calibrated = False
-            if weights is not None and len(weights) != partitions:
-                raise ConfigError(f"weights must have one entry per partition ({partitions}); got {len(weights)}")
+            if weights is not None:
+                weights = _check_weights(weights, partitions)
         self.decomposition = builder.build(model, dt, partitions, steps_per_task, weights, calibrated)
         blocks = self.decomposition.split(model, model.to_host(state))
         self.steps_per_task = self.decomposition.steps_per_task
@@ -163,9 +188,12 @@ class PartitionedExecutor:
                          for worker, ranks in self._ranks.items()}
         self._program = []
         self._in_flight = deque()  # (epoch, steps, records future, result futures)
+        self._dropped = []  # epochs sent after a failed health check, still running: results discarded
+        self._halted = False  # a failed health check is filed and the driver has not collected it yet
         self._ready = []
         self._seconds_per_step = None
         self._closed = False
+        self._lost_at_close = False  # close() dropped checks or diagnostics that were asked for
         self._failure = None
         self.transport = "direct" if self.session.direct else "dask"  # until the ranks report theirs
         # per finished epoch: its steps and every rank's (seconds, seconds waiting for messages,
@@ -196,45 +224,73 @@ class PartitionedExecutor:
                                "gone: resume from a checkpoint")
 
     def advance(self, steps):
-        """Queue ``steps`` time steps (sent to the workers as part of an epoch; returns at once)."""
+        """Queue ``steps`` time steps (sent to the workers as part of an epoch; returns at once).
+
+        Waits for the oldest epoch first when :data:`MAX_AHEAD` are in
+        flight. Does nothing once a failed health check is filed and not yet
+        collected: the driver asked for these steps before it could know,
+        and the run stays at the failing step.
+        """
         self._check_open("the run was advanced")
         steps = check_int("steps", steps, minimum=0)
-        if steps == 0:
+        if steps == 0 or self._halted:
             return
         if self._program and self._long_enough():
             self._submit()
+        # the throttle before the steps are counted: an interrupted wait (Ctrl-C) leaves them
+        # uncounted here as in the driver, which counts them once this returns
+        while len(self._in_flight) > MAX_AHEAD and not self._halted:
+            self._take()
+        if self._halted:  # the epoch just taken failed its health check
+            return
         self._program.append(("advance", steps))
         self.step += steps
-        while len(self._in_flight) > MAX_AHEAD:
-            self._take(self._in_flight.popleft())
 
     def request_health(self, step):
-        """Check the state after the queued steps for NaN/inf and the CFL number (result via :meth:`collect`)."""
+        """Check the state after the queued steps for NaN/inf and the CFL number (result via :meth:`collect`).
+
+        Ignored while a failed health check awaits collection (see :meth:`advance`).
+        """
         self._check_open("a health check was requested")
-        self._program.append(("health", step))
+        if not self._halted:
+            self._program.append(("health", step))
 
     def request_diagnostics(self, step):
-        """Reduce the model's diagnostics after the queued steps (result via :meth:`collect`)."""
+        """Reduce the model's diagnostics after the queued steps (result via :meth:`collect`).
+
+        Ignored while a failed health check awaits collection (see :meth:`advance`).
+        """
         self._check_open("diagnostics were requested")
-        self._program.append(("diagnostics", step))
+        if not self._halted:
+            self._program.append(("diagnostics", step))
 
     def collect(self, block=False):
         """Finished health checks and diagnostics, in order: ``(kind, step, value)``.
 
         Sends the queued program when the workers would otherwise idle (or
-        when ``block``, which also waits for everything sent).
+        when ``block``, which also waits for everything sent). A failed
+        health check is the last record returned: what was queued or sent
+        after it is dropped, and :attr:`step` and the state are those of
+        its step.
+
+        Raises
+        ------
+        ClusterError
+            After :meth:`close`, when waiting (``block``) or when close
+            dropped checks or diagnostics still to come (those taken in
+            before it are still returned).
         """
-        if self._program and (block or not self._in_flight or self._long_enough()):
-            self._submit()
-        while self._in_flight and (block or self._in_flight[0][2].done()):
-            self._take(self._in_flight.popleft())
+        if self._closed and (block or self._lost_at_close):
+            self._check_open("results were collected")
+        self._drain(block)
         ready, self._ready = self._ready, []
+        self._halted = False  # the driver has the failed check now: it decides what comes next
         return ready
 
     def synchronize(self):
         """Send what is queued and wait until every epoch has finished (raises on a failure)."""
         self._check_open("the run was synchronized")
-        self._ready = self.collect(block=True) + self._ready  # kept for the driver's next collect
+        self._drain(block=True)  # the records stay for the driver's next collect
 
     def health(self):
         """Blocking health check of the current state: ``(bad_fields, cfl)``."""
@@ -264,21 +320,39 @@ class PartitionedExecutor:
 
     def describe(self):
         return {"executor": "distributed", "engine": "spmd", "transport": self.transport,
-                "backend": self.model.backend_request, "partitions": self.partitions,
+                # what was asked for ("auto" resolves per worker); a user's model may only have its backend
+                "backend": getattr(self.model, "backend_request", None) or self.model.backend.name,
+                "partitions": self.partitions,
                 "steps_per_task": self.steps_per_task, "workers": len(self.workers),
                 f"{self.unit}_per_partition": [b - a for a, b in self.bounds], "epochs": self.epoch,
                 **self.decomposition.describe()}
 
     def close(self):
-        """Release the partitions and end the communicator session."""
+        """Release the partitions and end the communicator session.
+
+        An epoch still running is aborted on its ranks first, so that it
+        ends at once instead of holding the workers (and this call) until
+        it is done; the checks and diagnostics it would have returned are
+        lost (:meth:`collect` then raises).
+        """
         if self._closed:
             return
         self._closed = True
         from hpcgpu.partition.dask_session import close_session
 
-        for _, _, records, results in self._in_flight:
-            self.client.cancel([records, *results.values()])
+        self._lost_at_close = bool(self._in_flight) or any(op != "advance" for op, _ in self._program)
+        futures = [f for _, _, records, results in [*self._in_flight, *self._dropped]
+                   for f in (records, *results.values())]
+        if any(not f.done() for f in futures):
+            # cancelling does not stop a running task: the ranks' waits must end
+            try:
+                self.client.run(_abort_here, self.session.id, f"{self.name} was closed", workers=sorted(self._ranks),
+                                on_error="ignore")
+            except Exception:  # noqa: BLE001 - best effort: a gone worker has nothing to abort
+                pass
+        self.client.cancel(futures)
         self._in_flight.clear()
+        self._dropped = []
         self._program = []
         self._results = {}
         try:
@@ -288,9 +362,16 @@ class PartitionedExecutor:
             _forget_rank_caches(self.session.id)
 
     # -- epochs ------------------------------------------------------------------------------------------
-    def _key(self, phase, *index):
+    def _key(self, phase, *index, epoch=None):
         # a tuple: dask groups tasks (and their dashboard span) by its first part, unique to this run
-        return (f"{self.model.name}-{phase}-{self.token}", self.epoch, *index)
+        return (f"{self.model.name}-{phase}-{self.token}", self.epoch if epoch is None else epoch, *index)
+
+    def _drain(self, block):
+        """Send the queued program if the workers would idle (or ``block``); take the epochs that are done (or all)."""
+        if self._program and (block or not self._in_flight or self._long_enough()):
+            self._submit()
+        while self._in_flight and (block or self._in_flight[0][2].done()):
+            self._take()
 
     def _long_enough(self):
         if self._seconds_per_step is None:
@@ -301,32 +382,79 @@ class PartitionedExecutor:
     def _submit(self):
         from distributed import span
 
-        program, self._program = self._program, []
-        self.epoch += 1
+        self._settle_dropped()  # their ranks must be done before new ones of the session start
+        program, epoch = self._program, self.epoch + 1
         steps = sum(value for op, value in program if op == "advance")
         results = {}
         with span(self.name):
             for worker, ranks in self._ranks.items():
                 results[worker] = self.client.submit(
                     epoch_task, self._spec, self.session, ranks, self._results[worker], program,
-                    key=self._key("epoch", self.workers.index(worker)), workers=[worker], allow_other_workers=False, pure=False,
-                    retries=0)
+                    key=self._key("epoch", self.workers.index(worker), epoch=epoch), workers=[worker],
+                    allow_other_workers=False, pure=False, retries=0)
             first = self.owner[0]
-            records = self.client.submit(_records, results[first], key=self._key("records"), workers=[first],
-                                         allow_other_workers=False, pure=False)
-        self._results = results
-        self._in_flight.append((self.epoch, steps, records, results))
+            records = self.client.submit(_records, results[first], key=self._key("records", epoch=epoch),
+                                         workers=[first], allow_other_workers=False, pure=False)
+        # the executor's own state changes only now: an interrupt above leaves the program queued
+        self._program, self.epoch, self._results = [], epoch, results
+        self._in_flight.append((epoch, steps, records, results))
 
-    def _take(self, entry):
-        """Wait for one epoch, file its records and learn its speed (raises on a failed epoch)."""
+    def _take(self):
+        """Wait for the oldest epoch in flight, file its records and learn its speed (raises on a failed epoch).
+
+        It leaves the queue only once its records are here: an interrupted
+        wait (Ctrl-C) leaves it in flight, to be taken again, records included.
+        """
+        entry = self._in_flight[0]
         _, steps, records, results = entry
         self._wait([records, *results.values()])
-        found, seconds, done, ranks, self.transport = self._gather([records])[0]
+        found, seconds, done, ranks, transport = self._gather([records])[0]
+        self._in_flight.popleft()
+        self.transport = transport
         self._ready.extend(found)
         self.epoch_stats.append({"steps": done, "seconds": seconds, "ranks": ranks})
         if done:
             rate = seconds / done
             self._seconds_per_step = rate if self._seconds_per_step is None else 0.5 * (self._seconds_per_step + rate)
+        if any(kind == "health" and unhealthy(self.model, *value) for kind, _, value in found):
+            self._stop_at(entry, done)
+
+    def _stop_at(self, entry, done):
+        """After ``entry``'s failed health check: its results are the state; what came after it is dropped.
+
+        Its ranks stopped at the check (:func:`~hpcgpu.partition.epochs._run_program`), after
+        ``done`` of its steps; :attr:`step` becomes theirs, so that :meth:`global_state`
+        shows the fields that blew up, not later steps on them.
+        """
+        _, steps, _, results = entry
+        later = list(self._in_flight)
+        self.step -= (steps - done) + sum(s for _, s, _, _ in later) + sum(
+            value for op, value in self._program if op == "advance")
+        self._program = []
+        self._results = results
+        self._halted = True
+        self._dropped.extend(later)
+        self._in_flight.clear()
+        self._settle_dropped()
+
+    def _settle_dropped(self):
+        """Wait for the dropped epochs to end; their results (and errors) are discarded.
+
+        Not cancelled: a rank whose peer's task was cancelled before it
+        started would wait for its messages until the timeout, holding its
+        worker. On the blown-up state they end at their first health check.
+        """
+        from distributed import wait
+
+        if not self._dropped:
+            return
+        futures = [f for _, _, records, results in self._dropped for f in (records, *results.values())]
+        try:
+            wait(futures, timeout=self.session.timeout + _ROOT_CAUSE_WAIT_S)
+        except Exception:  # noqa: BLE001 - a timeout or their failure: not the run's, cancelled below
+            pass
+        self.client.cancel(futures)
+        self._dropped = []
 
     def _wait(self, futures):
         """Wait for ``futures``, watching the session's workers; translate failures."""
@@ -350,16 +478,17 @@ class PartitionedExecutor:
                 missing = set(self.owner) - set(worker_info(self.client))
                 if missing:
                     self._abandon(futures, f"{', '.join(sorted(missing))} left the cluster")
-                    raise ClusterError(f"{self.name}: a worker was lost during the run ({', '.join(sorted(missing))} "
-                                       "left the cluster); the partitions it held are gone")
+                    raise WorkerLost(f"{self.name}: a worker was lost during the run ({', '.join(sorted(missing))} "
+                                     "left the cluster); the partitions it held are gone")
 
     def _abandon(self, futures, reason="an epoch failed"):
         self._failure = self._failure or reason
         self._program = []
         self.client.cancel(list(futures))
-        for _, _, records, results in self._in_flight:
+        for _, _, records, results in [*self._in_flight, *self._dropped]:
             self.client.cancel([records, *results.values()])
         self._in_flight.clear()
+        self._dropped = []
 
     def _fail(self, failed, futures):
         """Raise the root cause of a failed epoch: a rank's own error before the aborts it caused."""
@@ -380,8 +509,8 @@ class PartitionedExecutor:
         lost = [e for e in errors if _is_lost_worker(e)]
         error = lost[0] if lost else errors[0]
         if lost or isinstance(error, CommAborted):
-            raise ClusterError(f"{self.name}: a worker was lost or a rank failed during the run ({type(error).__name__}: "
-                               f"{error}); the partitions are gone") from error
+            raise WorkerLost(f"{self.name}: a worker was lost or a rank failed during the run ({type(error).__name__}: "
+                             f"{error}); the partitions are gone") from error
         raise error
 
     def _errors(self, failed):
@@ -401,6 +530,8 @@ class PartitionedExecutor:
             return self.client.gather(futures, errors="raise")
         except Exception as error:  # noqa: BLE001 - translated when it is a lost worker
             if _is_lost_worker(error):
-                raise ClusterError(f"{self.name}: a worker was lost during the run ({type(error).__name__}: "
-                                   f"{error}); the partitions it held are gone") from error
+                # the partitions are gone: the run has failed, as on every other lost-worker path
+                self._abandon(futures, f"{type(error).__name__}: {error}")
+                raise WorkerLost(f"{self.name}: a worker was lost during the run ({type(error).__name__}: "
+                                 f"{error}); the partitions it held are gone") from error
             raise

@@ -17,7 +17,7 @@ from hpcgpu.errors import CommAborted, CommError, ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
 from hpcgpu.partition.decomposition import on_worker, rank_cache
 
-__all__ = ["RankResult", "Spec", "epoch_task"]
+__all__ = ["RankResult", "Spec", "epoch_task", "unhealthy"]
 
 
 @dataclass
@@ -63,6 +63,16 @@ class _Context:
         self.model = on_worker(spec.model)
 
 
+def unhealthy(model, bad, cfl):
+    """Whether a health check's ``(bad, cfl)`` fails: NaN/inf fields, or a CFL number NaN or above ``model.cfl_limit``.
+
+    :class:`~hpcgpu.simulation.Simulation` raises
+    :class:`~hpcgpu.errors.UnstableSimulation` on such a check; the ranks
+    stop their program there, and the client drops what was sent after it.
+    """
+    return bool(bad) or not cfl <= getattr(model, "cfl_limit", float("inf"))
+
+
 def _run_program(context, carried, program):
     """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
     decomposition, model, comm = context.decomposition, context.model, context.comm
@@ -80,7 +90,7 @@ def _run_program(context, carried, program):
             bad, cfl = model.combine_health(parts, context.dt)
             if context.rank == 0:
                 records.append(("health", value, (bad, cfl)))
-            if bad or cfl != cfl:
+            if unhealthy(model, bad, cfl):
                 break  # every rank saw the same parts: all stop here, the driver reports the step
         elif op == "diagnostics":
             parts = comm.gather(decomposition.block_sums(context, carried))
@@ -153,6 +163,17 @@ def _raise_root_cause(errors):
         if not isinstance(error, CommAborted):
             raise error
     raise errors[0]
+
+
+def _abort_here(session_id, reason, dask_worker=None):
+    """Abort ``session_id``'s ranks on this worker (run by ``client.run``: the client has no rank to abort from).
+
+    Their waits end at once with :class:`~hpcgpu.errors.CommAborted`; the
+    client runs it on every worker of the session, so nothing is sent on.
+    """
+    from hpcgpu.partition.dask_comm import _extension
+
+    _extension(dask_worker).mailbox(session_id).abort(reason)
 
 
 def _records(results):

@@ -13,7 +13,7 @@ from dask.sizeof import sizeof  # noqa: E402
 
 from hpcgpu import Simulation
 from hpcgpu.cluster import start_cluster
-from hpcgpu.errors import ClusterError, ConfigError
+from hpcgpu.errors import ClusterError, ConfigError, WorkerLost
 from hpcgpu.partition.protocols import RowModel, SteppedModel, missing_methods
 from hpcgpu.workloads.astro import NBody
 from hpcgpu.workloads.md import LennardJones
@@ -131,7 +131,7 @@ def test_a_closed_run_keeps_its_final_diagnostics_and_refuses_new_work(client):
     expected = model.diagnostics(final)
     assert sim._records[-1]["energy"] == pytest.approx(expected["energy"], rel=1e-12)
     for call in (sim.record_diagnostics, lambda: sim.run(steps=2), lambda: sim.state):
-        with pytest.raises(ClusterError, match="closed"):
+        with pytest.raises(ClusterError, match="close"):  # "after the run was closed" or "after close()"
             call()
 
 
@@ -147,6 +147,120 @@ def test_a_model_must_provide_its_decompositions_protocol(client):
 
     with pytest.raises(ConfigError, match="cannot be partitioned as 'rows': it lacks .*advance_rows"):
         PartitionedExecutor(client, Incomplete(), None, 1.0)
+
+
+def test_an_interrupted_wait_loses_no_step_and_no_record(client):
+    """Ctrl-C in the throttle of advance, then in a later wait: continuing gives the uninterrupted run."""
+    from _faulty_models import SlowRows
+
+    plain = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    reference = Simulation(plain, dt=100.0, stop_steps=40, diagnostics=2, progress=False).run()
+    # slow supersteps: epochs pile up to the throttle while the driver queues the next ones
+    model = SlowRows("unstable_jet", nx=16, ny=40, backend="numpy", pause=0.02)
+    sim = Simulation(model, dt=100.0, stop_steps=40, diagnostics=2, progress=False, client=client, partitions=2,
+                     steps_per_task=2)
+    executor = sim._executor
+    original_wait, original_advance, advancing, interrupted = executor._wait, executor.advance, [], []
+
+    def advance(steps):
+        advancing.append(steps)
+        try:
+            return original_advance(steps)
+        finally:
+            advancing.pop()
+
+    def interrupting_wait(futures):
+        if (advancing and not interrupted) or len(interrupted) == 1:
+            interrupted.append(bool(advancing))
+            raise KeyboardInterrupt  # as Ctrl-C does, inside dask's wait
+        return original_wait(futures)
+
+    executor.advance, executor._wait = advance, interrupting_wait
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            sim.run()
+        # the steps of the interrupted advance count nowhere: the driver asks for them again
+        assert executor.step == sim.step
+    assert interrupted[0], "the first interrupt was not in advance's throttle"
+    sim.run()
+    np.testing.assert_array_equal(sim.state.h, reference.state.h)
+    assert sum(stats["steps"] for stats in executor.epoch_stats) == 40
+    assert [r["step"] for r in sim._records] == list(range(0, 41, 2))
+    for got, expected in zip(sim._records, reference._records):
+        assert got["energy"] == pytest.approx(expected["energy"], rel=1e-12), got["step"]
+    sim.close()
+
+
+def test_a_failed_health_check_leaves_the_run_at_its_step_with_the_blown_up_fields(client):
+    import uuid
+
+    from _faulty_models import PoisonedRows
+
+    from hpcgpu.errors import UnstableSimulation
+
+    # h turns NaN in each rank's third superstep (step 6); u and v of that step are still those of a clean run
+    clean = Simulation(ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy"), dt=100.0, stop_steps=6,
+                       progress=False).run().state
+    model = PoisonedRows("unstable_jet", nx=16, ny=40, backend="numpy", poison_at=3, token=uuid.uuid4().hex)
+    sim = Simulation(model, dt=100.0, progress=False, client=client, partitions=2, steps_per_task=2, check=2,
+                     diagnostics=2)
+    with pytest.raises(UnstableSimulation, match="step 6 ") as info:
+        sim.run(steps=400)
+    assert info.value.step == 6 and [r["step"] for r in sim._records] == [0, 2, 4]
+    executor = sim._executor
+    # the epochs sent after the failed check and the queued steps are dropped, not run on the NaN state
+    assert executor.usable and executor.step == 6
+    assert sum(stats["steps"] for stats in executor.epoch_stats) == 6
+    assert executor.collect(block=True) == []
+    state = executor.global_state()
+    assert np.isnan(state.h).all()
+    np.testing.assert_array_equal(state.u, clean.u)
+    np.testing.assert_array_equal(state.v, clean.v)
+    executor.close()
+
+
+def test_timeout_and_weights_out_of_range_are_config_errors_naming_them(client):
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    state = model.initial_state()
+    for timeout in (0, -5, "abc", float("nan"), True):
+        with pytest.raises(ConfigError, match=r"timeout must be"):
+            PartitionedExecutor(client, model, state, 100.0, partitions=2, timeout=timeout)
+    for weights in (5, ["a", "b"], [1, -1], [1, float("inf")], [1, 0], [1, 2, 3]):
+        with pytest.raises(ConfigError, match=r"weights must be .*2 positive finite numbers"):
+            PartitionedExecutor(client, model, state, 100.0, partitions=2, weights=weights)
+    executor = PartitionedExecutor(client, model, state, 100.0, partitions=2, weights=np.array([1, 3]), timeout=30)
+    rows = [b - a for a, b in executor.bounds]
+    executor.close()
+    assert rows[1] > rows[0] and sum(rows) == 40
+
+
+def test_closing_a_run_with_an_epoch_running_ends_it_at_once_and_later_collects_say_so(client):
+    from _faulty_models import SlowRows
+
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    model = SlowRows("unstable_jet", nx=16, ny=40, backend="numpy", pause=0.05)
+    executor = PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
+    executor.advance(200)  # 100 supersteps: 5 s a rank
+    executor.request_diagnostics(200)
+    assert executor.collect() == []  # sent: the workers were idle
+    time.sleep(0.5)
+    started = time.monotonic()
+    executor.close()
+    assert time.monotonic() - started < 3, "close waited for the epoch"
+    deadline = time.monotonic() + 3
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(client.processing().values()), "the epoch still runs after close"
+    with pytest.raises(ClusterError, match="after the run was closed"):
+        executor.collect()  # its diagnostics are gone: not an empty list
+    idle = PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
+    idle.close()
+    assert idle.collect() == []  # nothing was asked for (Simulation reads its diagnostics after close)
+    with pytest.raises(ClusterError, match="after the run was closed"):
+        idle.collect(block=True)
 
 
 # -- faults -------------------------------------------------------------------------------------------------
@@ -180,13 +294,68 @@ def test_losing_a_worker_without_a_checkpoint_ends_the_run_with_a_clear_error():
 
         sim.add_callback(kill_one, 10)
         start = time.perf_counter()
-        with pytest.raises(ClusterError, match="lost"):
+        with pytest.raises(WorkerLost, match="lost"):  # the one ClusterError a Simulation recovers from
             sim.run()
         assert time.perf_counter() - start < 60
     finally:
         cluster_object = client.cluster
         client.close()
         cluster_object.close()
+
+
+def test_a_lost_worker_seen_by_the_records_gather_fails_the_run(client, monkeypatch):
+    from distributed.comm.core import CommClosedError
+
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    executor = PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
+    executor.advance(4)
+
+    def lost(*args, **kwargs):
+        raise CommClosedError("in <TCP (closed) ConnectionPool.gather local=tcp://127.0.0.1 remote=tcp://127.0.0.1>")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(client, "gather", lost)
+        with pytest.raises(WorkerLost, match="a worker was lost"):
+            executor.synchronize()
+    assert not executor.usable
+    with pytest.raises(ClusterError, match="after the run failed") as info:
+        executor.advance(2)
+    assert type(info.value) is ClusterError  # a failed run is not a lost worker to recover from
+    executor.close()
+
+
+def test_a_session_worker_missing_and_aborted_ranks_are_lost_workers(client, monkeypatch):
+    from _faulty_models import SlowRows
+
+    from hpcgpu.partition import engine
+
+    model = SlowRows("unstable_jet", nx=16, ny=40, backend="numpy", pause=0.02)
+    executor = engine.PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
+    # the scheduler no longer lists the second worker
+    monkeypatch.setattr(engine, "_POLL_S", 0.05)
+    monkeypatch.setattr(engine, "worker_info", lambda c: {executor.owner[0]: {}})
+    executor.advance(40)
+    executor.collect()
+    time.sleep(0.1)  # both ranks run: dropping one before it starts would leave the other waiting for it
+    with pytest.raises(WorkerLost, match="left the cluster"):
+        executor.synchronize()
+    assert not executor.usable
+    executor.close()
+    monkeypatch.undo()
+    from hpcgpu.partition.epochs import _abort_here
+
+    # every rank aborted (as the scheduler plugin does for a lost worker), no rank's own error behind it
+    monkeypatch.setattr(engine, "_ROOT_CAUSE_WAIT_S", 0.2)
+    executor = engine.PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
+    executor.advance(100)
+    executor.collect()
+    client.run(_abort_here, executor.session.id, "aborted by the test", workers=executor.owner)
+    with pytest.raises(WorkerLost, match="a worker was lost or a rank failed .*CommAborted"):
+        executor.synchronize()
+    assert not executor.usable
+    executor.close()
 
 
 def _kill_during_an_epoch(client, victim, killed):
