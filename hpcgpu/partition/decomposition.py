@@ -30,7 +30,15 @@ def on_worker(model):
     """``model`` with its ``"auto"`` backend resolved on this worker (cached per model)."""
     import pickle
 
-    return _resolved(pickle.dumps(model))
+    try:
+        model_bytes = pickle.dumps(model)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        # a class defined in a script or notebook (__main__) reached the worker by value
+        # (dask sends tasks with cloudpickle): plain pickle cannot name it there
+        import cloudpickle
+
+        model_bytes = cloudpickle.dumps(model)
+    return _resolved(model_bytes)
 
 
 _rank_caches = {}
@@ -44,6 +52,7 @@ def rank_cache(session_id, rank):
 
 
 def _forget_rank_caches(session_id):
+    """Drop the caches of every rank of ``session_id`` in this process (the session closed)."""
     with _rank_caches_lock:
         for key in [k for k in _rank_caches if k[0] == session_id]:
             del _rank_caches[key]

@@ -26,6 +26,7 @@ def split_rows(rows, weights, minimum=1):
     weights = np.asarray(weights, dtype=float)
     if weights.ndim != 1 or len(weights) == 0 or not np.all(weights > 0) or not np.all(np.isfinite(weights)):
         raise ConfigError(f"weights must be positive finite numbers, one per partition; got {weights.tolist()}")
+    weights = weights / weights.max()  # finite weights whose sum overflows would all share 0 rows
     count = len(weights)
     if count * minimum > rows:
         raise ConfigError(
@@ -46,5 +47,7 @@ def split_rows(rows, weights, minimum=1):
             break
         sizes[small] = minimum
         fixed |= small
+    if sizes.sum() != rows:  # pragma: no cover - the rounding above always places every row
+        raise AssertionError(f"split_rows placed {sizes.sum()} of {rows} rows (weights {weights.tolist()})")
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -74,6 +74,7 @@ class Partitionable(Protocol):
 class RowModel(Partitionable, Protocol):
     """Grids split into blocks of rows (:mod:`hpcgpu.partition.rows`)."""
 
+    def block_size(self, state): """Rows a block (or an assembled block with its halos) holds."""
     def periodic_rows(self): """True when the split axis wraps around."""
     def halo_rows(self, steps): """Rows ``(south, north)`` that ``steps`` steps read beyond a block."""
     def assemble_rows(self, south, block, north): """A block with halo rows around it (in place when it can)."""
@@ -102,6 +103,7 @@ class SlabModel(Partitionable, Protocol):
 
     box: Any
 
+    def block_size(self, state): """Atoms a block holds."""
     def ghost_radius(self): """Atoms this close to a slab are its ghosts."""
     def migration_margin(self): """How far an atom may stray from its slab before the lists are rebuilt."""
     def block_positions(self, state): """Positions ``(3, N)`` of a block's atoms."""

@@ -209,7 +209,7 @@ class RowDecomposition(Decomposition):
 
     def _superstep(self, context, block, steps):
         model, comm, rank = context.model, context.comm, context.rank
-        if self.overlap and len(self.bounds) > 1 and block.h.shape[0] >= sum(model.halo_rows(steps)):
+        if self.overlap and len(self.bounds) > 1 and model.block_size(block) >= sum(model.halo_rows(steps)):
             return self._overlapped_superstep(context, block, steps)
         started = time.perf_counter()
         first_row = self.bounds[rank][0]
@@ -219,12 +219,12 @@ class RowDecomposition(Decomposition):
             emulate_slowdown(started)
             return result
         south, north = self.neighbours(rank)
-        rows = block.h.shape[0]
+        rows = model.block_size(block)
         incoming_south, incoming_north, sends = self._post_halos(context, block, steps)
         south_rows = None if incoming_south is None else incoming_south.wait(comm.timeout)
         north_rows = None if incoming_north is None else incoming_north.wait(comm.timeout)
         assembled = model.assemble_rows(south_rows, block, north_rows)
-        skip = 0 if south_rows is None else south_rows.h.shape[0]
+        skip = 0 if south_rows is None else model.block_size(south_rows)
         result = model.advance_rows(assembled, self.dt, steps, first_row - skip, south_open=south is not None,
                                     north_open=north is not None, cache=context.cache, fresh=True)
         comm.waitall(sends)
@@ -236,7 +236,7 @@ class RowDecomposition(Decomposition):
         model, comm = context.model, context.comm
         south, north = self.neighbours(context.rank)
         south_width, north_width = model.halo_rows(steps)
-        rows = block.h.shape[0]
+        rows = model.block_size(block)
         # receives first, then sends: a neighbour's halo may already be here
         incoming_south = None if south is None else comm.irecv(south, "south-halo")
         incoming_north = None if north is None else comm.irecv(north, "north-halo")
@@ -264,7 +264,7 @@ class RowDecomposition(Decomposition):
         first_row = self.bounds[rank][0]
         south, north = self.neighbours(rank)
         south_width, north_width = model.halo_rows(steps)
-        rows = block.h.shape[0]
+        rows = model.block_size(block)
         incoming_south, incoming_north, sends = self._post_halos(context, block, steps)
         result = model.advance_rows(block, self.dt, steps, first_row, south_open=south is not None,
                                     north_open=north is not None, cache=context.cache, fresh=True)
@@ -288,11 +288,11 @@ class RowDecomposition(Decomposition):
         model, comm, rank = context.model, context.comm, context.rank
         south, north = self.neighbours(rank)
         if len(self.bounds) == 1:
-            south_row = None if not self.periodic else model.take_block(block, block.h.shape[0] - 1,
-                                                                        block.h.shape[0])
+            rows = model.block_size(block)
+            south_row = None if not self.periodic else model.take_block(block, rows - 1, rows)
         else:
             incoming = None if south is None else comm.irecv(south, "diagnostic-row")
-            rows = block.h.shape[0]
+            rows = model.block_size(block)
             send = None if north is None else comm.isend(_cut(model, block, rows - 1, rows), north,
                                                          "diagnostic-row")
             south_row = None if incoming is None else incoming.wait(comm.timeout)

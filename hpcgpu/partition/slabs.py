@@ -157,6 +157,11 @@ class Domain:
     split: object = None
 
 
+def _step_of(state):
+    """The step a block's state is at, for error messages (-1 for a model whose state has no ``step``)."""
+    return int(getattr(state, "step", -1))
+
+
 def _slab_index(model, slabs, state):
     return slabs.of(model.backend.xp, model.block_positions(state)[slabs.axis])
 
@@ -183,15 +188,15 @@ def _settle(model, slabs, p, state, arrivals):
     xp = model.backend.xp
     slab = _slab_index(model, slabs, state)
     allowed = (p, *slabs.neighbours(p))
-    if int(sum(int((slab == q).sum()) for q in allowed)) != state.size:
+    if int(sum(int((slab == q).sum()) for q in allowed)) != model.block_size(state):
         strays = [int(i) for i in model.backend.to_host(model.atom_ids(state))[
             ~np.isin(model.backend.to_host(slab), allowed)][:5]]
         raise UnstableSimulation(
             f"atoms {strays} left partition {p} for a slab beyond its neighbours within one neighbour-list "
             f"period: they moved faster than the decomposition allows (reduce dt, or use fewer partitions)",
-            step=int(state.step), field="positions", cfl=math.nan)
+            step=_step_of(state), field="positions", cfl=math.nan)
     staying = model.select_atoms(state, xp.nonzero(slab == p)[0])
-    return model.concat_blocks([staying, *arrivals]), staying.size
+    return model.concat_blocks([staying, *arrivals]), model.block_size(staying)
 
 
 def _send_lists(model, slabs, p, state, staying, arrivals):
@@ -209,15 +214,15 @@ def _send_lists(model, slabs, p, state, staying, arrivals):
     offsets = []
     for batch in arrivals:
         offsets.append(offset)
-        offset += batch.size
+        offset += model.block_size(batch)
     for q, start, batch in zip(slabs.neighbours(p), offsets, arrivals):
         index = _ghost_index(model, slabs, state, q)
-        expected = xp.concatenate([index[index < staying], xp.arange(start, start + batch.size)])
+        expected = xp.concatenate([index[index < staying], xp.arange(start, start + model.block_size(batch))])
         if index.shape != expected.shape or not bool((index == expected).all()):
             raise UnstableSimulation(
                 f"partition {p}: the ghosts of partition {q} are not its own atoms near {q} followed by the ones "
                 f"{q} sent (an atom moved across a whole slab between neighbour-list builds): reduce dt, or use "
-                f"fewer partitions", step=int(state.step), field="positions", cfl=math.nan)
+                f"fewer partitions", step=_step_of(state), field="positions", cfl=math.nan)
         sends.append(index)
     return tuple(sends)
 
@@ -230,6 +235,7 @@ class SlabDecomposition(Decomposition):
     weights: tuple
     dt: float
     counts: tuple = ()
+    order: object = None  # the atom ids of the state that was split, in its order (join gives them back so)
     steps_per_task = 1
     unit = "atoms"
     axis = 2
@@ -247,9 +253,15 @@ class SlabDecomposition(Decomposition):
         if partitions > model.decomposition_size():
             raise ConfigError(f"partitions must be <= {model.decomposition_size()} (the atoms of the model); "
                               f"got {partitions}")
-        weights = [1.0] * partitions if weights is None else [float(w) for w in weights]
+        weights = [1.0] * partitions if weights is None else list(weights)
+        if (len(weights) != partitions
+                or not all(isinstance(w, (int, float, np.number)) and math.isfinite(w) and w > 0 for w in weights)):
+            raise ConfigError(f"weights must be positive finite numbers, one per partition ({partitions}); "
+                              f"got {weights}")
+        weights = [float(w) for w in weights]
         length = float(model.box[cls.axis])
-        edges = np.concatenate([[0.0], np.cumsum(weights) / np.sum(weights) * length])
+        shares = np.asarray(weights) / max(weights)  # finite weights whose sum overflows stay usable
+        edges = np.concatenate([[0.0], np.cumsum(shares) / np.sum(shares) * length])
         edges[-1] = length
         thinnest = float(np.diff(edges).min())
         needed = model.ghost_radius() + model.migration_margin()
@@ -258,13 +270,17 @@ class SlabDecomposition(Decomposition):
                 f"partitions={partitions} cuts the box (side {length:.4g} along {'xyz'[cls.axis]}) into slabs "
                 f"as thin as {thinnest:.4g}; each must be at least cutoff + 2 skin = {needed:.4g} so that ghosts "
                 f"and migrating atoms come from the adjacent slabs only: use at most "
-                f"{max(1, int(length // needed))} partitions or a bigger system")
+                f"{max(1, int(length // needed))} partitions or a bigger system"
+                + ("" if len(set(weights)) == 1 else
+                   f", or weights closer to equal (weights={weights} give slabs of "
+                   f"{', '.join(f'{w:.4g}' for w in np.diff(edges))})"))
         return cls(Slabs(tuple(float(e) for e in edges), cls.axis, length), tuple(weights), float(dt))
 
     def split(self, model, host_state):
         slab = self.slabs.of(np, model.block_positions(host_state)[self.axis])
+        object.__setattr__(self, "order", np.asarray(model.atom_ids(host_state)).copy())
         blocks = [model.select_atoms(host_state, np.nonzero(slab == p)[0]) for p in range(self.slabs.count)]
-        object.__setattr__(self, "counts", tuple(block.size for block in blocks))
+        object.__setattr__(self, "counts", tuple(model.block_size(block) for block in blocks))
         return [Domain(block) for block in blocks]
 
     def sizes(self):
@@ -275,9 +291,14 @@ class SlabDecomposition(Decomposition):
         return {"slab_edges": list(self.slabs.bounds)}
 
     def join(self, model, host_blocks):
-        """The atoms of every slab in id order (the order of the single-partition state)."""
+        """The atoms of every slab in the order of the state that was split (id order if none was)."""
         state = model.concat_blocks(host_blocks)
-        return model.select_atoms(state, np.argsort(model.atom_ids(state), kind="stable"))
+        ids = np.asarray(model.atom_ids(state))
+        by_id = np.argsort(ids, kind="stable")
+        if self.order is None or len(self.order) != len(ids):
+            return model.select_atoms(state, by_id)
+        # the split state's order: where each of its ids sits among the sorted ids
+        return model.select_atoms(state, by_id[np.searchsorted(ids[by_id], self.order)])
 
     # -- the rank's side ------------------------------------------------------------------------------------
     def resume(self, context, domain):
@@ -338,7 +359,7 @@ class SlabDecomposition(Decomposition):
         if len(ghosts) == 1:  # one neighbour (2 slabs): its array as it came, only read below
             positions = ghosts[0]
         else:
-            positions = xp.concatenate(ghosts, axis=1) if ghosts else state.positions[:, :0]
+            positions = xp.concatenate(ghosts, axis=1) if ghosts else model.block_positions(state)[:, :0]
         state = model.kick_with_ghosts(state, positions, self.dt, rebuild, None if rebuild else inner)
         split = domain.split
         if rebuild:

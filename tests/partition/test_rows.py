@@ -316,8 +316,9 @@ def test_weights_reach_the_partitions(client):
     (dict(partitions=4, steps_per_task=4), "needs at least 96 rows"),
     (dict(partitions=0), "partitions must be >= 1"),
     (dict(partitions=2, steps_per_task=0), "steps_per_task must be >= 1"),
-    (dict(partitions=2, weights=[1, 2, 3]), "one entry per partition"),
-    (dict(partitions=2, weights=[1, -1]), "weights must be positive"),
+    (dict(partitions=2, weights=[1, 2, 3]), r"sequence of 2 positive finite numbers \(one per partition\); got 3"),
+    (dict(partitions=2, weights=[1, -1]), r"positive finite numbers .*got \[1, -1\] \(weights must be > 0"),
+    (dict(partitions=2, weights=5), r"weights must be None, 'calibrate' or a sequence of 2 .*; got 5"),
     (dict(partitions=2, weights="fast"), "weights must be a sequence of numbers or 'calibrate'"),
 ])
 def test_bad_partitioning_names_the_parameter(client, kwargs, match):
@@ -330,3 +331,67 @@ def test_partitions_without_a_client_is_a_config_error():
     model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
     with pytest.raises(ConfigError, match="need a dask client"):
         Simulation(model, dt=100.0, partitions=2)
+
+
+@pytest.mark.parametrize("partitions", [2, 3])
+def test_a_users_own_row_model_partitions_through_the_protocol_alone(client, partitions):
+    from _user_models import Heat  # its state has one field, T: nothing of the weather model
+
+    from hpcgpu.partition.protocols import RowModel, missing_methods
+
+    model = Heat(nx=8, ny=30)
+    assert missing_methods(model, RowModel) == []
+    reference = Simulation(model, dt=0.2, stop_steps=7, progress=False).run()
+    sim = Simulation(model, dt=0.2, stop_steps=7, progress=False, client=client, partitions=partitions,
+                     steps_per_task=2).run()
+    assert sim.summary()["rows_per_partition"] == [30 // partitions] * partitions
+    np.testing.assert_array_equal(sim.state.T, reference.state.T)
+    assert not np.array_equal(sim.state.T, model.initial_state().T)  # it did step
+    sim.close()
+
+
+def test_finite_weights_whose_sum_overflows_still_place_every_row():
+    assert split_rows(40, [1e308, 1e308], minimum=6) == [(0, 20), (20, 40)]
+    assert split_rows(40, [1e308, 1e307], minimum=6) == [(0, 34), (34, 40)]
+    assert split_rows(40, [1e-300, 3e-300]) == [(0, 10), (10, 40)]
+
+
+_NOTEBOOK_SCRIPT = '''
+import numpy as np
+from _user_models import Heat
+
+
+class NotebookHeat(Heat):
+    """Defined where a notebook or a script defines its model: in __main__."""
+
+
+if __name__ == "__main__":
+    from hpcgpu import Simulation
+    from hpcgpu.cluster import start_cluster
+
+    model = NotebookHeat(nx=8, ny=24)
+    reference = Simulation(model, dt=0.2, stop_steps=5, progress=False).run()
+    client = start_cluster(workers=2, quiet=True)
+    try:
+        sim = Simulation(model, dt=0.2, stop_steps=5, progress=False, client=client, partitions=2).run()
+        print("bitwise equal:", bool(np.array_equal(sim.state.T, reference.state.T)))
+        sim.close()
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+'''
+
+
+def test_a_model_class_defined_in_main_partitions_like_an_importable_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "notebook_model.py"
+    script.write_text(_NOTEBOOK_SCRIPT)
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bitwise equal: True" in done.stdout

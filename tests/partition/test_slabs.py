@@ -202,3 +202,27 @@ def test_every_backend_splits_the_forces_into_inner_and_edge_atoms_as_one_pass(f
     in_two = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False, inner=inner)
     for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
         np.testing.assert_array_equal(fast_backend.to_host(two), fast_backend.to_host(one), err_msg=name)
+
+
+def test_md_slabs_give_the_atoms_back_in_the_order_of_the_state_that_was_split(client):
+    model = LennardJones(4, temperature=1.0, backend="numpy", seed=1)
+    base = model.initial_state()
+    ids = np.arange(base.size)[::-1].copy()  # valid ids, not increasing
+    state = model.state_from_arrays(base.positions, base.velocities, ids=ids)
+    reference = Simulation(model, state, dt=0.005, stop_steps=5, progress=False).run()
+    sim = Simulation(model, state, dt=0.005, stop_steps=5, progress=False, client=client, partitions=2).run()
+    np.testing.assert_array_equal(sim.state.ids, ids)
+    np.testing.assert_allclose(sim.state.positions, reference.state.positions, rtol=0, atol=1e-12)
+    sim.close()
+
+
+@pytest.mark.parametrize("weights, match", [
+    ([1, float("nan")], r"2 positive finite numbers \(one per partition\); got \[1, nan\] \(weights must be finite"),
+    ([1, float("inf")], r"2 positive finite numbers \(one per partition\); got \[1, inf\]"),
+    ([1, 10], r"at most 2 partitions or a bigger system, or weights closer to equal \(weights=\[1.0, 10.0\] "
+              r"give slabs of 0.7\d+, 7.\d+\)"),
+])
+def test_md_slab_weights_are_checked_and_named(client, weights, match):
+    model = LennardJones(5, temperature=1.0, backend="numpy")  # box side 8.4: two slabs at most
+    with pytest.raises(ConfigError, match=match):
+        Simulation(model, dt=0.005, client=client, partitions=2, weights=weights)

@@ -132,6 +132,10 @@ class AtomBlocks:
     def decomposition_size(self):
         return self.n
 
+    def block_size(self, state):
+        """Atoms of a block."""
+        return state.size
+
     random_state_description = ("counter-based: the Langevin noise is a pure function of (seed, step, atom id); "
                                 "the seed is in the model and the step in the state")
 

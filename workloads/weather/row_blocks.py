@@ -34,6 +34,10 @@ class RowBlocks:
         """Number of rows the state is split along (the grid's ny)."""
         return self.grid.ny
 
+    def block_size(self, state):
+        """Rows of a row block (with the halo rows around it, when it is an assembled block)."""
+        return state.h.shape[0]
+
     def periodic_rows(self):
         """True when the decomposed axis wraps around."""
         return not self.grid.wall_y
