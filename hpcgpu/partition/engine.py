@@ -159,11 +159,13 @@ class PartitionedExecutor:
             raise ConfigError(f"{type(model).__name__} cannot be partitioned as {kind!r}: it lacks "
                               f"{', '.join(missing)} (see hpcgpu.partition.protocols)")
         self.owner = [workers[p % len(workers)] for p in range(partitions)]
+        self.weights_requested = weights  # as given: a restart on the workers left asks for the same
         if isinstance(weights, str):
             if weights != "calibrate":
                 raise ConfigError(f"weights must be a sequence of numbers or 'calibrate'; got {weights!r}")
             self.rates = builder.calibrate(client, model)
-            weights = [self.rates[w] for w in self.owner]
+            # ranks that share a worker share its rate
+            weights = [self.rates[w] / self.owner.count(w) for w in self.owner]
             calibrated = True
         else:
             calibrated = False

@@ -395,3 +395,15 @@ def test_a_model_class_defined_in_main_partitions_like_an_importable_one(tmp_pat
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bitwise equal: True" in done.stdout
+
+
+def test_calibrated_ranks_that_share_a_worker_share_its_rate(client, monkeypatch):
+    workers = sorted(client.scheduler_info()["workers"])
+    # equal measured rates: a worker holding two of the three ranks gives each half of its rate
+    monkeypatch.setattr(RowDecomposition, "calibrate", classmethod(lambda cls, c, m: {w: 50.0 for w in workers}))
+    model = ShallowWater("unstable_jet", nx=16, ny=120, backend="numba")
+    sim = Simulation(model, dt=100.0, stop_steps=2, progress=False, client=client, partitions=3, steps_per_task=1,
+                     weights="calibrate")
+    rows = sim.summary()["rows_per_partition"]
+    assert sum(rows) == 120 and rows[1] > 1.8 * rows[0] and abs(rows[0] - rows[2]) <= 1, rows
+    sim.close()
