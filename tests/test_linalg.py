@@ -275,3 +275,51 @@ def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client,
     finally:
         killer.join()
         client.wait_for_workers(2, timeout=60)
+
+
+def _lap1d(n):
+    """A small 1D SPD tridiagonal matrix (diagonally dominant: CG reaches the rounding floor in ~n steps)."""
+    return sp.diags([-1.0, 2.05, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+
+
+@pytest.mark.parametrize("tol", [1.0, 2.0])
+def test_distributed_cg_rejects_tol_of_one_or_more_as_the_single_process_solver_does(client, tol):
+    import re
+
+    from hpcgpu.kernels.matrix.solvers import conjugate_gradient
+
+    # x = 0 meets a relative residual of 1: the distributed solver used to return it, "converged" at iteration 0
+    A, b = _lap1d(50), np.random.default_rng(0).standard_normal(50)
+    with pytest.raises(ConfigError, match="tol must be") as single:
+        conjugate_gradient(CSRMatrix.from_scipy(A), b, tol=tol, backend="numpy")
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(single.value))}$"):
+        linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=tol, backend="numpy")
+
+
+def test_distributed_cg_stalls_below_the_rounding_floor_as_the_single_process_solver_does(client):
+    from hpcgpu.kernels.matrix.solvers import conjugate_gradient
+
+    # tol = 1e-20 is out of float64's reach. Every round of the distributed solve ends when the recursive
+    # residual passes it and restarts from the true one (~1e-16); the rounds used to restart the stall test
+    # too, so the solve ran to max_iter instead of stopping as stalled, as the single-process solver does.
+    A, b = _lap1d(50), np.random.default_rng(0).standard_normal(50)
+    with pytest.raises(ConvergenceError, match="stalled") as single:
+        conjugate_gradient(CSRMatrix.from_scipy(A), b, tol=1e-20, backend="numpy")
+    with pytest.raises(ConvergenceError, match="stalled") as distributed:
+        linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-20, max_iter=1000, backend="numpy")
+    # the same reason and hint, the same window (the exact iteration depends on the summation order)
+    reason = str(single.value).split(": ", 1)[1].split(";")[0]
+    assert "below the rounding floor of float64" in reason
+    assert reason in str(distributed.value)
+    assert len(distributed.value.residuals) >= distributed.value.iterations + 1
+    assert min(distributed.value.residuals) < 1e-14  # it did reach the floor before giving up
+
+
+def test_distributed_cg_stall_window_is_the_single_process_default():
+    import inspect
+
+    from hpcgpu.kernels.matrix.solvers import conjugate_gradient
+    from hpcgpu.linalg import cg_ranks
+
+    default = inspect.signature(conjugate_gradient).parameters["stall_window"].default
+    assert cg_ranks.STALL_WINDOW == default

@@ -44,7 +44,8 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     x0 : array (n,), optional
         Initial guess (default zero).
     tol : float
-        Stop when ``||b - A x|| <= tol ||b||`` (> 0).
+        Stop when ``||b - A x|| <= tol ||b||``; in (0, 1), checked as the
+        single-process solver checks it (:func:`_check_tol`).
     max_iter : int, optional
         Default ``10 n``.
     preconditioner : {"jacobi", None}
@@ -95,7 +96,7 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         raise ConfigError(f"b must have shape ({n},) to match the matrix; got {b.shape}")
     if b.dtype != A.dtype:
         raise ConfigError(f"b must have the matrix's dtype {A.dtype}; got {b.dtype}")
-    tol = check_float("tol", tol, minimum=0.0, strict_min=True)
+    tol = _check_tol(tol)
     max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
     check_int("check_every", check_every, minimum=1)
     if preconditioner not in ("jacobi", None):
@@ -132,10 +133,14 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     try:
         solver = _Solver(client, session, owner, bounds, parts, name)
         iterations = 0
+        # the stall test's state lives across rounds, as across the single-process solver's restarts: a
+        # round that restarts from the true residual at the rounding floor must not start a fresh window
+        # (each round used to, and a tolerance below the floor ran to max_iter instead of stalling)
+        stall = dict(best=history[0], best_at=0, energy=(0.0,))
         while True:
-            job = cg_ranks.CGJob(session, name, tol, b_norm, max_iter, iterations, history[-1], iterations,
-                                 solver.rounds)
-            found, iterations, failure, x = solver.run(job, x, r)
+            job = cg_ranks.CGJob(session, name, tol, b_norm, max_iter, iterations, round=solver.rounds,
+                                 stall_window=cg_ranks.STALL_WINDOW, **stall)
+            found, iterations, failure, x, stall = solver.run(job, x, r)
             history.extend(found)
             if failure is not None:
                 _fail(failure, history, iterations, tol)
@@ -149,6 +154,20 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         if solver is not None:
             solver.release()
         close_session(client, session)
+
+
+def _check_tol(tol):
+    """``tol`` as a float in (0, 1), or a ConfigError naming it.
+
+    The same checks, in the same order and with the same messages, as
+    :func:`hpcgpu.kernels.matrix.conjugate_gradient`: the two solvers take
+    the same tolerances. A relative residual of 1 is met by ``x = 0``, so
+    ``tol >= 1`` would "converge" without an iteration.
+    """
+    tol = check_float("tol", tol, minimum=0.0, strict_min=True, maximum=1.0)
+    if tol >= 1.0:
+        raise ConfigError(f"tol must be < 1 (a relative residual), got {tol}")
+    return tol
 
 
 def _host_csr(matrix):
@@ -181,7 +200,7 @@ class _Solver:
         self.parts = {}
 
     def run(self, job, x, r):
-        """One round from ``x`` (residual ``r``); ``(history, iterations, failure, x)``."""
+        """One round from ``x`` (residual ``r``); ``(history, iterations, failure, x, stall state)``."""
         self.rounds += 1
         futures = []
         for k, (worker, ranks) in enumerate(self.ranks.items()):
@@ -203,9 +222,11 @@ class _Solver:
             for rank, result in zip(ranks, found):
                 results[rank] = result
         first = results[0]
+        # every rank took the same decisions on the same values: rank 0's stall state is everyone's
+        stall = dict(best=first.best, best_at=first.best_at, energy=first.energy)
         if first.failure is not None:
-            return first.history, first.iterations, first.failure, x
-        return first.history, first.iterations, None, np.concatenate([result.x for result in results])
+            return first.history, first.iterations, first.failure, x, stall
+        return first.history, first.iterations, None, np.concatenate([result.x for result in results]), stall
 
     def _abort(self, reason):
         alive = sorted(set(self.owner) & set(worker_info(self.client)))

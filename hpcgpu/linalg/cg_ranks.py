@@ -63,10 +63,12 @@ from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
 __all__ = ["CGPart", "CGJob", "CGRankResult", "split", "solve_task", "abort_on_worker", "STALL_WINDOW",
            "TIMEOUT_S"]
 
-STALL_WINDOW = 100
+STALL_WINDOW = 200
 """Iterations without a 1 % drop of the best residual, and without a fall of the A-norm error
-beyond rounding, that count as a stall (as in :func:`hpcgpu.kernels.matrix.conjugate_gradient`:
-CG's residual may rise for hundreds of iterations while the error it minimises falls)."""
+beyond rounding, that count as a stall: the default ``stall_window`` of
+:func:`hpcgpu.kernels.matrix.conjugate_gradient` (a test holds the two equal), so that both solvers
+give up on the same system at the same point. CG's residual may rise for hundreds of iterations
+while the error it minimises falls; the error test, not a short window, tells that from a stall."""
 TIMEOUT_S = DEFAULT_TIMEOUT_S
 """Longest wait of a rank for one message, in seconds (a hung or lost peer; not the solve's length)."""
 
@@ -95,6 +97,11 @@ class CGJob:
     best: float           # best relative residual so far, and the iteration it was reached
     best_at: int
     round: int
+    # the stall test's state carried over from the rounds before (as the single-process solver keeps
+    # it over its restarts): a restart must not make a stalled solve look new. energy: the last
+    # ``stall_window + 1`` running sums of the A-norm error's fall, all the test reads
+    energy: tuple = (0.0,)
+    stall_window: int = STALL_WINDOW
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,9 @@ class CGRankResult:
     history: list         # relative residual after each iteration of the round (rank 0 only)
     iterations: int       # iterations counted from the first round
     failure: str          # why CG stopped without converging, or None
+    best: float = None    # the stall test's state at the end, for the next round's CGJob
+    best_at: int = None
+    energy: tuple = None
 
 
 def split(matrix, bounds, jacobi=True):
@@ -201,8 +211,10 @@ def _cg_rank(comm, part, x, r, job):
     for source, where in neighbours.slices.items():
         full[where] = ghosts[source]
     k, best, best_at, history, failure = job.start, job.best, job.best_at, [], None
-    # sum of alpha (r . z) since the round began: the fall of ||e||_A^2, the same on every rank
-    energy, rounding = [0.0], float(np.finfo(r.dtype).eps)
+    # running sum of alpha (r . z) since the first round: the fall of ||e||_A^2, the same on every rank
+    # (a round starts where the last one ended, so the sums of the rounds add up)
+    energy, rounding = list(job.energy), float(np.finfo(r.dtype).eps)
+    window = job.stall_window
     while True:
         spmv(A, full, out=q, backend=backend)
         pq = _sum_over_ranks(comm, dot(p, q, backend=backend))
@@ -224,12 +236,15 @@ def _cg_rank(comm, part, x, r, job):
         if not (math.isfinite(history[-1]) and math.isfinite(rz_new)):
             failure = "the residual is not finite"
             break
-        if history[-1] <= job.tol:
-            break
+        # the best is updated before the convergence test, as in the single-process solver: the round's
+        # last residual counts towards the next round's stall test
         if history[-1] < 0.99 * best:
             best, best_at = history[-1], k
-        elif k - best_at >= STALL_WINDOW and error_stalled(energy, STALL_WINDOW, rounding):
-            failure = f"stalled: no 1 % progress in the last {STALL_WINDOW} iterations"
+        if history[-1] <= job.tol:
+            break
+        if k - best_at >= window and error_stalled(energy, window, rounding):
+            failure = (f"stalled: no 1 % progress in the last {window} iterations (the tolerance may be "
+                       f"below the rounding floor of {np.dtype(r.dtype).name}, or the system is inconsistent)")
             break
         if k >= job.max_iter:
             failure = f"max_iter={job.max_iter} reached without convergence"
@@ -244,7 +259,8 @@ def _cg_rank(comm, part, x, r, job):
             axpy(beta, full[where], ghosts[source], out=full[where], backend=backend)
         rz = rz_new
     backend.synchronize()
-    return CGRankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure)
+    return CGRankResult(None if failure else backend.to_host(x), history if comm.rank == 0 else None, k, failure,
+                        best, best_at, tuple(energy[-(window + 1):]))
 
 
 def _run_rank(job, rank, part, x, r, worker):
