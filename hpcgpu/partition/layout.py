@@ -29,9 +29,11 @@ def split_rows(rows, weights, minimum=1):
     weights = weights / weights.max()  # finite weights whose sum overflows would all share 0 rows
     count = len(weights)
     if count * minimum > rows:
-        raise ConfigError(
-            f"partitions={count} needs at least {count * minimum} rows ({minimum} per block for the halo) "
-            f"but the grid has {rows}; use at most {rows // minimum} partitions or fewer steps_per_task")
+        most = rows // minimum
+        advice = (f"use at most {most} partitions or fewer steps_per_task" if most > 1 else
+                  "use fewer steps_per_task (a narrower halo) or a bigger grid")
+        raise ConfigError(f"partitions={count} needs at least {count * minimum} rows ({minimum} per block for the "
+                          f"halo) but the grid has {rows}; {advice}")
     sizes = np.zeros(count, dtype=int)
     fixed = np.zeros(count, dtype=bool)
     while True:

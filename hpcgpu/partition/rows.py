@@ -181,6 +181,13 @@ class RowDecomposition(Decomposition):
         if calibrated:
             weights = weights_from_rates(model, k, weights)
         minimum = max(model.halo_rows(k)) if partitions > 1 else 1
+        if partitions * minimum > rows and steps_per_task is not None:
+            fits = [c for c in (16, 8, 4, 2, 1) if c < k and partitions * max(model.halo_rows(c)) <= rows]
+            if fits:  # say which K would do, beside split_rows's advice on partitions
+                raise ConfigError(
+                    f"steps_per_task={k} needs {minimum} rows of halo per block, {partitions * minimum} rows on "
+                    f"partitions={partitions}, but the grid has {rows}: use steps_per_task <= {fits[0]}, fewer "
+                    "partitions or a bigger grid")
         bounds = split_rows(rows, weights if shares is None else shares, minimum)
         overlap = _overlap_default(k)
         return cls(tuple(bounds), k, periodic, tuple(float(w) for w in weights), float(dt), overlap)

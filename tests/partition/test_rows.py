@@ -313,7 +313,10 @@ def test_weights_reach_the_partitions(client):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(partitions=41), "partitions must be <= 40"),
-    (dict(partitions=4, steps_per_task=4), "needs at least 96 rows"),
+    (dict(partitions=4, steps_per_task=4), r"steps_per_task=4 needs 24 rows of halo per block, 96 rows on "
+                                           r"partitions=4, but the grid has 40: use steps_per_task <= 1"),
+    (dict(partitions=2, steps_per_task=64), r"needs at least 768 rows .* use fewer steps_per_task \(a narrower halo\) "
+                                            r"or a bigger grid"),
     (dict(partitions=0), "partitions must be >= 1"),
     (dict(partitions=2, steps_per_task=0), "steps_per_task must be >= 1"),
     (dict(partitions=2, weights=[1, 2, 3]), r"sequence of 2 positive finite numbers \(one per partition\); got 3"),

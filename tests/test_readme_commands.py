@@ -1,0 +1,70 @@
+"""The README's cluster commands for the weather model, run as the README writes them.
+
+The commands are read from README.md itself, so that an edit there that
+breaks one fails here (the 4-worker K = 16 example once needed a grid
+bigger than the default one and failed as written).
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def _readme_command(prefix):
+    """The first inline command of the README that starts with ``prefix``."""
+    with open(README, encoding="utf-8") as handle:
+        text = handle.read()
+    found = re.search(r"`(" + re.escape(prefix) + r"[^`]*)`", text)
+    assert found, f"no `{prefix}...` command in the README"
+    return found.group(1)
+
+
+def _hpcgpu(command, cwd):
+    words = shlex.split(command)
+    assert words[0] == "hpcgpu"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, "-P", "-m", "hpcgpu.cli", *words[1:]], capture_output=True, text=True,
+                          timeout=1800, env=env, cwd=cwd)
+
+
+def _summary(folder):
+    (run,) = (folder / "hpcgpu-output").iterdir()
+    return json.loads((run / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_readmes_command_line_cluster_example_runs_as_written(tmp_path):
+    command = _readme_command("hpcgpu run weather --ny ")
+    assert "--workers 4" in command and "--steps-per-task 16" in command
+    result = _hpcgpu(command, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(tmp_path)
+    steps = int(shlex.split(command)[shlex.split(command).index("--steps") + 1])
+    assert summary["step"] == steps and summary["workers"] == 4 and summary["steps_per_task"] == 16
+    assert abs(summary["mass_relative_change"]) < 1e-12
+
+
+@pytest.mark.slow
+def test_the_readmes_scheduler_command_runs_on_a_scheduler_of_ones_own(tmp_path):
+    from hpcgpu.cluster import start_cluster
+
+    command = _readme_command("hpcgpu run weather --scheduler ")
+    client = start_cluster(workers=2, quiet=True)
+    try:
+        address = client.scheduler.address
+        result = _hpcgpu(command.replace("tcp://SCHEDULER_HOST:8786", address), tmp_path)
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(tmp_path)
+    assert summary["executor"] == "distributed" and summary["workers"] == 2 and summary["step"] > 0
+    assert abs(summary["mass_relative_change"]) < 1e-12
