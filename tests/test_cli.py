@@ -377,3 +377,133 @@ def test_bench_comm_bad_input_is_a_clear_error(args, message):
     result = run("bench", "comm", *args, timeout=120)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr and not result.stdout
+
+
+# -- output steps, resumed runs and option checks (fixes of a review) ------------------------------------------
+def _steps(store, group=None):
+    return xr.open_zarr(store, group=group)["step"].values.tolist()
+
+
+def test_run_weather_output_steps_do_not_depend_on_the_steps_per_task_and_include_the_last(tmp_path, monkeypatch):
+    # In-process, on a one-worker threads cluster (a process cluster takes most of the time budget).
+    from distributed import Client, LocalCluster
+
+    from hpcgpu.cli import main
+    from hpcgpu.workloads.weather import cli as weather_cli
+
+    out = tmp_path / "k6"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        monkeypatch.setattr(weather_cli, "open_client", lambda args: client)
+        status = main(["run", "weather", "--case", "gravity_wave", "--nx", "16", "--ny", "16", "--steps", "21",
+                       "--snapshots", "4", "--backend", "numpy", "--no-progress", "--out", str(out),
+                       "--workers", "1", "--steps-per-task", "6"])
+    assert status == 0
+    assert json.loads((out / "summary.json").read_text())["steps_per_task"] == 6
+    # 21 // 4 = 5 steps apart (not rounded to K = 6), and the final step
+    assert _steps(out / "fields.zarr") == [0, 5, 10, 15, 20, 21]
+    assert _steps(out / "fields.zarr", "diagnostics") == list(range(22))
+
+
+def _run_in_process(capsys, *args):
+    """``hpcgpu ARGS`` in this process (no interpreter start-up): ``(status, stderr)``."""
+    from hpcgpu.cli import main
+
+    status = main(list(args))
+    return status, capsys.readouterr().err
+
+
+def _keep_checkpoints_up_to(folder, step):
+    """Stand in for a job stopped at ``step`` (a wall-time stop is timing-dependent): drop later checkpoints."""
+    import shutil
+
+    from hpcgpu import checkpoint
+
+    for path in checkpoint.list_checkpoints(str(folder)):
+        if checkpoint.checkpoint_step(path) > step:
+            shutil.rmtree(path)
+
+
+def test_run_weather_resume_appends_to_its_own_store_with_the_cadence_of_the_whole_run(tmp_path, monkeypatch,
+                                                                                      capsys):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    common = ("--backend", "numpy", "--no-progress", "--snapshots", "4")
+    status, err = _run_in_process(capsys, "run", "weather", "--case", "gravity_wave", "--nx", "16", "--ny", "8",
+                                  "--steps", "400", "--checkpoint", "ck", "--checkpoint-every", "250", *common)
+    assert status == 0, err
+    _keep_checkpoints_up_to(tmp_path / "ck", 250)
+    folder = tmp_path / "hpcgpu-output" / "weather-gravity_wave"
+    shutil.rmtree(folder / "fields.zarr")  # as if the job had stopped at step 250 ...
+    # ... and the next job resumes without repeating --case or --steps
+    status, err = _run_in_process(capsys, "run", "weather", "--resume", "ck", *common)
+    assert status == 0, err
+    assert [p.name for p in (tmp_path / "hpcgpu-output").iterdir()] == ["weather-gravity_wave"]
+    assert json.loads((folder / "summary.json").read_text())["step"] == 400
+    # the steps of the uninterrupted run (400 // 4 apart; diagnostics 400 // 200 apart, the part before
+    # the checkpoint from it)
+    assert _steps(folder / "fields.zarr") == [300, 400]
+    assert _steps(folder / "fields.zarr", "diagnostics") == list(range(0, 401, 2))
+
+
+def test_run_weather_resume_with_steps_extends_the_run_and_refuses_one_before_the_checkpoint(tmp_path, capsys):
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    common = ("--backend", "numpy", "--no-progress", "--snapshots", "4", "--out", out)
+    status, err = _run_in_process(capsys, "run", "weather", "--case", "gravity_wave", "--nx", "16", "--ny", "8",
+                                  "--steps", "40", "--checkpoint", ck, *common)
+    assert status == 0, err
+    status, err = _run_in_process(capsys, "run", "weather", "--resume", ck, "--steps", "45", *common)
+    assert status == 0, err
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["step"] == 45
+    # the cadence of the run as started (every 10), and the new last step
+    assert _steps(tmp_path / "out" / "fields.zarr") == [0, 10, 20, 30, 40, 45]
+    status, err = _run_in_process(capsys, "run", "weather", "--resume", ck, "--steps", "20", *common)
+    assert status == 2 and "--steps 20 stops before step 45" in err
+
+
+def test_run_md_resume_appends_to_the_trajectory_of_its_own_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    common = ("--backend", "numpy", "--no-progress", "--snapshots", "4", "--xyz")
+    status, err = _run_in_process(capsys, "run", "md", "--n-cells", "3", "--cutoff", "2.0", "--thermostat",
+                                  "langevin", "--steps", "40", "--checkpoint", "ck", "--checkpoint-every", "25",
+                                  *common)
+    assert status == 0, err
+    _keep_checkpoints_up_to(tmp_path / "ck", 25)
+    folder = tmp_path / "hpcgpu-output" / "md-langevin"
+    # the steps after the checkpoint were written already: kept, not written twice; earlier ones not lost
+    status, err = _run_in_process(capsys, "run", "md", "--resume", "ck", *common)
+    assert status == 0, err
+    assert [p.name for p in (tmp_path / "hpcgpu-output").iterdir()] == ["md-langevin"]
+    text = (folder / "trajectory.xyz").read_text()
+    assert [int(w[5:]) for w in text.split() if w.startswith("Step=")] == [0, 10, 20, 30, 40]
+    assert len(text.splitlines()) == 5 * (2 + 108)
+    assert _steps(folder / "snapshots.zarr") == [0, 10, 20, 30, 40]
+
+
+def test_run_astro_resume_writes_to_the_store_of_its_case(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    common = ("--backend", "numpy", "--no-progress", "--snapshots", "2")
+    status, err = _run_in_process(capsys, "run", "astro", "--case", "kepler", "--steps", "20", "--checkpoint", "ck",
+                                  *common)
+    assert status == 0, err
+    status, err = _run_in_process(capsys, "run", "astro", "--resume", "ck", "--steps", "25", *common)
+    assert status == 0, err
+    assert [p.name for p in (tmp_path / "hpcgpu-output").iterdir()] == ["astro-kepler"]
+    assert _steps(tmp_path / "hpcgpu-output" / "astro-kepler" / "snapshots.zarr") == [0, 10, 20, 25]
+
+
+def test_run_weather_bad_weights_are_an_error_before_a_cluster_starts(monkeypatch, capsys):
+    from hpcgpu.workloads.weather import cli as weather_cli
+
+    def no_cluster(args):
+        raise AssertionError("a cluster was started before --weights was checked")
+
+    monkeypatch.setattr(weather_cli, "open_client", no_cluster)
+    for weights in ("1,x", "1,-2", "1,nan", ""):
+        status, err = _run_in_process(capsys, "run", "weather", "--case", "gravity_wave", "--nx", "16", "--ny", "8",
+                                      "--steps", "4", "--backend", "numpy", "--no-progress", "--workers", "2",
+                                      "--weights", weights)
+        assert status == 2, (weights, err)
+        assert err.strip() == ("hpcgpu: error: --weights must be 'calibrate' or comma-separated positive numbers; "
+                               f"got {weights!r}")

@@ -505,3 +505,21 @@ def test_sorting_is_on_by_default_on_gpu_backends_only(backend):
     assert model.sort_every == (50 if backend.on_gpu else 0)
     assert LennardJones(3, backend=backend, sort_every=7).sort_every == 7
     assert model.with_backend("numpy").sort_every == 0  # "auto" follows the backend
+
+
+def test_xyz_writer_append_keeps_the_frames_before_drops_a_cut_one_and_writes_no_step_twice(tmp_path):
+    path = tmp_path / "run.xyz"
+    model = LennardJones(3, cutoff=2.0, backend="numpy")
+    Simulation(model, dt=0.005, stop_steps=4, progress=False).add_writer(XYZWriter(path, 2)).run()
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) - 100])  # the job was killed while writing the frame of step 4
+    writer = XYZWriter(path, 2, append=True)
+    assert writer.frames == 2  # steps 0 and 2; the cut frame is gone
+    # a run resumed from step 0 (say): steps 0 and 2 are in the file already
+    Simulation(model, dt=0.005, stop_steps=6, progress=False).add_writer(writer).run()
+    frames = _read_xyz(path)
+    assert [int(info["Step"]) for info, _, _ in frames] == [0, 2, 4, 6]
+    assert path.read_bytes()[: len(whole)] == whole  # the frames before, unchanged (the run is deterministic)
+    path.write_text("not a trajectory\n")
+    with pytest.raises(ConfigError, match="cannot append"):
+        XYZWriter(path, 2, append=True)

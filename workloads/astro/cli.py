@@ -7,9 +7,8 @@ import sys
 import time
 
 from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, check_run_arguments, open_client,
-                                run_options, start)
+                                output_schedule, run_options, start)
 from hpcgpu.cluster import close_client
-from hpcgpu.schedules import Every
 
 HELP = "gravitational N-body model (astrophysics)"
 DESCRIPTION = ("Run a gravitational N-body case (Kepler orbit, Plummer sphere, galaxy collision), write "
@@ -23,7 +22,8 @@ def add_arguments(parser):
     parser.add_argument("--case", default="galaxy_collision", choices=sorted(CASES),
                         help="initial condition (default: galaxy_collision)")
     parser.add_argument("--n", type=int, help="number of bodies (default: the case's)")
-    parser.add_argument("--steps", type=int, help="time steps (default: run to the case's stop time)")
+    parser.add_argument("--steps", type=int, help="time steps (default: run to the case's stop time; "
+                                                  "with --resume: the checkpointed run's, or extend it to N)")
     parser.add_argument("--stop-time", type=float, help="model time to stop at (N-body units)")
     parser.add_argument("--dt", type=float, help="time step (default: the case's)")
     parser.add_argument("--softening", type=float, help="Plummer softening length (default: the case's)")
@@ -54,16 +54,17 @@ def run(args):
     dt = args.dt if args.dt is not None else model.case_dt
     stop_time = args.stop_time if args.stop_time is not None else model.stop_time
     steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
-    out = args.out or os.path.join("hpcgpu-output", f"astro-{args.case}")
-    os.makedirs(out, exist_ok=True)
     client = open_client(args)
-    sim = start(args, lambda: Simulation(
+    sim, planned = start(args, lambda: Simulation(
         model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-        diagnostics=max(1, steps // 200), client=client, partitions=args.partitions), client,
-        diagnostics=max(1, steps // 200))
+        client=client, partitions=args.partitions), client)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
+    sim.diagnostics_schedule = output_schedule(planned, 200, steps)
+    # a resumed run appends to its own store: named by its model, not by this command line's --case
+    out = args.out or os.path.join("hpcgpu-output", f"astro-{getattr(model, 'case', args.case)}")
+    os.makedirs(out, exist_ok=True)
     zarr_path = os.path.join(out, "snapshots.zarr")
-    sim.add_writer(ZarrWriter(zarr_path, Every(max(1, steps // max(1, args.snapshots))), append=bool(args.resume)))
+    sim.add_writer(ZarrWriter(zarr_path, output_schedule(planned, args.snapshots, steps), append=bool(args.resume)))
     print(f"hpcgpu: {model!r}, dt={dt:.4g}, {steps} steps to t={steps * dt:.4g}", file=sys.stderr)
     started = time.perf_counter()
     try:

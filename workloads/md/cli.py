@@ -6,7 +6,7 @@ import sys
 import time
 
 from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, check_run_arguments, open_client,
-                                run_options, start)
+                                output_schedule, run_options, start)
 from hpcgpu.cluster import close_client
 from hpcgpu.schedules import Every
 
@@ -29,7 +29,9 @@ def add_arguments(parser):
     parser.add_argument("--no-shift", action="store_true",
                         help="truncate the potential without shifting it to zero at the cutoff")
     parser.add_argument("--dt", type=float, default=0.005, help="time step, tau (default 0.005)")
-    parser.add_argument("--steps", type=int, default=2000, help="time steps (default 2000)")
+    # default None, filled in for a new run: with --resume only an explicit --steps extends the run
+    parser.add_argument("--steps", type=int, help="time steps (default 2000; with --resume: the checkpointed "
+                                                  "run's, or extend it to N)")
     parser.add_argument("--thermostat", default="none", choices=THERMOSTATS,
                         help="none: NVE velocity Verlet; langevin: NVT, BAOAB (default none)")
     parser.add_argument("--friction", type=float, default=1.0, help="Langevin friction, 1/tau (default 1)")
@@ -53,43 +55,44 @@ def run(args):
     from hpcgpu.workloads.md import LennardJones
 
     for name in ("steps", "snapshots", "rdf_samples"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
     model = LennardJones(args.n_cells, density=args.density, temperature=args.temperature, cutoff=args.cutoff,
                          skin=args.skin, shift=not args.no_shift, thermostat=args.thermostat,
                          friction=args.friction, dtype=args.dtype, backend=args.backend, seed=args.seed)
     state = model.initial_state()
-    steps = args.steps
-    out = args.out or os.path.join("hpcgpu-output", f"md-{model.case}")
-    os.makedirs(out, exist_ok=True)
+    steps = args.steps if args.steps is not None else 2000
     client = open_client(args)
     try:
-        return _run(args, model, state, steps, out, client)
+        return _run(args, model, state, steps, client)
     finally:
         close_client(client)
 
 
-def _run(args, model, state, steps, out, client):
+def _run(args, model, state, steps, client):
     import numpy as np
 
     from hpcgpu.io import ZarrWriter
     from hpcgpu.simulation import Simulation
     from hpcgpu.workloads.md import XYZWriter
 
-    sim = start(args, lambda: Simulation(
+    sim, planned = start(args, lambda: Simulation(
         model, state, dt=args.dt, stop_steps=steps, progress=False if args.no_progress else None,
-        diagnostics=max(1, steps // 200), client=client, partitions=args.partitions), client,
-        diagnostics=max(1, steps // 200))
+        client=client, partitions=args.partitions), client)
     model, steps = sim.model, sim.stop_steps
-    every = Every(max(1, steps // args.snapshots))
+    sim.diagnostics_schedule = output_schedule(planned, 200, steps)
+    # a resumed run appends to its own outputs: named by its model, not by this command line's options
+    out = args.out or os.path.join("hpcgpu-output", f"md-{model.case}")
+    os.makedirs(out, exist_ok=True)
+    every = output_schedule(planned, args.snapshots, steps)
     zarr_path = os.path.join(out, "snapshots.zarr")
     sim.add_writer(ZarrWriter(zarr_path, every, append=bool(args.resume)))
     xyz_path = os.path.join(out, "trajectory.xyz")
     if args.xyz:
-        sim.add_writer(XYZWriter(xyz_path, every))
+        sim.add_writer(XYZWriter(xyz_path, every, append=bool(args.resume)))
     rdf = _RdfAverage(model, start=steps // 2)
     sim.add_callback(rdf, Every(max(1, (steps - steps // 2) // args.rdf_samples)), name="rdf")
-    print(f"hpcgpu: {model!r}, dt={args.dt:g}, {steps} steps to t={steps * args.dt:g}", file=sys.stderr)
+    print(f"hpcgpu: {model!r}, dt={sim.dt:g}, {steps} steps to t={steps * sim.dt:g}", file=sys.stderr)
     started = time.perf_counter()
     try:
         sim.run(**run_options(args))

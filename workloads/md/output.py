@@ -109,12 +109,17 @@ class XYZWriter:
     ----------
     path : str or os.PathLike
         The ``.xyz`` file; replaced by the first frame (unless ``overwrite``
-        is false, when an existing file raises ConfigError).
+        is false, when an existing file raises ConfigError, or ``append``).
     schedule : int or Schedule
         When to write (an int means every N steps); step 0 is included.
     species, unwrapped, precision
         As for :func:`xyz_frame`.
     overwrite : bool
+    append : bool
+        Continue an existing file (a run resumed from a checkpoint): frames
+        are appended, and those of steps the file already holds (written
+        after the checkpoint, before the run stopped) are not written twice.
+        A last frame cut short (the job killed while writing it) is dropped.
 
     Examples
     --------
@@ -128,7 +133,8 @@ class XYZWriter:
     3
     """
 
-    def __init__(self, path, schedule, *, species="Ar", unwrapped=False, precision=8, overwrite=True):
+    def __init__(self, path, schedule, *, species="Ar", unwrapped=False, precision=8, overwrite=True,
+                 append=False):
         self.path = os.fspath(path)
         self.schedule = as_schedule(schedule)
         if not isinstance(species, str) or not species.isalpha():
@@ -137,11 +143,16 @@ class XYZWriter:
         self.unwrapped = bool(unwrapped)
         self.precision = int(precision)
         self.frames = 0
-        if os.path.exists(self.path) and not overwrite:
+        self._last_step = None
+        if append and os.path.exists(self.path):
+            self.frames, self._last_step = _complete_frames(self.path)
+        elif os.path.exists(self.path) and not overwrite:
             raise ConfigError(f"path {self.path!r} exists; pass overwrite=True or another path")
 
     def write(self, simulation):
         """Append the current state of ``simulation`` as one frame."""
+        if self._last_step is not None and simulation.step <= self._last_step:
+            return  # already in the file (written before the run was resumed)
         text = xyz_frame(simulation.model, simulation.state, time=simulation.time, step=simulation.step,
                          species=self.species, unwrapped=self.unwrapped, precision=self.precision)
         with open(self.path, "w" if self.frames == 0 else "a") as stream:
@@ -153,3 +164,33 @@ class XYZWriter:
 
     def __repr__(self):
         return f"XYZWriter({self.path!r}, {self.schedule!r})"
+
+
+def _complete_frames(path):
+    """``(frames, last step)`` of the extended-XYZ file ``path``; truncates a last frame cut short.
+
+    Only the count and comment lines are parsed; the atom lines are skipped.
+    """
+    frames, last_step, end = 0, None, 0
+    with open(path, "rb") as stream:
+        while True:
+            count = stream.readline()
+            if not count.endswith(b"\n"):
+                break  # the end of the file (or a count line cut short)
+            try:
+                atoms = int(count)
+            except ValueError:
+                # not ours to cut: refuse rather than append to (or truncate) another file
+                raise ConfigError(f"cannot append to {path!r}: frame {frames + 1} does not start with an atom "
+                                  f"count ({count[:40]!r}); give another output directory") from None
+            comment = stream.readline()
+            lines = [stream.readline() for _ in range(atoms)]
+            if not comment.endswith(b"\n") or not all(line.endswith(b"\n") for line in lines):
+                break  # cut short
+            step = [field for field in comment.split() if field.startswith(b"Step=")]
+            frames, end = frames + 1, stream.tell()
+            last_step = int(step[0][5:]) if step else last_step
+    if end < os.path.getsize(path):
+        with open(path, "r+b") as stream:
+            stream.truncate(end)
+    return frames, last_step

@@ -7,9 +7,8 @@ import sys
 import time
 
 from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, check_run_arguments, open_client,
-                                run_options, start)
-from hpcgpu.cluster import close_client, worker_info
-from hpcgpu.schedules import Every
+                                output_schedule, parse_weights, run_options, start)
+from hpcgpu.cluster import close_client
 
 HELP = "rotating shallow-water model (weather)"
 DESCRIPTION = ("Run the rotating shallow-water model on a named case and write fields and "
@@ -24,7 +23,8 @@ def add_arguments(parser):
                         help="initial condition (default: unstable_jet)")
     parser.add_argument("--nx", type=int, help="cells along x (default: the case's)")
     parser.add_argument("--ny", type=int, help="cells along y (default: the case's)")
-    parser.add_argument("--steps", type=int, help="number of time steps (default: run to the case's stop time)")
+    parser.add_argument("--steps", type=int, help="number of time steps (default: run to the case's stop time; "
+                                                   "with --resume: the checkpointed run's, or extend it to N)")
     parser.add_argument("--stop-time", type=float, help="model time to stop at, s (default: the case's)")
     parser.add_argument("--dt", type=float, help="time step, s (default: CFL number --cfl)")
     parser.add_argument("--cfl", type=float, default=0.5, help="CFL number for the default dt (default 0.5)")
@@ -46,35 +46,30 @@ def run(args):
     check_run_arguments(args)
     from hpcgpu.io import ZarrWriter, save_panels
     from hpcgpu.simulation import Simulation
-    from hpcgpu.partition.rows import auto_steps_per_task
     from hpcgpu.workloads.weather import CASES, ShallowWater
 
+    weights = parse_weights(args.weights)  # before a cluster is started: a typo is an error, not a traceback
     model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)
     state = model.initial_state()
     dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
     stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
     steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
-    out = args.out or os.path.join("hpcgpu-output", f"weather-{args.case}")
-    os.makedirs(out, exist_ok=True)
     client = open_client(args)
-    weights = None
-    if args.weights:
-        weights = args.weights if args.weights == "calibrate" else [float(w) for w in args.weights.split(",")]
-    steps_per_task = None
-    if client is not None:
-        partitions = args.partitions or len(worker_info(client))
-        steps_per_task = args.steps_per_task or auto_steps_per_task(model, partitions)
-    granularity = steps_per_task or 1
-    every = granularity * -(-max(1, steps // 200) // granularity)
-    sim = start(args, lambda: Simulation(
-        model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None, diagnostics=every,
-        client=client, partitions=args.partitions, steps_per_task=steps_per_task, weights=weights), client,
-        diagnostics=every, steps_per_task=steps_per_task)
+    # K (steps per task) defaults in the engine; outputs do not round to it, so that the steps
+    # written are the same on any number of workers (the engine splits a task at any step)
+    sim, planned = start(args, lambda: Simulation(
+        model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
+        client=client, partitions=args.partitions, steps_per_task=args.steps_per_task, weights=weights), client,
+        steps_per_task=args.steps_per_task, weights=weights)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
+    # diagnostics every multiple of 16, the largest default K (auto_steps_per_task picks 16, 8, 4, 2 or 1),
+    # once they are 16 or more steps apart: on any worker count they then split no task (an extra halo exchange)
+    sim.diagnostics_schedule = output_schedule(planned, 200, steps, align=16)
+    # a resumed run appends to its own store: named by its model, not by this command line's --case
+    out = args.out or os.path.join("hpcgpu-output", f"weather-{model.case}")
+    os.makedirs(out, exist_ok=True)
     zarr_path = os.path.join(out, "fields.zarr")
-    snapshot_every = max(1, steps // max(1, args.snapshots))
-    sim.add_writer(ZarrWriter(zarr_path, Every(granularity * -(-snapshot_every // granularity)),
-                              append=bool(args.resume)))
+    sim.add_writer(ZarrWriter(zarr_path, output_schedule(planned, args.snapshots, steps), append=bool(args.resume)))
     print(f"hpcgpu: {model!r}, dt={dt:.4g} s, steps {sim.step} to {steps}, t={steps * dt:.4g} s", file=sys.stderr)
     started = time.perf_counter()
     try:
