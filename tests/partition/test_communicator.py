@@ -199,24 +199,8 @@ def test_a_group_of_one_keeps_its_own_values():
 
 
 # -- several ranks on one worker ----------------------------------------------------------------------
-def _shared_worker_task(session, ranks):
-    import threading
-
-    from distributed import get_worker
-
-    worker = get_worker()
-    results = {}
-
-    def one(rank):
-        comm = communicator(session, rank, worker)
-        results[rank] = (comm.allgather(rank), comm.allreduce(rank, "sum"))
-
-    threads = [threading.Thread(target=one, args=(r,)) for r in ranks]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
+def _allgather_and_allreduce(comm):
+    return comm.allgather(comm.rank), comm.allreduce(comm.rank, "sum")
 
 
 def test_ranks_that_share_a_worker_message_each_other_and_the_others(client):
@@ -224,12 +208,7 @@ def test_ranks_that_share_a_worker_message_each_other_and_the_others(client):
     addresses = [workers[0], workers[1], workers[0]]  # ranks 0 and 2 on one worker
     session = open_session(client, addresses, timeout=30)
     try:
-        futures = [client.submit(_shared_worker_task, session, [r for r, a in enumerate(addresses) if a == w],
-                                 workers=[w], allow_other_workers=False, pure=False) for w in workers]
-        results = {}
-        for part in client.gather(futures):
-            results.update(part)
-        assert results == {r: ([0, 1, 2], 3) for r in range(3)}
+        assert _on_shared_ranks(client, session, _allgather_and_allreduce) == {r: ([0, 1, 2], 3) for r in range(3)}
     finally:
         close_session(client, session)
 
