@@ -315,8 +315,8 @@ def test_weights_reach_the_partitions(client):
     (dict(partitions=41), "partitions must be <= 40"),
     (dict(partitions=4, steps_per_task=4), r"steps_per_task=4 needs 24 rows of halo per block, 96 rows on "
                                            r"partitions=4, but the grid has 40: use steps_per_task <= 1"),
-    (dict(partitions=2, steps_per_task=64), r"needs at least 768 rows .* use fewer steps_per_task \(a narrower halo\) "
-                                            r"or a bigger grid"),
+    (dict(partitions=2, steps_per_task=64), r"steps_per_task=64 needs 384 rows of halo per block, 768 rows on "
+                                            r"partitions=2, but the grid has 40: use steps_per_task <= 2"),
     (dict(partitions=0), "partitions must be >= 1"),
     (dict(partitions=2, steps_per_task=0), "steps_per_task must be >= 1"),
     (dict(partitions=2, weights=[1, 2, 3]), r"sequence of 2 positive finite numbers \(one per partition\); got 3"),
@@ -351,6 +351,14 @@ def test_a_users_own_row_model_partitions_through_the_protocol_alone(client, par
     np.testing.assert_array_equal(sim.state.T, reference.state.T)
     assert not np.array_equal(sim.state.T, model.initial_state().T)  # it did step
     sim.close()
+
+
+def test_blocks_that_cannot_hold_their_halo_never_suggest_zero_partitions():
+    with pytest.raises(ConfigError, match=r"needs at least 768 rows \(384 per block for the halo\) but the grid has "
+                                          r"128; use fewer steps_per_task \(a narrower halo\) or a bigger grid"):
+        split_rows(128, [1, 1], minimum=384)
+    with pytest.raises(ConfigError, match="use at most 3 partitions or fewer steps_per_task"):
+        split_rows(100, [1] * 4, minimum=30)
 
 
 def test_finite_weights_whose_sum_overflows_still_place_every_row():
