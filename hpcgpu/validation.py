@@ -19,6 +19,7 @@ __all__ = [
     "check_model_memory",
     "check_int",
     "check_float",
+    "check_relative_tolerance",
     "check_choice",
     "check_dtype",
     "check_finite_array",
@@ -216,3 +217,23 @@ def check_model_memory(model, workers=None, partitions=None):
                 f"{what} needs about {per_worker:.3g} bytes per worker ({per_worker / 2**30:.4g} GiB) over "
                 f"{count} partitions on {len(workers)} workers, but the smallest worker has "
                 f"{min(limits) / 2**30:.4g} GiB; use more workers (or a smaller problem)")
+
+
+def check_relative_tolerance(name, value):
+    """``value`` as a float in (0, 1), or a ConfigError naming ``name``.
+
+    The tolerance of a relative residual: 1 is met by ``x = 0``, so a
+    tolerance of 1 or more would "converge" without an iteration. Both
+    conjugate-gradient solvers (one process and distributed) check theirs here.
+
+    Examples
+    --------
+    >>> check_relative_tolerance("tol", 1e-8)
+    1e-08
+    """
+    from hpcgpu.errors import ConfigError
+
+    value = check_float(name, value, minimum=0.0, strict_min=True, maximum=1.0)
+    if value >= 1.0:
+        raise ConfigError(f"{name} must be < 1 (a relative residual), got {value}")
+    return value

@@ -19,7 +19,7 @@ from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError
 from hpcgpu.linalg import cg_ranks
 from hpcgpu.partition.layout import split_rows
-from hpcgpu.validation import check_float, check_int
+from hpcgpu.validation import check_int, check_relative_tolerance
 
 __all__ = ["conjugate_gradient"]
 
@@ -45,7 +45,7 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         Initial guess (default zero).
     tol : float
         Stop when ``||b - A x|| <= tol ||b||``; in (0, 1), checked as the
-        single-process solver checks it (:func:`_check_tol`).
+        single-process solver checks it (:func:`hpcgpu.validation.check_relative_tolerance`).
     max_iter : int, optional
         Default ``10 n``.
     preconditioner : {"jacobi", None}
@@ -96,7 +96,7 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         raise ConfigError(f"b must have shape ({n},) to match the matrix; got {b.shape}")
     if b.dtype != A.dtype:
         raise ConfigError(f"b must have the matrix's dtype {A.dtype}; got {b.dtype}")
-    tol = _check_tol(tol)
+    tol = check_relative_tolerance("tol", tol)
     max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
     check_int("check_every", check_every, minimum=1)
     if preconditioner not in ("jacobi", None):
@@ -154,20 +154,6 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         if solver is not None:
             solver.release()
         close_session(client, session)
-
-
-def _check_tol(tol):
-    """``tol`` as a float in (0, 1), or a ConfigError naming it.
-
-    The same checks, in the same order and with the same messages, as
-    :func:`hpcgpu.kernels.matrix.conjugate_gradient`: the two solvers take
-    the same tolerances. A relative residual of 1 is met by ``x = 0``, so
-    ``tol >= 1`` would "converge" without an iteration.
-    """
-    tol = check_float("tol", tol, minimum=0.0, strict_min=True, maximum=1.0)
-    if tol >= 1.0:
-        raise ConfigError(f"tol must be < 1 (a relative residual), got {tol}")
-    return tol
 
 
 def _host_csr(matrix):

@@ -36,7 +36,7 @@ from hpcgpu.backends import Backend, get_backend
 from hpcgpu.errors import ConfigError, ConvergenceError
 from hpcgpu.kernels.matrix.csr import CSRMatrix
 from hpcgpu.kernels.matrix.ops import spmv
-from hpcgpu.validation import check_float, check_int
+from hpcgpu.validation import check_int, check_relative_tolerance
 
 __all__ = ["CGResult", "conjugate_gradient", "as_operator"]
 
@@ -180,9 +180,7 @@ def conjugate_gradient(operator, b, *, x0=None, tol=1e-8, max_iter=None, precond
     backend = _resolve_backend(operator, b, backend)
     operator = as_operator(operator, backend)
     xp = backend.xp
-    tol = check_float("tol", tol, minimum=0.0, strict_min=True, maximum=1.0)
-    if tol >= 1.0:
-        raise ConfigError(f"tol must be < 1 (a relative residual), got {tol}")
+    tol = check_relative_tolerance("tol", tol)
     stall_window = check_int("stall_window", stall_window, minimum=1)
     n, b, dtype = _check_system(operator, b, backend)
     max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
