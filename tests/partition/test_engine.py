@@ -250,10 +250,7 @@ def test_closing_a_run_with_an_epoch_running_ends_it_at_once_and_later_collects_
     started = time.monotonic()
     executor.close()
     assert time.monotonic() - started < 3, "close waited for the epoch"
-    deadline = time.monotonic() + 3
-    while any(client.processing().values()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(client.processing().values()), "the epoch still runs after close"
+    assert _idle_within(client, 3), "the epoch still runs after close"
     with pytest.raises(ClusterError, match="after the run was closed"):
         executor.collect()  # its diagnostics are gone: not an empty list
     idle = PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
@@ -264,6 +261,14 @@ def test_closing_a_run_with_an_epoch_running_ends_it_at_once_and_later_collects_
 
 
 # -- faults -------------------------------------------------------------------------------------------------
+def _idle_within(client, seconds):
+    """Whether no task runs on the cluster within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(client.processing().values())
+
+
 def test_a_failing_rank_ends_every_rank_at_once_with_its_own_error(client):
     from _faulty_models import FailingRows
 
@@ -274,10 +279,7 @@ def test_a_failing_rank_ends_every_rank_at_once_with_its_own_error(client):
     with pytest.raises(ValueError, match="injected failure in the block holding row 40"):
         sim.run()
     assert time.monotonic() - started < 30, "the ranks waited for their timeout (300 s)"
-    deadline = time.monotonic() + 10
-    while any(client.processing().values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(client.processing().values()), "a rank is still running after the abort"
+    assert _idle_within(client, 10), "a rank is still running after the abort"
     sim.close()
 
 
