@@ -70,6 +70,16 @@ class Decomposition:
     unit = "items"
 
     # client side
+    def split_state(self, model, state):
+        """The initial block of each rank, from the model's global state wherever it lives.
+
+        The engine calls this; the default copies the state to the host and
+        calls :meth:`split`. A decomposition that needs more of the state
+        than its host copy keeps (slabs: where the neighbour list was built)
+        reads it here.
+        """
+        return self.split(model, model.to_host(state))
+
     def split(self, model, host_state):  # pragma: no cover - interface
         """The initial block of each rank, from the global state on the host."""
         raise NotImplementedError

@@ -172,7 +172,7 @@ class PartitionedExecutor:
             if weights is not None:
                 weights = _check_weights(weights, partitions)
         self.decomposition = builder.build(model, dt, partitions, steps_per_task, weights, calibrated)
-        blocks = self.decomposition.split(model, model.to_host(state))
+        blocks = self.decomposition.split_state(model, state)
         self.steps_per_task = self.decomposition.steps_per_task
         self.unit = self.decomposition.unit
         self.bounds = self.decomposition.sizes()

@@ -111,6 +111,10 @@ class SlabModel(Partitionable, Protocol):
     def select_atoms(self, state, index): """The atoms ``index`` of a block."""
     def drift_block(self, state, dt): """The part of a step before the forces."""
     def rebuild_progress(self, state): """The largest squared move since the list build over the rebuild threshold's."""
+    def listed_positions(self, state):
+        """Host positions ``(3, N)`` of the block's atoms when its neighbour list was built (None without one)."""
+    def relist(self, state, positions):
+        """The block with its list built at ``positions`` (its atoms', then its ghosts', at the last build)."""
     def split_neighbors(self, state, edge_atoms): """The block's list cut into the rows of ``edge_atoms`` and the others."""
     def inner_forces(self, state, split): """Forces on the atoms that list no ghost (while the ghosts travel)."""
     def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None): """Forces from own atoms and ghosts, the rest of the step."""

@@ -23,6 +23,11 @@ process). A step on rank p:
 4. forces from its atoms and ghosts, the closing half kick, and the next
    step's half kick and drift.
 
+A state split with its neighbour list (one process's, say) is cut where
+its atoms were when that list was built, and each rank's first list is
+built from those positions: the ranks then rebuild at the steps one
+process would, not all on their first step (:meth:`SlabDecomposition.split`).
+
 Between 2 and 3 a rank does not idle: while the ghosts travel it computes
 the forces on its *inner* atoms, those whose neighbour rows list no ghost
 (the atoms farther than the ghost radius from both faces when the list
@@ -149,12 +154,16 @@ class Domain:
     ``state`` after the next step's half kick and drift (None after a
     split: made on first use). ``split`` is the neighbour list cut into the
     rows that list no ghost and the others (None until the first rebuild).
+    ``listed`` is, after a split of a state that had a neighbour list, the
+    host positions its atoms and then its ghosts had when that list was
+    built: the rank builds its first list from them (None afterwards).
     """
 
     state: object
     send: tuple = None
     drifted: object = None
     split: object = None
+    listed: object = None
 
 
 def _step_of(state):
@@ -276,12 +285,40 @@ class SlabDecomposition(Decomposition):
                    f"{', '.join(f'{w:.4g}' for w in np.diff(edges))})"))
         return cls(Slabs(tuple(float(e) for e in edges), cls.axis, length), tuple(weights), float(dt))
 
-    def split(self, model, host_state):
-        slab = self.slabs.of(np, model.block_positions(host_state)[self.axis])
+    def split_state(self, model, state):
+        return self.split(model, model.to_host(state), model.listed_positions(state))
+
+    def split(self, model, host_state, listed=None):
+        """Each rank's atoms, and with ``listed`` (where the atoms were when their list was built) its ghosts.
+
+        Without ``listed`` the atoms go to the slab they are in and every
+        rank builds its lists on its first step. With it, the slabs are cut
+        as they would have been at that build: each atom goes to the slab it
+        was in then, each rank's ghosts are the atoms that were within the
+        ghost radius of it then, and its first list is built from those
+        positions. The run then rebuilds at the steps one process would
+        (the Verlet criterion measured from the same build), and its count
+        of builds is the same.
+        """
         object.__setattr__(self, "order", np.asarray(model.atom_ids(host_state)).copy())
-        blocks = [model.select_atoms(host_state, np.nonzero(slab == p)[0]) for p in range(self.slabs.count)]
+        where = model.block_positions(host_state) if listed is None else listed
+        slab = self.slabs.of(np, np.asarray(where[self.axis]))
+        owned = [np.nonzero(slab == p)[0] for p in range(self.slabs.count)]
+        blocks = [model.select_atoms(host_state, index) for index in owned]
         object.__setattr__(self, "counts", tuple(model.block_size(block) for block in blocks))
-        return [Domain(block) for block in blocks]
+        if listed is None:
+            return [Domain(block) for block in blocks]
+        listed = np.asarray(listed)
+        radius = model.ghost_radius()
+        # sends[q][k]: which of q's atoms its k-th neighbour holds as ghosts, in q's order
+        sends = [tuple(np.nonzero(self.slabs.near(np, listed[self.axis, owned[q]], p, radius))[0]
+                       for p in self.slabs.neighbours(q)) for q in range(self.slabs.count)]
+        domains = []
+        for p, block in enumerate(blocks):
+            ghosts = [owned[q][sends[q][self.slabs.neighbours(q).index(p)]] for q in self.slabs.neighbours(p)]
+            at_build = np.take(listed, np.concatenate([owned[p], *ghosts]).astype(np.int64), axis=1)
+            domains.append(Domain(block, sends[p], listed=at_build))
+        return domains
 
     def sizes(self):
         """Atoms per slab at the start (known once the state is split)."""
@@ -304,7 +341,14 @@ class SlabDecomposition(Decomposition):
     def resume(self, context, domain):
         if domain.drifted is not None:
             return domain
-        return Domain(domain.state, domain.send, context.model.drift_block(domain.state, self.dt), domain.split)
+        model, state, split = context.model, domain.state, domain.split
+        if domain.listed is not None:  # the list of the split state, rebuilt for this slab (not a new build)
+            state = model.relist(state, domain.listed)
+            if self.slabs.neighbours(context.rank) and _speculates(model):
+                z = model.backend.asarray(domain.listed[self.axis, :model.block_size(state)])
+                split = model.split_neighbors(state, ~self.slabs.inside(model.backend.xp, z, context.rank,
+                                                                        model.ghost_radius()))
+        return Domain(state, domain.send, model.drift_block(state, self.dt), split)
 
     def model_state(self, domain):
         return domain.state

@@ -117,6 +117,12 @@ class AtomBlocks:
     def rebuild_progress(self, state):
         return self.slabs.rebuild_progress(state)
 
+    def listed_positions(self, state):
+        return self.slabs.listed_positions(state)
+
+    def relist(self, state, positions):
+        return self.slabs.relist(state, positions)
+
     def split_neighbors(self, state, edge_atoms):
         return self.slabs.split_neighbors(state, edge_atoms)
 

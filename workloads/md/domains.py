@@ -99,6 +99,20 @@ class SlabDomains:
                                                           backend=model.backend)
         return float(largest) / (0.5 * model.skin) ** 2
 
+    def listed_positions(self, state):
+        """Host positions ``(3, N)`` of the block's atoms when its list was built (None without a list)."""
+        neighbors = state.neighbors
+        if neighbors is None:
+            return None
+        return self.model.backend.to_host(neighbors.reference_positions[:, :state.size])
+
+    def relist(self, state, positions):
+        """The block with a list built at ``positions`` (its atoms, then ghosts, where they were at the last
+        build): the same pairs that build listed, so it is not counted as a new one."""
+        model = self.model
+        positions = model.backend.asarray(positions, dtype=model.dtype)
+        return replace(state, neighbors=model.neighbor_list(positions, rows=state.size))
+
     def split_neighbors(self, state, edge_atoms):
         """The block's list cut into the rows of ``edge_atoms`` (a boolean array (N,)) and the others.
 
