@@ -70,6 +70,14 @@ def open_client(args):
     Close it with :func:`hpcgpu.cluster.close_client`.
     """
     if args.workers is None and args.scheduler is None:
+        # these options shape a cluster run; without one they would change nothing
+        given = [f"--{name.replace('_', '-')}" for name in ("partitions", "steps_per_task", "weights")
+                 if getattr(args, name, None) is not None]
+        if given:
+            from hpcgpu.errors import ConfigError
+
+            raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} a cluster: add "
+                              f"--workers N (a local one) or --scheduler ADDRESS")
         return None
     from hpcgpu.cluster import start_cluster
 

@@ -507,3 +507,15 @@ def test_run_weather_bad_weights_are_an_error_before_a_cluster_starts(monkeypatc
         assert status == 2, (weights, err)
         assert err.strip() == ("hpcgpu: error: --weights must be 'calibrate' or comma-separated positive numbers; "
                                f"got {weights!r}")
+
+
+@pytest.mark.parametrize("workload, options, named", [
+    ("weather", ("--steps-per-task", "4"), "--steps-per-task needs"),
+    ("weather", ("--partitions", "2", "--weights", "1,2"), "--partitions, --weights need"),
+    ("md", ("--partitions", "2"), "--partitions needs"),
+])
+def test_cluster_options_without_a_cluster_are_named_in_the_error(capsys, workload, options, named):
+    status, err = _run_in_process(capsys, "run", workload, "--steps", "2", "--backend", "numpy", "--no-progress",
+                                  *options)
+    assert status == 2, err
+    assert err.strip() == f"hpcgpu: error: {named} a cluster: add --workers N (a local one) or --scheduler ADDRESS"
