@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
+from hpcgpu.errors import CommAborted, CommError, CommTimeout, ConfigError
 
 __all__ = ["Communicator", "DEFAULT_TIMEOUT_S", "LoopbackCommunicator", "REDUCTIONS", "Request", "tag_key"]
 
@@ -158,6 +158,7 @@ class Communicator(abc.ABC):
         self.size = size
         self.timeout = float(timeout)
         self._collectives = 0
+        self._closed = False  # set by close(): a later send is an error (see close)
         self.wait_seconds = 0.0  # time this rank spent waiting for messages (the engine's exchange time)
         self.wait_cpu_seconds = 0.0  # CPU time of the waiting thread inside those waits (taking messages in)
 
@@ -177,9 +178,12 @@ class Communicator(abc.ABC):
     def close(self):
         """Release this rank's connections (the other ranks of its session keep theirs).
 
-        The rank sends nothing more in the session afterwards: a message on a
-        new connection could overtake one still in flight on the closed one.
+        The rank sends nothing more in the session afterwards (a send raises
+        CommError): a message on a new connection could overtake one still
+        in flight on the closed one. Transports that keep connections
+        override this and call it.
         """
+        self._closed = True
 
     # -- point to point -------------------------------------------------------------------
     def _peer(self, name, peer):
@@ -198,6 +202,9 @@ class Communicator(abc.ABC):
         return self._receive(self._peer("source", source), tag_key(tag))
 
     def _send(self, obj, dest, key):
+        if self._closed:
+            raise CommError(f"rank {self.rank}: send to rank {dest} after close(); a closed rank sends nothing "
+                            f"more in its session (open a new communicator)", rank=self.rank)
         return _Timed(self._post_send(obj, dest, key), self)
 
     def _receive(self, source, key):

@@ -597,6 +597,7 @@ class DaskCommunicator(Communicator):
         not send again in the session after ``close()``: a message on a new
         connection could overtake one still in flight on the closed one.
         """
+        super().close()
         self._extension.close_links(self.session.id, self.rank)
         try:
             self._extension.post(self._extension.close_streams(self.session.id, self.rank)).result(

@@ -134,6 +134,7 @@ class NcclCommunicator(Communicator):
 
     def close(self):
         """End the session on this rank: the base's goodbyes, and this worker's NCCL communicators."""
+        super().close()
         release(self.base.session.id)
         self.base.close()
 
