@@ -10,7 +10,8 @@ right both ways, so each repeated call site times both:
 
 :func:`adaptive_threads` wraps a backend function. For each call site and
 work size (``key``), the first calls alternate between one thread and all
-of them (:data:`TRIALS` each); the faster setting is then used until
+of them (:data:`TRIALS` each, more for short calls: :data:`TRIAL_SECONDS`);
+the setting faster on average is then used until
 :data:`RECHECK_S` seconds of calls have passed, when it measures again (and
 then after twice as long each time the choice holds, up to
 :data:`MAX_RECHECK_S`), so a run follows the load as it comes and goes. The kernels wrapped compute
@@ -37,13 +38,20 @@ import time
 
 import numba
 
-__all__ = ["ADAPTIVE_ENV", "MAX_RECHECK_S", "RECHECK_S", "TRIALS", "adaptive_threads", "choices"]
+__all__ = ["ADAPTIVE_ENV", "MAX_RECHECK_S", "MAX_TRIALS", "RECHECK_S", "TRIALS", "TRIAL_SECONDS", "adaptive_threads",
+           "choices"]
 
 ADAPTIVE_ENV = "HPCGPU_ADAPTIVE_THREADS"
 """Environment variable: ``0`` runs every kernel call on all of Numba's threads (timings that must not adapt)."""
 
 TRIALS = 3
-"""Timed calls per setting before choosing (the median decides)."""
+"""Timed calls per setting before choosing, at least (see :data:`TRIAL_SECONDS`); the mean decides."""
+TRIAL_SECONDS = 0.005
+"""Seconds of calls per setting before choosing, at least (short calls are timed more often, up to
+:data:`MAX_TRIALS`): on a busy machine a call on all threads now and then waits a whole time slice
+for a thread that lost its core, which a few short trials miss and the mean must include."""
+MAX_TRIALS = 64
+"""Timed calls per setting at most."""
 RECHECK_S = 2.0
 """Seconds of calls before a call site is measured again; doubled each time the
 measurement confirms the choice, up to :data:`MAX_RECHECK_S`."""
@@ -71,20 +79,27 @@ class _Site:
             return self.choice
         if self.choice is not None:  # time to measure again
             self.last, self.choice, self.times = self.choice, None, {}
-        counts = {n: len(self.times.get(n, ())) for n in (1, most)}
+        # alternate between the settings still short of enough calls (see _measured)
+        counts = {n: len(self.times.get(n, ())) for n in (1, most) if not _measured(self.times.get(n, ()))}
         return min(counts, key=lambda n: (counts[n], n != 1))
 
     def record(self, threads, seconds, most):
         if self.choice is not None:
             return
         self.times.setdefault(threads, []).append(seconds)
-        if all(len(self.times.get(n, ())) >= TRIALS for n in (1, most)):
-            medians = {n: sorted(t)[len(t) // 2] for n, t in self.times.items()}
-            self.choice = min(medians, key=medians.get)
-            self.cost = medians[self.choice]
+        if all(_measured(self.times.get(n, ())) for n in (1, most)):
+            # the mean, not the median: a rare stall of the threaded call is part of its cost
+            means = {n: sum(t) / len(t) for n, t in self.times.items()}
+            self.choice = min(means, key=means.get)
+            self.cost = means[self.choice]
             self.since = time.perf_counter()
             # a confirmed choice is checked less and less often; a changed one soon again
             self.interval = min(2 * self.interval, MAX_RECHECK_S) if self.choice == self.last else RECHECK_S
+
+
+def _measured(times):
+    """Whether one setting's timed calls are enough to choose."""
+    return len(times) >= MAX_TRIALS or (len(times) >= TRIALS and sum(times) >= TRIAL_SECONDS)
 
 
 def choices():

@@ -83,6 +83,32 @@ def test_a_call_site_times_both_settings_then_keeps_the_faster(monkeypatch):
     assert kernel(99) in (1, most) and len(threads.choices()) >= 1
 
 
+def test_a_short_call_whose_threads_now_and_then_stall_runs_on_one_thread(monkeypatch):
+    """The mean decides, over enough calls: on a busy machine a threaded call is usually the faster
+    but now and then waits a whole time slice for a thread that lost its core."""
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", max(2, numba.config.NUMBA_NUM_THREADS))
+    most = numba.config.NUMBA_NUM_THREADS
+    clock = [0.0]
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: clock[0])
+    state = {"threads": most, "threaded_calls": 0}
+    monkeypatch.setattr(threads.numba, "set_num_threads", lambda n: state.update(threads=n))
+    monkeypatch.setattr(threads.numba, "get_num_threads", lambda: state["threads"])
+
+    @threads.adaptive_threads(key=lambda: 0)
+    def kernel():
+        if state["threads"] == 1:
+            clock[0] += 20e-6
+        else:
+            state["threaded_calls"] += 1
+            clock[0] += 5e-3 if state["threaded_calls"] % 8 == 0 else 10e-6  # the median is 10 us
+        return state["threads"]
+
+    used = [kernel() for _ in range(threads.MAX_TRIALS + 8)]
+    # threaded calls until the stall made them long enough (the 8th), 20 us calls up to the cap
+    assert used.count(most) == 8 and used.count(1) == threads.MAX_TRIALS
+    assert {kernel() for _ in range(5)} == {1}
+
+
 def test_a_caller_that_set_its_own_thread_count_is_left_alone(monkeypatch):
     calls = []
 
