@@ -71,8 +71,23 @@ def _emit(records, record, stream):
     record = {"suite": "acceptance", **record}
     records.append(record)
     if stream is not None:
-        print(json.dumps(record, default=_plain), file=stream, flush=True)
+        # strict JSON: a failed kernel's error of inf, or a transfer's inf bandwidth, would print as
+        # Infinity, which JSON readers other than Python's refuse; the record itself keeps the value
+        print(json.dumps(_finite(record), default=_plain, allow_nan=False), file=stream, flush=True)
     return record
+
+
+def _finite(value):
+    """``value`` with every non-finite float (also inside dicts and lists) replaced by None."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (np.integer, np.floating)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _plain(value):
@@ -426,6 +441,9 @@ def judge(records, thresholds, workers):
         if r["kind"] == "ceiling" and "error" not in r:
             rates.setdefault("copy bandwidth", {})[r["worker"]] = r["copy_bytes_per_s"]
             rates.setdefault("GEMM rate", {})[r["worker"]] = r["gemm_flops_per_s"]
+        elif r["kind"] == "kernel" and "family" not in r:
+            # the worker's kernel checks did not run at all (the probe task failed): a finding, not a crash
+            verdict(r["worker"], "kernel checks ran", False, r.get("error", "no kernel checks"))
         elif r["kind"] == "kernel":
             rates.setdefault(f"{r['family']} rate", {})[r["worker"]] = r["rate"]
             verdict(r["worker"], f"{r['family']} correct", r["passed"] or not thresholds.correctness,

@@ -51,7 +51,7 @@ import uuid
 
 import numpy as np
 
-from hpcgpu.errors import ClusterError
+from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_int
 
 __all__ = ["run", "measure", "check_arguments", "protocol_of", "DEFAULT_SIZES", "DEFAULT_REPEATS",
@@ -309,7 +309,8 @@ def run(recorder, client, *, workers=None, sizes=DEFAULT_SIZES, repeats=DEFAULT_
     Raises
     ------
     ConfigError
-        A size below 1 byte, fewer than 2 workers or fewer than 1 repeat.
+        A size below 1 byte or above a quarter of the smallest worker memory
+        limit, fewer than 2 workers or fewer than 1 repeat.
     ClusterError
         The cluster has fewer workers than asked for, or fewer than 2.
     """
@@ -324,6 +325,13 @@ def run(recorder, client, *, workers=None, sizes=DEFAULT_SIZES, repeats=DEFAULT_
         raise ClusterError(f"bench comm needs {max(2, wanted)} workers; the cluster at {client.scheduler.address} "
                            f"has {len(addresses)}")
     addresses = addresses[:wanted]
+    # a rank holds a message, its echo and their buffers at once: a size beyond a quarter of a worker's
+    # memory limit ends in a MemoryError (or a paused worker) deep inside a rank, not in a clear error
+    limits = [info[a].get("memory_limit") or 0 for a in addresses]
+    room = min((limit for limit in limits if limit > 0), default=None)
+    if room is not None and sizes[-1] > room // 4:
+        raise ConfigError(f"size must be <= {room // 4} bytes on this cluster (a quarter of its smallest worker "
+                          f"memory limit, {room} bytes); got {sizes[-1]}")
     hosts = {a: info[a].get("host", a) for a in addresses}
     common = dict(protocol=protocol_of(client.scheduler.address), path="communicator")
     if stream is not None:

@@ -22,19 +22,24 @@ def measure(function, *, synchronize, repeats=None, warmup=1, budget_s=20.0, min
     """Time ``function()`` and return the list of durations (s).
 
     ``synchronize()`` runs inside the timed region (GPU work is asynchronous).
-    Without ``repeats``, the number of repeats fits ``budget_s`` from the
-    warm-up time, between ``min_repeats`` and ``max_repeats``.
+    Without ``repeats``, repeats go on while another one of the mean
+    duration so far still fits ``budget_s``, between ``min_repeats`` and
+    ``max_repeats``. (Not sized from the warm-up: it includes the JIT
+    compilation, seconds with a cold kernel cache, which left 2 repeats of
+    a budget of 20.)
     """
-    first = None
     for _ in range(max(warmup, 1)):
-        start = time.perf_counter()
         function()
         synchronize()
-        first = time.perf_counter() - start
-    if repeats is None:
-        repeats = int(min(max_repeats, max(min_repeats, budget_s // max(first, 1e-9))))
     durations = []
-    for _ in range(repeats):
+    while True:
+        if repeats is not None:
+            if len(durations) >= repeats:
+                break
+        elif len(durations) >= max_repeats or (
+                len(durations) >= max(1, min_repeats)
+                and sum(durations) + sum(durations) / len(durations) > budget_s):
+            break
         start = time.perf_counter()
         function()
         synchronize()

@@ -280,9 +280,22 @@ def run(recorder, backends, *, sizes=(1024, 2048), dtypes=("float32",), steps=10
     :data:`CASES` (default all); ``workers`` (2 or more) adds the
     ``cg_partitions`` case on that many local workers for every backend but
     ``numpy``.
+
+    Raises
+    ------
+    ConfigError
+        A case not in :data:`CASES`, or ``workers < 2``.
     """
-    order = sorted(backends, key=lambda b: b.name != "numpy")
+    from hpcgpu.errors import ConfigError
+
     names = list(CASES) if cases is None else list(cases)
+    # before any case runs: a typo must not cost the cases before it (nor end in a bare KeyError)
+    unknown = [name for name in names if name not in CASES]
+    if unknown:
+        raise ConfigError(f"cases must be among {', '.join(CASES)}; got {', '.join(map(repr, unknown))}")
+    if workers is not None and workers < 2:
+        raise ConfigError(f"workers must be >= 2 for the matrix benchmark's cg_partitions case; got {workers}")
+    order = sorted(backends, key=lambda b: b.name != "numpy")
     cache = {}
     for name in names:
         function = CASES[name]

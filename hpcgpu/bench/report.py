@@ -67,6 +67,9 @@ class Thresholds:
                               f"{', '.join(sorted(unknown_tables))}")
         table = mapping.get("thresholds", {})
         names = [f.name for f in fields(cls)]
+        if not isinstance(table, dict):
+            # `thresholds = 1` instead of a [thresholds] table: say so, not a TypeError from set()
+            raise ConfigError(f"thresholds must be a [thresholds] table of {', '.join(names)}; got {table!r}")
         unknown = sorted(set(table) - set(names))
         if unknown:
             raise ConfigError(f"unknown threshold(s) {', '.join(unknown)}; valid keys: {', '.join(names)}")

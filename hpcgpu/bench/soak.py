@@ -37,10 +37,17 @@ def _killer(client, every, stop, killed, rng):
             continue  # never kill the last worker standing
         address = rng.choice(sorted(pids))
         try:
-            os.kill(pids[address], signal.SIGKILL)
+            # the worker kills itself, on its own host: its pid means nothing on this one (a cluster at
+            # --scheduler), where os.kill would hit an unrelated local process of that number, or none
+            client.run(_kill_this_process, workers=[address], wait=False)
             killed.append({"address": address, "pid": pids[address], "at_s": time.perf_counter()})
-        except ProcessLookupError:
+        except Exception:  # noqa: BLE001 - the worker went away first: try again next time
             pass
+
+
+async def _kill_this_process():
+    # a coroutine: Client.run sends it without waiting for a reply only then (wait=False)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_soak(minutes, *, client=None, kill_every=None, nx=256, ny=256, backend="numba", seed=0, stream=None):

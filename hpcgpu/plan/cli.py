@@ -100,7 +100,8 @@ def _run_check(args):
 
     if args.workload not in (None, "weather"):
         raise ConfigError(f"workload must be 'weather' with --check; got {args.workload!r}")
-    options = {k: getattr(args, k) for k in ("nx", "ny", "steps_per_task", "dtype") if getattr(args, k)}
+    # ``is not None``, not truthiness: ``--nx 0`` must be refused, not replaced by the default
+    options = {k: getattr(args, k) for k in ("nx", "ny", "steps_per_task", "dtype") if getattr(args, k) is not None}
     result = check_against_this_machine(**options)
     if args.json:
         for row in result["rows"]:

@@ -67,15 +67,20 @@ def measured_device(path, *, memory_gb=None):
     """A device profile from the JSON lines of ``hpcgpu bench`` (one device model).
 
     Copy bandwidth: records with metric ``bytes_per_s`` whose case names a
-    copy, else the ``copy_gb_per_s`` the stencil and matrix suites record
-    beside their kernels (median over records). Peak flop/s per dtype: GEMM
-    records (metric ``flops_per_s``), else the N-body ``gflops``; missing
+    copy, else the ``copy_bytes_per_s`` of cluster acceptance's ``ceiling``
+    records (``hpcgpu bench`` without a suite), else the ``copy_gb_per_s``
+    the stencil and matrix suites record beside their kernels (median over
+    records). Peak flop/s per dtype: GEMM records (metric ``flops_per_s``;
+    not ``gemm_tf32``) and, for float32, the ``gemm_flops_per_s`` of the
+    ``ceiling`` records, else the ``gflops`` of the one-process N-body case
+    ``direct``; missing
     ones fall back to the named GPU or CPU profile. Fractions: the measured
     ``fraction_of_copy`` of ``shallow_water`` (best backend per dtype; on a
     CPU, where the fused step is bound by arithmetic, the flop rate of
     ``shallow_water_fused_step`` over the peak) and the N-body rate over the
     peak; others from the named profile of that kind.
-    Memory: a ``memory_bytes`` field of an inventory record, else ``memory_gb``.
+    Memory: ``memory_gb`` if given, else the ``device_memory_bytes`` (GPU
+    memory) or, without it, ``memory_bytes`` of a record (the smallest).
 
     Raises
     ------
@@ -95,19 +100,32 @@ def measured_device(path, *, memory_gb=None):
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
+    # cluster acceptance (`hpcgpu bench` without a suite) measures its roofs once per worker, in
+    # "ceiling" records (copy bandwidth, float32 GEMM), and names each worker's backend in its inventory
+    ceilings = [r for r in records if r.get("kind") == "ceiling" and r.get("copy_bytes_per_s")]
+    inventories = [r for r in records if r.get("kind") == "inventory"]
     ok = [r for r in records if r.get("value") is not None or r.get("copy_gb_per_s") is not None]
-    kind = "gpu" if any(r.get("backend") in ("cuda", "cupy") for r in ok) else "cpu"
+    kind = "gpu" if any(r.get("backend") in ("cuda", "cupy") for r in ok + inventories) else "cpu"
     base = DEVICES["h100"] if kind == "gpu" else DEVICES["cpu"]
     copies = [r["value"] for r in ok if r.get("metric") == "bytes_per_s" and "copy" in str(r.get("case", ""))]
+    if not copies:
+        copies = [r["copy_bytes_per_s"] for r in ceilings]
     if not copies:
         copies = [r["copy_gb_per_s"] * 1e9 for r in ok if r.get("copy_gb_per_s")]
     if not copies:
         raise ConfigError(f"device file {str(path)!r} holds no copy bandwidth (records with metric "
-                          "'bytes_per_s' or a 'copy_gb_per_s' field): run `hpcgpu bench stencil` there")
+                          "'bytes_per_s', a 'copy_gb_per_s' field or acceptance 'ceiling' records): run "
+                          "`hpcgpu bench stencil` or `hpcgpu bench` there")
     peak = dict(base.peak_flops)
     for dtype in ("float32", "float64"):
-        gemm = [r["value"] for r in ok if r.get("metric") == "flops_per_s" and r.get("dtype") == dtype]
-        nbody = [r["gflops"] * 1e9 for r in ok if r.get("gflops") and r.get("dtype") == dtype]
+        # not TF32 (gemm_tf32: a 10-bit mantissa, several times the float32 peak), and N-body from one
+        # process only (direct_blocks adds up the rates of all its workers)
+        gemm = [r["value"] for r in ok if r.get("metric") == "flops_per_s" and r.get("dtype") == dtype
+                and not r.get("allow_tf32")]
+        if dtype == "float32":
+            gemm += [r["gemm_flops_per_s"] for r in ceilings if r.get("gemm_flops_per_s")]
+        nbody = [r["gflops"] * 1e9 for r in ok if r.get("case") == "direct" and r.get("gflops")
+                 and r.get("dtype") == dtype]
         if gemm or nbody:
             peak[dtype] = max(gemm or nbody)
     fractions = {family: dict(values) for family, values in base.fractions.items()}
@@ -131,7 +149,8 @@ def measured_device(path, *, memory_gb=None):
         if nbody:
             fractions["nbody"][dtype] = min(1.0, max(nbody) / peak[dtype])
             sources["nbody"] = f"measured: {Path(path).name} (N-body rate over the peak)"
-    memory = [r.get("memory_bytes") or r.get("device_memory_bytes") for r in records]
+    # the device's memory, not the host's: a GPU worker's inventory has both
+    memory = [r.get("device_memory_bytes") or r.get("memory_bytes") for r in records]
     memory = [m for m in memory if m]
     if memory_gb is not None:
         memory_bytes = _positive("memory_gb", memory_gb) * 1e9
