@@ -36,6 +36,8 @@ SUITE_DEFAULTS = {"stencil": ((4096,), 100), "scaling": ((2048,), 16), "nbody": 
                   "md": ((32000,), 100)}
 # Smallest --size per suite: a grid of 4 x 4 points, one matrix row, two
 # bodies, the md suite's own fcc minimum (it says why), a block of 16 rows.
+DEFAULT_BUDGET_S = 20.0
+"""Seconds of timed repeats per case and backend of the stencil, nbody, md and matrix suites."""
 SUITE_MIN_SIZE = {"stencil": 4, "scaling": 16, "nbody": 2, "matrix": 1, "md": 1}
 
 
@@ -105,6 +107,7 @@ def _acceptance(args):
     from hpcgpu.cluster import close_client, start_cluster
 
     thresholds = Thresholds.from_toml(args.thresholds) if args.thresholds else Thresholds()
+    _check_report_path(args.report)  # before the minutes of measuring, not after them
     client = start_cluster(args.scheduler, workers=args.workers, quiet=True)
     try:
         info = worker_info(client)
@@ -121,6 +124,22 @@ def _acceptance(args):
     acceptance.print_summary(records)
     print(f"hpcgpu bench: report {os.path.abspath(args.report)}", file=sys.stderr)
     return 0 if [r for r in records if r["kind"] == "summary"][-1]["passed"] else 1
+
+
+def _check_report_path(path):
+    """ConfigError unless the HTML report can be written at ``path`` (its folder is made here)."""
+    from hpcgpu.errors import ConfigError
+
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise ConfigError(f"--report must name a file; {path!r} is a folder")
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"--report: cannot make the folder {folder!r}: {error.strerror}") from None
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ConfigError(f"--report: {path!r} is not writable")
 
 
 def _bench_comm(args):
@@ -153,6 +172,13 @@ def _bench(args):
     from hpcgpu.backends import BACKEND_NAMES, backend_status, get_backend
     from hpcgpu.bench.harness import Recorder
 
+    if args.budget is not None and args.suite in (None, "comm", "soak", "scaling"):
+        from hpcgpu.errors import ConfigError
+
+        raise ConfigError(f"--budget applies to the stencil, nbody, md and matrix suites; "
+                          f"{'cluster acceptance' if args.suite is None else args.suite} runs for a fixed length"
+                          + (" (--minutes)" if args.suite == "soak" else ""))
+    args.budget = DEFAULT_BUDGET_S if args.budget is None else args.budget
     if args.suite is None:
         return _acceptance(args)
     if args.suite == "comm":
@@ -276,8 +302,9 @@ def build_parser():
                                                     "md, nbody, matrix: also run the partitioned case on that many "
                                                     "local workers; comm: local workers (default 2), or the "
                                                     "first N workers of --scheduler (default all)")
-    bench.add_argument("--budget", type=float, default=20.0,
-                       help="seconds of repeats per case and backend (default 20)")
+    bench.add_argument("--budget", type=float,
+                       help="stencil, nbody, md, matrix: seconds of repeats per case and backend (default 20; "
+                            "the other suites run for fixed lengths)")
     soak = bench.add_argument_group("soak (suite 'soak')")
     soak.add_argument("--minutes", type=float, default=5.0, help="length of the disturbed run (default 5)")
     soak.add_argument("--kill-every", type=float, help="seconds between worker kills (default: a quarter of "
@@ -317,6 +344,9 @@ def main(argv=None):
     except HpcgpuError as error:
         print(f"hpcgpu: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the clusters are closed on the way out; no traceback
+        print("hpcgpu: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -519,3 +519,47 @@ def test_cluster_options_without_a_cluster_are_named_in_the_error(capsys, worklo
                                   *options)
     assert status == 2, err
     assert err.strip() == f"hpcgpu: error: {named} a cluster: add --workers N (a local one) or --scheduler ADDRESS"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--quick", "--report", "{tmp}"), "--report must name a file; '{tmp}' is a folder"),
+    (("--quick", "--report", "{tmp}/file.txt/report.html"), "--report: cannot make the folder"),
+    (("--quick", "--budget", "5"), "--budget applies to the stencil, nbody, md and matrix suites; "
+                                   "cluster acceptance runs for a fixed length"),
+    (("scaling", "--budget", "5"), "--budget applies to the stencil, nbody, md and matrix suites; "
+                                   "scaling runs for a fixed length"),
+    (("comm", "--budget", "5"), "--budget applies to the stencil, nbody, md and matrix suites; "
+                                "comm runs for a fixed length"),
+])
+def test_bench_options_that_cannot_work_fail_before_any_measuring(tmp_path, monkeypatch, capsys, args, message):
+    """Not after minutes of measuring (the report), and not silently ignored (the budget)."""
+    from hpcgpu import cluster
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(cluster, "start_cluster", no_cluster)
+    (tmp_path / "file.txt").write_text("")
+    status, err = _run_in_process(capsys, "bench", *(a.format(tmp=tmp_path) for a in args))
+    assert status == 2, err
+    assert err.startswith("hpcgpu: error: " + message.format(tmp=tmp_path)), err
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_status_130(tmp_path):
+    import signal
+    import time
+
+    process = subprocess.Popen([*HPCGPU, "run", "weather", "--nx", "64", "--ny", "32", "--steps", "1000000",
+                                "--no-progress", "--backend", "numpy", "--out", str(tmp_path / "out")],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "out" / "fields.zarr").exists():
+            time.sleep(0.2)  # stepping (the first output is written)
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and err.rstrip().endswith("hpcgpu: interrupted"), err

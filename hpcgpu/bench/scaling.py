@@ -46,6 +46,7 @@ alternating the worker counts (each on a fresh cluster).
 
 import os
 import pickle
+import sys
 import time
 from typing import NamedTuple
 
@@ -310,6 +311,9 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
     else:
         available = len(os.sched_getaffinity(0))
     top = max(1, min(available, max_workers or available))
+    if max_workers and max_workers > top:  # more workers than cores (GPUs) would measure the sharing, not scaling
+        print(f"hpcgpu bench scaling: {max_workers} workers asked, {available} {'GPUs' if gpus else 'cores'} here: "
+              f"scaling to {top}", file=sys.stderr)
     backend_name = "auto" if backend is None else backend.name
     counts = sorted({1, top} | ({2} if top >= 2 else set()))
     for per_worker in sizes:
