@@ -116,7 +116,7 @@ def _cuda_status():
         return BackendStatus("cuda", False, "package missing: numba (pip install 'hpcgpu[cuda]')")
     cupy = _gpu_probe.cupy_distribution()
     if cupy is None:
-        return BackendStatus("cuda", False, "package missing: cupy (pip install 'hpcgpu[cuda]')")
+        return BackendStatus("cuda", False, _no_cupy())
     problem = _driver_problem(cupy[1])
     if problem:
         return BackendStatus("cuda", False, problem)
@@ -126,11 +126,23 @@ def _cuda_status():
 def _cupy_status():
     cupy = _gpu_probe.cupy_distribution()
     if cupy is None:
-        return BackendStatus("cupy", False, "package missing: cupy (pip install 'hpcgpu[cuda]')")
+        return BackendStatus("cupy", False, _no_cupy())
     problem = _driver_problem(cupy[1])
     if problem:
         return BackendStatus("cupy", False, problem)
     return BackendStatus("cupy", True, f"{cupy[0]} on " + _gpu_detail())
+
+
+def _no_cupy():
+    """Why a GPU backend is unusable without CuPy: the driver's problem first, when it has one.
+
+    On a machine without a GPU, "pip install 'hpcgpu[cuda]'" alone would send
+    the user to download CuPy only to learn then that there is no GPU.
+    """
+    report = _gpu_probe.probe_driver()
+    if not report.loaded:
+        return f"no usable GPU: {report.problem} (and cupy is not installed)"
+    return "package missing: cupy (pip install 'hpcgpu[cuda]')"
 
 
 def _resolve_auto():

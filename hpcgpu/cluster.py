@@ -20,7 +20,7 @@ Examples
 --------
 >>> import hpcgpu
 >>> client = hpcgpu.start_cluster(workers=2, quiet=True)   # doctest: +SKIP
->>> client.close()                                          # doctest: +SKIP
+>>> client.close()   # also stops the workers it started   # doctest: +SKIP
 
 Until this release the function was ``hpcgpu.cluster``, which hid this
 module; ``hpcgpu.cluster(...)`` still works for one release, with a
@@ -101,8 +101,9 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
         Where the dashboard listens (default 127.0.0.1:8787; ``":0"`` picks a
         free port).
     protocol : str, optional
-        ``"tcp"``, ``"tls"`` or, with dask-cuda and UCX installed, ``"ucx"``
-        (NVLink and InfiniBand).
+        ``"tcp"``, ``"tls"`` (the same as ``tls=True``) or, with dask-cuda
+        and UCX installed, ``"ucx"`` (NVLink and InfiniBand). Default:
+        ``"tls"`` when ``security`` holds certificates, else ``"tcp"``.
     rmm_pool_size : str or int, optional
         GPU workers: size of an RMM memory pool shared by CuPy and Numba
         (e.g. ``"20GB"``).
@@ -113,13 +114,16 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
         ``dask_jobqueue.SLURMCluster`` (``queue``, ``account``, ``cores``,
         ``memory``, ``walltime``, ``job_extra_directives``, ...).
     security : distributed.Security, optional
-        TLS certificates for the scheduler, workers and client.
+        TLS certificates for the scheduler, workers and client: a new
+        cluster given them speaks TLS. With ``jobqueue``, passed to it (as
+        is ``protocol``) unless the dict has its own.
     tls : bool
         Encrypt and authenticate every connection of a new local cluster
         with TLS: without ``security``, a throw-away certificate authority
         is made for this cluster (``distributed.Security.temporary``), so
         only this client and its workers can talk to the scheduler. To
-        reach a scheduler by ``address`` over TLS, give ``security``.
+        reach a scheduler by ``address`` over TLS, give ``security``; the
+        address must then be ``tls://`` (one without a scheme gets it).
     timeout : float
         Seconds to wait for a scheduler before giving up (default 20).
     quiet : bool
@@ -137,6 +141,13 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
     500 ms): those wake-ups compete with the kernels for the cores. Any of
     these keys set in dask's config to another value than dask's default
     wins; ``dask_defaults=True`` keeps dask's values for all of them.
+
+    Returns
+    -------
+    distributed.Client
+        Its ``close()`` also closes the cluster (workers and ports, or batch
+        jobs) that this call started; a scheduler joined by ``address``
+        keeps running.
 
     Raises
     ------
@@ -160,13 +171,37 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
         raise ConfigError(f"tls must be True or False; got {tls!r}")
     if not isinstance(dask_defaults, bool):
         raise ConfigError(f"dask_defaults must be True or False; got {dask_defaults!r}")
-    if tls:
+    if not isinstance(quiet, bool):
+        raise ConfigError(f"quiet must be True or False; got {quiet!r}")
+    if not isinstance(host, str) or not host:
+        # "" would make dask listen on every interface: the scheduler runs what it is sent
+        raise ConfigError(f"host must be an interface's address or name, such as '127.0.0.1'; got {host!r}")
+    _check_dashboard_address(dashboard_address)
+    if jobqueue is not None and not isinstance(jobqueue, dict):
+        raise ConfigError(f"jobqueue must be a dict of dask_jobqueue.SLURMCluster arguments; got {jobqueue!r}")
+    if security is not None:
+        from distributed import Security
+
+        if not isinstance(security, Security):
+            raise ConfigError(f"security must be a distributed.Security; got {security!r}")
+    protocol = _check_protocol(protocol)
+    if address is None and _has_certificates(security):
+        if protocol not in (None, "tls"):
+            # dask would fail to start ("Scheduler failed to start") or, without require_encryption, not use them
+            raise ConfigError(f"security holds TLS certificates, which protocol {protocol!r} does not use: "
+                              "leave protocol out or give 'tls'")
+        # dask starts a plain tcp cluster unless the Security also says require_encryption: certificates
+        # given are meant to be used
+        protocol = "tls"
+    if tls or protocol == "tls":
         if address is not None and security is None:
             raise ConfigError("tls=True with an address needs security=distributed.Security(...) holding "
                               "the certificates the scheduler trusts")
         if protocol not in (None, "tls"):
             raise ConfigError(f"tls=True needs protocol 'tls' (or none); got {protocol!r}")
         protocol = "tls"
+        if address is not None:
+            address = _tls_address(address)
         if security is None:
             from distributed import Security
 
@@ -176,20 +211,100 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
 
     if address is not None:
         client = _connect(Client, address, timeout, security)
-    elif jobqueue is not None:
-        job_cluster = slurm_cluster(**{"dask_defaults": dask_defaults, **jobqueue})
-        job_cluster.scale(jobs=workers or 1)
-        client = Client(job_cluster, timeout=timeout)
     else:
-        client = Client(_local_cluster(workers, threads_per_worker, gpus, host, dashboard_address,
-                                       protocol, rmm_pool_size, device_memory_limit, security, dask_defaults),
-                        timeout=timeout, security=security)
-    from hpcgpu import dashboard
+        if jobqueue is not None:
+            # the scheduler's own options, unless the dict gives them (the client takes the cluster's security)
+            scheduler = {key: value for key, value in (("protocol", protocol), ("security", security))
+                         if value is not None}
+            started = slurm_cluster(**{"dask_defaults": dask_defaults, **scheduler, **jobqueue})
+            try:
+                started.scale(jobs=workers or 1)
+            except BaseException:
+                started.close()  # its scheduler is up already
+                raise
+        else:
+            started = _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, protocol,
+                                     rmm_pool_size, device_memory_limit, security, dask_defaults)
+        client = _own_client(Client, started, timeout)
+    try:
+        from hpcgpu import dashboard
 
-    page = dashboard.register(client)  # the hpcgpu page in the dask dashboard; None if the scheduler refused it
+        page = dashboard.register(client)  # the hpcgpu page in the dask dashboard; None if the scheduler refused it
+    except BaseException:
+        close_client(client)  # interrupted: leave no cluster behind that nothing refers to
+        raise
     if not quiet:
         beside = f", hpcgpu page at {page}" if page else ""
         print(f"hpcgpu: dask dashboard at {client.dashboard_link}{beside}", file=sys.stderr)
+    return client
+
+
+PROTOCOLS = ("tcp", "tls", "ucx")
+"""The ``protocol`` values :func:`start_cluster` takes (``"tls://"`` and the like too)."""
+
+
+def _check_protocol(protocol):
+    """``protocol`` as one of :data:`PROTOCOLS` (or None), or a ConfigError naming them."""
+    if protocol is None:
+        return None
+    name = protocol.lower().removesuffix("://") if isinstance(protocol, str) else protocol
+    if name not in PROTOCOLS:
+        raise ConfigError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))} or None; got {protocol!r}")
+    from hpcgpu._gpu_probe import module_installed
+
+    if name == "ucx" and not module_installed("distributed_ucxx"):
+        # without it dask only says "Scheduler failed to start"
+        raise ConfigError("protocol='ucx' needs UCX for dask: pip install distributed-ucxx-cu12 "
+                          "(or -cu13, matching the CUDA of your driver)")
+    return name
+
+
+def _check_dashboard_address(address):
+    """A ConfigError unless ``address`` is ``"host:port"``, ``":port"`` or a port (0: any free one), or None."""
+    if address is None:
+        return
+    port = address if isinstance(address, int) and not isinstance(address, bool) else None
+    if isinstance(address, str):
+        port = address.rpartition(":")[2] if ":" in address else None
+        port = int(port) if port is not None and port.isdigit() else None
+    if port is None or not 0 <= port <= 65535:
+        raise ConfigError(f"dashboard_address must be 'host:port', ':port' or a port from 0 to 65535 "
+                          f"(0 or ':0' picks a free one); got {address!r}")
+
+
+def _has_certificates(security):
+    """True when ``security`` (a distributed.Security or None) holds TLS certificates."""
+    return security is not None and any(
+        getattr(security, key, None) for key in ("tls_ca_file", "tls_scheduler_cert", "tls_client_cert"))
+
+
+def _tls_address(address):
+    """``address`` with the ``tls://`` scheme: a ConfigError for another scheme, which would talk in the clear."""
+    if not isinstance(address, str):
+        return address  # _connect says what an address looks like
+    scheme, sep, _ = address.partition("://")
+    if not sep:
+        return "tls://" + address
+    if scheme.lower() != "tls":
+        raise ConfigError(f"tls=True (or protocol='tls') but the address {address!r} is not tls://: "
+                          "the connection would not be encrypted; give the scheduler's tls:// address")
+    return address
+
+
+def _own_client(Client, cluster, timeout):
+    """A client of ``cluster`` (just started here) that closes it with itself; the cluster closed on failure."""
+    try:
+        client = Client(cluster, timeout=timeout)
+    except BaseException as error:
+        cluster.close()  # nothing else refers to it: its workers and ports would stay until the process exits
+        if isinstance(error, (OSError, TimeoutError)):
+            raise ClusterError(f"the cluster started but the client could not connect to its scheduler "
+                               f"at {cluster.scheduler_address!r} within {timeout:g} s ({error}); "
+                               "the cluster is closed again (a larger timeout may help)") from None
+        raise
+    # dask closes a cluster with a client only when the client started it itself (no address given); this
+    # one was started for this client alone, so client.close() (and a client dropped) closes it too
+    client._start_arg = None
     return client
 
 
@@ -215,7 +330,11 @@ def _refuse_in_a_spawned_worker(address):
 
 
 def close_client(client):
-    """Close ``client`` and the local cluster it started, if any (a joined scheduler keeps running)."""
+    """Close ``client`` and the local cluster it started, if any (a joined scheduler keeps running).
+
+    ``client.close()`` does the same for a client from :func:`start_cluster`;
+    this also closes the cluster of a client made otherwise.
+    """
     if client is None:
         return
     local = getattr(client, "cluster", None)  # None for a client of a running scheduler
@@ -232,6 +351,8 @@ def _connect(Client, address, timeout, security):
                           "tls_ca_file=..., tls_client_cert=..., tls_client_key=...) with certificates it trusts")
     try:
         return Client(address, timeout=timeout, security=security)
+    except ValueError as error:  # dask parses the address only now: an unknown scheme, a port that is no number
+        raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r} ({error})") from None
     except (OSError, TimeoutError) as error:
         raise ClusterError(
             f"could not reach a dask scheduler at {address!r} within {timeout:g} s ({error}). "

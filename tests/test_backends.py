@@ -92,3 +92,21 @@ def test_unusable_backend_error_says_what_was_found():
     with pytest.raises((BackendUnavailable, ConfigError)) as info:
         Backend("cupy") if not backend_status("cupy").usable else Backend("nothing")
     assert "cupy" in str(info.value) or "nothing" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["cuda", "cupy"])
+def test_a_gpu_backend_on_a_machine_without_a_gpu_says_there_is_no_gpu(monkeypatch, name):
+    # it used to say only "package missing: cupy (pip install 'hpcgpu[cuda]')": installing CuPy on a
+    # machine without a GPU does not help
+    from hpcgpu import _gpu_probe
+
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    monkeypatch.setattr(_gpu_probe, "cupy_distribution", lambda: None)
+    monkeypatch.setattr(_gpu_probe, "probe_driver", lambda: _gpu_probe.DriverReport(
+        False, problem="no NVIDIA driver found (libcuda could not be loaded)"))
+    with pytest.raises(BackendUnavailable, match="no usable GPU: no NVIDIA driver found"):
+        get_backend(name)
+    # with a GPU and its driver, the missing package is what to fix
+    monkeypatch.setattr(_gpu_probe, "probe_driver", lambda: _gpu_probe.DriverReport(True, 12040, ("GPU",)))
+    with pytest.raises(BackendUnavailable, match="package missing: cupy"):
+        get_backend(name)

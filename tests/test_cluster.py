@@ -257,3 +257,125 @@ def test_a_script_without_the_main_guard_gets_an_error_that_says_what_to_do(tmp_
     assert result.returncode != 0
     assert "ConfigError: start_cluster() ran while a dask worker process was importing your script" in result.stderr
     assert str(script) in result.stderr and 'if __name__ == "__main__":' in result.stderr
+
+
+def _own_processes_and_ports():
+    """This test process's child processes (not multiprocessing's resource tracker) and listening ports."""
+    psutil = pytest.importorskip("psutil")
+    me = psutil.Process()
+    children = [p.pid for p in me.children(recursive=True) if "resource_tracker" not in " ".join(p.cmdline())]
+    return children, sorted(c.laddr.port for c in me.net_connections() if c.status == "LISTEN")
+
+
+def _wait_for_nothing_left(before, seconds=10.0):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while _own_processes_and_ports() != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _own_processes_and_ports()
+
+
+def test_client_close_stops_the_local_cluster_it_started():
+    # the documented way to finish (client.close()) used to leave the workers and the dashboard port running
+    # until the process ended: a notebook that ran the cell again got a second cluster on another port
+    before = _own_processes_and_ports()
+    client = start_cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+    cluster = client.cluster
+    assert _own_processes_and_ports() != before
+    client.close()
+    assert cluster.status.name == "closed"
+    assert _wait_for_nothing_left(before) == before
+    cluster.close()  # what notebooks still do after client.close(): harmless
+
+
+def test_a_client_that_cannot_connect_leaves_no_cluster_behind():
+    # the cluster is up before its client connects; a client that failed (here: a tiny timeout) used to
+    # leave the cluster's worker and ports with nothing referring to them, and a bare TimeoutError
+    before = _own_processes_and_ports()
+    with pytest.raises(ClusterError, match="could not connect to its scheduler"):
+        start_cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True, timeout=1e-4)
+    assert _wait_for_nothing_left(before) == before
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"protocol": "foo"}, "protocol must be one of 'tcp', 'tls', 'ucx'"),
+    ({"protocol": "ucx"}, "protocol='ucx' needs UCX"),
+    ({"host": ""}, "host must be"),
+    ({"host": 5}, "host must be"),
+    ({"dashboard_address": "nonsense"}, "dashboard_address must be 'host:port'"),
+    ({"dashboard_address": "127.0.0.1:99999"}, "dashboard_address must be"),
+    ({"quiet": "no"}, "quiet must be True or False"),
+    ({"security": "yes"}, "security must be a distributed.Security"),
+    ({"jobqueue": "slurm"}, "jobqueue must be a dict"),
+    ({"address": "tcp://127.0.0.1:notaport"}, "address must look like"),
+    ({"address": "ftp://127.0.0.1:8786"}, "address must look like"),
+    ({"address": "tcp://127.0.0.1:8786", "tls": True, "security": "certificates"}, "security must be"),
+    ({"protocol": "tcp", "security": "temporary"}, "security holds TLS certificates"),
+])
+def test_bad_options_name_the_option_instead_of_a_dask_traceback(options, message):
+    # each of these used to fail inside dask ("Cluster failed to start: Scheduler failed to start.", a
+    # TypeError or ValueError) or, for host="", to listen on every interface
+    from hpcgpu._gpu_probe import module_installed
+
+    if options.get("protocol") == "ucx" and module_installed("distributed_ucxx"):
+        pytest.skip("UCX is installed here")
+    if options.get("security") == "temporary":
+        from distributed import Security
+
+        options = {**options, "security": Security.temporary()}
+    with pytest.raises(ConfigError, match=message):
+        start_cluster(**{"gpus": False, "workers": 1, "timeout": 2, "quiet": True, **options})
+
+
+def _certificates(require_encryption):
+    """A Security holding a fresh certificate authority's certificates, as a user would build from files."""
+    from distributed import Security
+
+    made = Security.temporary()
+    return Security(require_encryption=require_encryption, **{
+        key: getattr(made, key) for key in ("tls_ca_file", "tls_scheduler_cert", "tls_scheduler_key",
+                                            "tls_worker_cert", "tls_worker_key", "tls_client_cert",
+                                            "tls_client_key")})
+
+
+@pytest.mark.parametrize("options", [{"protocol": "tls"}, {"protocol": "tls://"},
+                                     {"security": "certificates"}, {"security": "certificates", "tls": True}])
+def test_every_way_of_asking_for_tls_gives_a_tls_cluster(options):
+    # protocol="tls" alone used to fail inside dask, and certificates without require_encryption=True
+    # (Security(tls_ca_file=...)'s default) started a plain tcp cluster without a word
+    if options.get("security") == "certificates":
+        options = {**options, "security": _certificates(require_encryption=False)}
+    client = start_cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True, **options)
+    try:
+        assert client.scheduler.address.startswith("tls://127.0.0.1:")
+        assert all(w.startswith("tls://") for w in worker_info(client))
+        assert client.submit(sum, [1, 2]).result() == 3
+    finally:
+        close_client(client)
+
+
+def test_tls_to_a_scheduler_by_a_tcp_address_is_refused_not_sent_in_the_clear():
+    with pytest.raises(ConfigError, match="is not tls://"):
+        start_cluster("tcp://127.0.0.1:8786", tls=True, security=_certificates(require_encryption=False),
+                      quiet=True, timeout=1)
+
+
+def test_tls_and_security_reach_a_batch_cluster(monkeypatch):
+    # start_cluster(jobqueue=..., tls=True) used to start a plain tcp scheduler for the jobs; the batch
+    # cluster is not started here (no Slurm), only what it is asked for is checked
+    from distributed import Security
+
+    asked = {}
+
+    def fake_slurm_cluster(**kwargs):
+        asked.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(hpcgpu.cluster, "slurm_cluster", fake_slurm_cluster)
+    with pytest.raises(RuntimeError, match="stop here"):
+        start_cluster(jobqueue={"queue": "compute"}, tls=True, quiet=True)
+    assert asked["protocol"] == "tls" and isinstance(asked["security"], Security) and asked["queue"] == "compute"
+    with pytest.raises(RuntimeError, match="stop here"):
+        start_cluster(jobqueue={"queue": "compute", "protocol": "tcp"}, quiet=True)
+    assert asked["protocol"] == "tcp"  # the dict's own choice wins

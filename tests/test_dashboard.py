@@ -278,6 +278,21 @@ def test_plugin_survives_bad_records_and_no_scheduler():
     json.dumps(plugin.snapshot(), allow_nan=False)
 
 
+def test_a_new_run_shows_when_the_page_already_keeps_max_runs():
+    # the run just received was evicted before its status and time were set: after MAX_RUNS runs (a long
+    # notebook session, a scaling sweep) no new run reached the page
+    from hpcgpu.dashboard.plugin import MAX_RUNS
+
+    plugin = DashboardPlugin()
+    for i in range(MAX_RUNS):
+        plugin.receive(record={"id": f"old-{i}", "name": f"old-{i}", "status": "finished", "step": 10})
+    plugin.receive(record={"id": "new", "name": "new", "status": "running", "step": 1})
+    runs = [run["id"] for run in plugin.snapshot()["runs"]]
+    assert len(runs) == MAX_RUNS and runs[0] == "new" and "old-0" not in runs  # the oldest finished one went
+    plugin.receive(record={"id": "newer", "name": "newer", "status": "finished", "step": 1})
+    assert "newer" in plugin.runs and "old-1" not in plugin.runs
+
+
 def test_publishing_is_rate_limited_and_never_raises():
     local = Simulation(_jet(8, 8), stop_steps=2, progress=False)
     assert dashboard.publish(local) is False  # no cluster: nothing to publish to

@@ -93,14 +93,18 @@ class DashboardPlugin(SchedulerPlugin):
     def _merge(self, record):
         run_id = str(record["id"])
         run = self.runs.get(run_id)
-        if run is None:
+        new = run is None
+        if new:
             run = self.runs[run_id] = {"id": run_id, "series": {}, "first_seen": time.time()}
-            self._evict()
         for key in ("name", "model", "status", "step", "time", "dt", "steps_per_s", "wall_s", "backend",
                     "steps_per_task", "partitions", "unit", "workers", "error", "plot_first"):
             if key in record:
                 run[key] = record[key]
         run["updated"] = time.time()
+        if new:
+            # only now: a run without its status and time yet sorts as the oldest finished one, so with
+            # MAX_RUNS runs kept every new run was the one dropped and never showed
+            self._evict()
         series = run["series"]
         for row in record.get("diagnostics") or ():
             steps = series.get("step", [])
