@@ -50,6 +50,28 @@ def check_kepler(case):
     return out
 
 
+def check_plummer(case):
+    """The ``plummer`` case's parameters, checked: total mass and scale radius > 0 (else NaN bodies)."""
+    for key in ("total_mass", "scale_radius"):
+        check_float(key, case[key], minimum=0.0, strict_min=True)
+    return case
+
+
+def check_collision(case):
+    """The ``galaxy_collision`` case's parameters, checked; raises ConfigError naming the bad one.
+
+    Masses, radii and the pericentre distance are > 0, and the galaxies
+    start at a separation of at least the pericentre distance (the closest
+    points of their parabolic orbit).
+    """
+    check_plummer(case)
+    q = check_float("pericentre", case["pericentre"], minimum=0.0, strict_min=True)
+    if not check_float("separation", case["separation"]) >= q:
+        raise ConfigError(f"separation must be >= pericentre ({q:g}: the parabolic orbit comes no closer); "
+                          f"got {case['separation']:g}")
+    return case
+
+
 def kepler_period(case, G=1.0):
     """Orbital period of the ``kepler`` case: 2 pi sqrt(a^3 / (G M))."""
     return 2 * math.pi * math.sqrt(case["semi_major_axis"] ** 3 / (G * case["total_mass"]))
@@ -196,9 +218,10 @@ CASES = {
     "plummer": AstroCase(
         name="plummer", description="a Plummer sphere in virial equilibrium (Henon units)",
         generate=_plummer, n=4096, softening=0.01, dt=0.005, stop_time=10 * 2 * math.sqrt(2),
-        parameters=dict(total_mass=1.0, scale_radius=3 * math.pi / 16)),
+        parameters=dict(total_mass=1.0, scale_radius=3 * math.pi / 16), check=check_plummer),
     "galaxy_collision": AstroCase(
         name="galaxy_collision", description="two Plummer galaxies on a parabolic orbit",
         generate=_collision, n=8192, softening=0.01, dt=0.005, stop_time=10.0,
-        parameters=dict(total_mass=1.0, scale_radius=0.15, pericentre=0.5, separation=4.0)),
+        parameters=dict(total_mass=1.0, scale_radius=0.15, pericentre=0.5, separation=4.0),
+        check=check_collision),
 }

@@ -101,6 +101,13 @@ class NBody:
     decomposition = "bodies"  # all pairs: hpcgpu.partition.all_pairs
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
+    # units of the time axis and of the diagnostics, for the files they are written to (ZarrWriter)
+    diagnostic_units = {"time": "time (N-body units)", "max_cfl": "1", "virial_ratio": "1",
+                        **{k: "energy (N-body units)" for k in ("energy", "kinetic_energy", "potential_energy")},
+                        **{f"momentum_{a}": "mass length/time (N-body units)" for a in "xyz"},
+                        **{f"angular_momentum_{a}": "mass length2/time (N-body units)" for a in "xyz"},
+                        **{f"centre_of_mass_{a}": "length (N-body units)" for a in "xyz"},
+                        **{f"lagrangian_radius_{p}": "length (N-body units)" for p in (10, 50, 90)}}
 
     def __init__(self, case="plummer", *, n=None, softening=None, G=1.0, method="direct", theta=0.5,
                  integrator="kdk", dtype="float64", backend="auto", seed=0, **parameters):

@@ -28,6 +28,8 @@ class VorticityCase:
     physics: dict = field(default_factory=dict)
     parameters: dict = field(default_factory=dict)
     stop_time: float = 0.0
+    limits: dict = field(default_factory=dict)
+    """Ranges of the parameters (:func:`hpcgpu.workloads.weather.cases.check_case_parameters`)."""
 
 
 def _wavenumbers(grid, case):
@@ -106,6 +108,8 @@ CASES = {
         physics=dict(beta=1.6e-11, viscosity=0.0),
         parameters=dict(velocity=10.0, wavenumber_x=2.0, wavenumber_y=1.0),
         stop_time=10 * 86400.0,
+        # whole waves fit the periodic domain (or the channel); (0, 0) is no wave (the model refuses it)
+        limits=dict(wavenumber_x=dict(integer=True), wavenumber_y=dict(integer=True)),
     ),
     "turbulence": VorticityCase(
         name="turbulence",
@@ -115,5 +119,6 @@ CASES = {
         physics=dict(beta=1.6e-11, viscosity=2000.0),
         parameters=dict(velocity=10.0, peak_wavenumber=8.0, seed=0.0),
         stop_time=20 * 86400.0,
+        limits=dict(seed=dict(integer=True, minimum=0)),
     ),
 }

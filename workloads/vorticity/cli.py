@@ -6,8 +6,7 @@ import os
 import sys
 import time
 
-from hpcgpu._cli_common import check_run_arguments
-from hpcgpu.schedules import Every
+from hpcgpu._cli_common import add_checkpoint_arguments, check_run_arguments, output_schedule, run_options, start
 
 HELP = "barotropic vorticity model on a beta plane (vorticity)"
 DESCRIPTION = ("Run the barotropic vorticity model on a named case and write fields and diagnostics "
@@ -40,6 +39,7 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output directory (default: hpcgpu-output/vorticity-CASE)")
     parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_checkpoint_arguments(parser)
 
 
 def run(args):
@@ -58,21 +58,25 @@ def run(args):
     dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
     stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
     steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
-    out = args.out or os.path.join("hpcgpu-output", f"vorticity-{args.case}")
+    sim, planned = start(args, lambda: Simulation(model, state, dt=dt, stop_steps=steps,
+                                                  progress=False if args.no_progress else None), None)
+    model, steps, dt = sim.model, sim.stop_steps, sim.dt
+    # outputs planned on the run as first started (on resume, the checkpoint's), and the last step
+    sim.diagnostics_schedule = output_schedule(planned, 200, steps)
+    # a resumed run appends to its own store: named by its model, not by this command line's --case
+    out = args.out or os.path.join("hpcgpu-output", f"vorticity-{model.case}")
     os.makedirs(out, exist_ok=True)
-    sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-                     diagnostics=max(1, steps // 200))
     zarr_path = os.path.join(out, "fields.zarr")
-    sim.add_writer(ZarrWriter(zarr_path, Every(max(1, steps // max(1, args.snapshots)))))
-    print(f"hpcgpu: {model!r}, dt={dt:.4g} s, {steps} steps to t={steps * dt:.4g} s", file=sys.stderr)
+    sim.add_writer(ZarrWriter(zarr_path, output_schedule(planned, args.snapshots, steps), append=bool(args.resume)))
+    print(f"hpcgpu: {model!r}, dt={dt:.4g} s, steps {sim.step} to {steps}, t={steps * dt:.4g} s", file=sys.stderr)
     started = time.perf_counter()
-    sim.run()
+    sim.run(**run_options(args))
     wall = time.perf_counter() - started
     final = sim.state
     summary = sim.summary()
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path),
                    grid=f"{model.grid.nx}x{model.grid.ny}", backend=model.backend.name, dtype=model.dtype.name,
-                   case=args.case, solver=args.solver,
+                   case=model.case, solver=model.solver,
                    circulation=float(sim.diagnostics["circulation"].values[-1]))
     png = os.path.join(out, "final.png")
     g = model.grid
@@ -82,7 +86,7 @@ def run(args):
              cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
         dict(data=model.backend.to_host(final.psi), label="streamfunction psi (m2/s)", extent=extent,
              cmap="PuOr_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
-    ], title=f"barotropic vorticity, {args.case}, t = {sim.time / 86400:.2f} days")
+    ], title=f"barotropic vorticity, {model.case}, t = {sim.time / 86400:.2f} days")
     summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)

@@ -48,6 +48,7 @@ from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 from hpcgpu.workloads.vorticity import cases
+from hpcgpu.workloads.weather.cases import check_case_parameters
 from hpcgpu.workloads.weather.grid import Grid
 
 __all__ = ["BarotropicVorticity", "VorticityState", "VorticityParams", "CASES", "SOLVERS",
@@ -177,6 +178,9 @@ class BarotropicVorticity:
     decomposition = "global"  # a Poisson solve per stage couples every point: no row blocks
     field_names = ("zeta", "psi")
     cfl_limit = RK3_CFL_LIMIT
+    # units of the time axis and of the diagnostics, for the files they are written to (ZarrWriter)
+    diagnostic_units = {"time": "s", "energy": "m4 s-2", "enstrophy": "m2 s-2", "circulation": "m2 s-1",
+                        "max_cfl": "1"}
 
     def __init__(self, case="rossby_wave", *, nx=None, ny=None, dtype="float64", backend="auto",
                  Lx=None, Ly=None, boundary=None, solver="fft", solver_tol=1e-10, **params):
@@ -190,8 +194,10 @@ class BarotropicVorticity:
                               f"{sorted(model_keys | set(spec.parameters))}")
         self.case = case
         self.case_parameters = {**spec.parameters, **{k: v for k, v in params.items() if k in spec.parameters}}
-        for key, value in self.case_parameters.items():
-            check_float(key, value)
+        check_case_parameters(spec.limits, self.case_parameters)
+        if spec.name == "rossby_wave" and not (self.case_parameters["wavenumber_x"] or
+                                               self.case_parameters["wavenumber_y"]):
+            raise ConfigError("wavenumber_x and wavenumber_y must not both be 0 (that is no wave)")
         self.params = VorticityParams(**{**spec.physics, **{k: v for k, v in params.items() if k in model_keys}})
         self.grid = Grid(nx=spec.nx if nx is None else nx, ny=spec.ny if ny is None else ny,
                          Lx=spec.Lx if Lx is None else Lx, Ly=spec.Ly if Ly is None else Ly,
@@ -396,6 +402,19 @@ class BarotropicVorticity:
         attrs.update({f.name: getattr(self.params, f.name) for f in fields(VorticityParams)})
         attrs.update(self.case_parameters)
         return attrs
+
+    def to_host(self, state):
+        """The state with NumPy arrays (what a checkpoint saves)."""
+        return VorticityState(*(self.backend.to_host(a) for a in state.arrays()))
+
+    def restore_state(self, host_state):
+        """A checkpointed host state on this backend, ``psi`` as saved.
+
+        Not :meth:`state_from_arrays`: solving for ``psi`` again would
+        change it within the solver's tolerance, and CG starts every solve
+        from the last ``psi``, so a resumed run would not continue exactly.
+        """
+        return VorticityState(*(self.backend.asarray(a, dtype=self.dtype) for a in host_state.arrays()))
 
     def with_backend(self, backend):
         """The same model on another backend (a shallow copy)."""

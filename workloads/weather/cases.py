@@ -9,10 +9,40 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcgpu.validation import check_float, check_int
+
+
+def check_case_parameters(limits, values):
+    """Raise ConfigError naming the first case parameter out of its range; returns None.
+
+    ``limits`` maps a name to the keywords of :func:`~hpcgpu.validation.check_float`
+    (or, with ``integer=True``, of :func:`~hpcgpu.validation.check_int`); a
+    name without limits need only be a finite number.
+
+    Examples
+    --------
+    >>> check_case_parameters({"seed": dict(integer=True, minimum=0)}, {"seed": -1})
+    Traceback (most recent call last):
+    ...
+    hpcgpu.errors.ConfigError: seed must be >= 0, got -1
+    """
+    for key, value in values.items():
+        limit = dict(limits.get(key, {}))
+        if limit.pop("integer", False):
+            check_float(key, value)  # NaN and inf: "must be finite", not a TypeError inside check_int
+            check_int(key, value, **limit)
+        else:
+            check_float(key, value, **limit)
+
 
 @dataclass(frozen=True)
 class WeatherCase:
-    """A named test case: defaults plus an initial-condition function."""
+    """A named test case: defaults plus an initial-condition function.
+
+    ``limits`` gives the ranges of its ``parameters`` (see
+    :func:`check_case_parameters`): a width of zero or a negative seed would
+    otherwise fail inside NumPy, or give NaN fields.
+    """
 
     name: str
     description: str
@@ -25,6 +55,7 @@ class WeatherCase:
     physics: dict = field(default_factory=dict)
     parameters: dict = field(default_factory=dict)
     stop_time: float = 0.0
+    limits: dict = field(default_factory=dict)
 
 
 def _gravity_wave(grid, params, case):
@@ -115,6 +146,7 @@ CASES = {
         physics=dict(g=9.81, f0=1e-4, beta=0.0, mean_depth=1000.0, viscosity=1000.0),
         parameters=dict(jet_speed=25.0, jet_width=1.5e5, perturbation=2.0),
         stop_time=4 * 86400.0,
+        limits=dict(jet_width=dict(minimum=0.0, strict_min=True)),
     ),
     "gravity_wave": WeatherCase(
         name="gravity_wave",
@@ -124,6 +156,8 @@ CASES = {
         physics=dict(g=9.81, f0=0.0, beta=0.0, mean_depth=100.0, viscosity=0.0),
         parameters=dict(amplitude=0.1, wavenumber=1.0),
         stop_time=1.0e6 / math.sqrt(9.81 * 100.0),
+        # a whole number of waves fits the periodic domain (and has the analytic frequency)
+        limits=dict(wavenumber=dict(integer=True)),
     ),
     "turbulence": WeatherCase(
         name="turbulence",
@@ -133,6 +167,7 @@ CASES = {
         physics=dict(g=9.81, f0=1e-4, beta=0.0, mean_depth=1000.0, viscosity=0.0),
         parameters=dict(velocity=10.0, peak_wavenumber=6.0, seed=0.0),
         stop_time=5 * 86400.0,
+        limits=dict(seed=dict(integer=True, minimum=0)),
     ),
     "rest": WeatherCase(
         name="rest",

@@ -2,11 +2,18 @@
 
 Every quantity is a sum over a block of rows (:func:`block_sums`),
 combined afterwards (:func:`combine_sums`), so a partitioned run reduces
-where its partitions live and only scalars travel.
+where its partitions live and only one number per row and quantity
+travels. A block keeps its sums row by row and :func:`combine_sums` adds
+all rows with :func:`math.fsum` (correctly rounded, so independent of the
+order): the diagnostics are then bitwise the same on any number of
+partitions, as the fields are, where one total per block would round
+differently with every split.
 :meth:`hpcgpu.workloads.weather.ShallowWater.diagnostics` is the entry point;
 these read the model's public attributes (grid, params, backend,
 ``coriolis_rows``).
 """
+
+import math
 
 import numpy as np
 
@@ -41,7 +48,7 @@ def block_sums(model, state, start, south=None):
     nx = g.nx
     h_u = 0.5 * (Hx[1:rows + 1, 0:nx] + Hx[1:rows + 1, 1:nx + 1])
     h_v = 0.5 * (H[0:rows] + H[1:rows + 1])
-    kinetic = float((h_u * u * u).sum() + (h_v * v * v).sum())
+    kinetic = (h_u * u * u).sum(axis=1) + (h_v * v * v).sum(axis=1)
     deviation = h - model.params.mean_depth
     corners = rows + (1 if north_wall else 0)
     zeta = ((Vx[1:corners + 1, 1:nx + 1] - Vx[1:corners + 1, 0:nx]) / g.dx
@@ -54,14 +61,31 @@ def block_sums(model, state, start, south=None):
         density[0] *= 0.5
     if north_wall:
         density[-1] *= 0.5
-    return {"cells": int(h.size), "depth": float(h.sum()), "deviation": float(deviation.sum()),
-            "deviation2": float((deviation * deviation).sum()), "kinetic2": kinetic,
-            "enstrophy": float(density.sum())}
+    # sums by row (host float64 arrays): every row is summed by the same operations in any block
+    host = model.backend.to_host
+    return {"cells": int(h.size), "depth": host(h.sum(axis=1)), "deviation": host(deviation.sum(axis=1)),
+            "deviation2": host((deviation * deviation).sum(axis=1)), "kinetic2": host(kinetic),
+            "enstrophy": host(density.sum(axis=1))}
+
+
+def exact_total(values):
+    """The correctly rounded sum of ``values`` (host float64), whatever their order; NaN or inf as NumPy's.
+
+    :func:`math.fsum` raises on ``inf - inf`` and on intermediate overflow,
+    where a diagnostic of a blown-up state must stay a number the
+    instability check reports.
+    """
+    try:
+        return math.fsum(values)
+    except (ValueError, OverflowError):
+        return float(np.sum(values))
 
 
 def combine_sums(model, parts):
     """Mass, energy and potential enstrophy (dict of floats) from the :func:`block_sums` of all rows."""
-    total = {key: sum(p[key] for p in parts) for key in parts[0]}
+    # every row's sum, added with one correctly rounded sum: the same total for any split into blocks
+    total = {key: sum(p[key] for p in parts) if key == "cells" else
+             exact_total(np.concatenate([np.ravel(p[key]) for p in parts])) for key in parts[0]}
     area = model.grid.cell_area
     offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
     # APE about the actual mean depth, summed about the rest depth without cancellation

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcgpu.kernels.stencil import MIN_POINTS, NAMES, WALL, normalize_boundary
+from hpcgpu.kernels.stencil import MIN_POINTS, NAMES, OPEN, WALL, normalize_boundary
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Grid"]
@@ -54,6 +54,10 @@ class Grid:
             from hpcgpu.errors import ConfigError
             raise ConfigError("a global grid needs the same boundary on its south and north edges; "
                               f"got {self.boundary!r}")
+        if codes[1] == OPEN:  # an open edge has no rows beyond it: only a partition's edges, which get halos
+            from hpcgpu.errors import ConfigError
+            raise ConfigError(f"boundary along y must be 'periodic' or 'wall'; got {self.boundary!r} ('open' is "
+                              "only for the south/north edges of a partition)")
         object.__setattr__(self, "boundary", (NAMES[codes[0]], NAMES[codes[1]]))
 
     @property

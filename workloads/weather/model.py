@@ -152,6 +152,8 @@ class ShallowWater(RowBlocks):
     decomposition = "rows"  # how hpcgpu.partition splits it (hpcgpu.partition.rows)
     field_names = ("u", "v", "h")
     cfl_limit = RK3_CFL_LIMIT
+    # units of the time axis and of the diagnostics, for the files they are written to (ZarrWriter)
+    diagnostic_units = {"time": "s", "mass": "m3", "energy": "m5 s-2", "enstrophy": "m s-2", "max_cfl": "1"}
     stencil_radius = 2  # rows a tendency evaluation reads on each side
 
     def __init__(self, case="unstable_jet", *, nx=None, ny=None, dtype="float64", backend="auto",
@@ -167,8 +169,7 @@ class ShallowWater(RowBlocks):
                 f"{sorted(model_keys | set(spec.parameters))}")
         self.case = case
         self.case_parameters = {**spec.parameters, **{k: v for k, v in params.items() if k in spec.parameters}}
-        for key, value in self.case_parameters.items():
-            check_float(key, value)
+        cases.check_case_parameters(spec.limits, self.case_parameters)
         self.params = ShallowWaterParams(**{**spec.physics, **{k: v for k, v in params.items() if k in model_keys}})
         self.grid = Grid(nx=spec.nx if nx is None else nx, ny=spec.ny if ny is None else ny,
                          Lx=spec.Lx if Lx is None else Lx, Ly=spec.Ly if Ly is None else Ly,
