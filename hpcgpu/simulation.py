@@ -187,6 +187,12 @@ class Simulation(Checkpointing):
         data = {k: ("time", [r[k] for r in self._records]) for k in keys}
         ds = xr.Dataset(data, coords={"time": [r["time"] for r in self._records]},
                         attrs={"name": self.name, **_flat(self.model.attributes())})
+        # the model's units (optional): without them a weather run's seconds and an N-body run's time read alike
+        units = {**getattr(self.model, "diagnostic_units", {}), "wall_s": "s", "step": "1"}
+        for name, unit in units.items():
+            if name in ds.variables:
+                ds[name].attrs["units"] = unit
+        ds["time"].attrs["long_name"] = "model time"
         return ds
 
     def record_diagnostics(self):

@@ -107,3 +107,18 @@ def test_diagnostics_carry_the_wall_clock(model):
     sim.run()
     wall = sim.diagnostics["wall_s"].values
     assert (np.diff(wall) > 0).all() and wall[-1] <= sim.timing["run_s"] + 1e-9
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("hpcgpu.workloads.weather", fromlist=["x"]).ShallowWater("gravity_wave", nx=16, ny=8,
+                                                                               backend="numpy"),
+    lambda: __import__("hpcgpu.workloads.md", fromlist=["x"]).LennardJones(3, backend="numpy"),
+    lambda: __import__("hpcgpu.workloads.astro", fromlist=["x"]).NBody("plummer", n=64, backend="numpy"),
+    lambda: __import__("hpcgpu.workloads.vorticity", fromlist=["x"]).BarotropicVorticity(nx=16, ny=16,
+                                                                                        backend="numpy"),
+], ids=["weather", "md", "astro", "vorticity"])
+def test_every_diagnostic_and_the_time_axis_carry_units(make):
+    """In memory as in the files: a weather run's seconds and an N-body run's time must not read alike."""
+    diagnostics = Simulation(make(), stop_steps=2, progress=False).run().diagnostics
+    missing = [name for name in diagnostics.variables if not diagnostics[name].attrs.get("units")]
+    assert not missing, missing

@@ -101,14 +101,6 @@ class ZarrWriter:
         ds = simulation.diagnostics
         if not ds.data_vars:
             return
-        # the units the model gives (its diagnostics are plain floats): without them, the time axis of an
-        # N-body run (N-body units) and of a weather run (s) read the same
-        units = dict(getattr(simulation.model, "diagnostic_units", {}), wall_s="s", step="1")
-        for name, unit in units.items():
-            if name in ds.variables:
-                ds[name].attrs.setdefault("units", unit)
-        if "time" in ds.coords:
-            ds["time"].attrs.setdefault("long_name", "model time")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
             ds.to_zarr(self.path, group="diagnostics", mode="w", consolidated=True)

@@ -163,6 +163,12 @@ class LennardJones(AtomBlocks):
     decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.partition.slabs
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
+    # units of the time axis and of the diagnostics (reduced Lennard-Jones units: sigma, epsilon, mass 1)
+    diagnostic_units = {"time": "tau (LJ units)", "max_cfl": "1", "temperature": "epsilon/k_B",
+                        "pressure": "epsilon/sigma3", "pressure_tail": "epsilon/sigma3", "msd": "sigma2",
+                        "density": "sigma-3", "neighbor_rebuilds": "1", "potential_energy_per_atom": "epsilon",
+                        **{k: "epsilon" for k in ("energy", "kinetic_energy", "potential_energy", "energy_tail")},
+                        **{f"momentum_{a}": "mass sigma/tau (LJ units)" for a in "xyz"}}
 
     def __init__(self, n_cells=5, *, density=None, box=None, temperature=1.0, cutoff=2.5, skin=0.3,
                  shift=True, thermostat="none", friction=1.0, dtype="float64", backend="auto", seed=0,
