@@ -229,7 +229,9 @@ def _add_workloads(run_sub):
     for name, declared in registry.workloads().items():
         try:
             module = declared.cli_module()
-            parser = run_sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
+            # the name hpcgpu plan and bench use too ("hpcgpu run nbody" is "hpcgpu run astro")
+            aliases = [declared.plan_name] if declared.plan_name not in (None, name) else []
+            parser = run_sub.add_parser(name, aliases=aliases, help=module.HELP, description=module.DESCRIPTION)
         except Exception as error:  # noqa: BLE001 - one broken plugin must not take the command line down
             _add_broken(run_sub, name, _cli_failed(declared, error))
             continue

@@ -563,3 +563,11 @@ def test_ctrl_c_ends_a_command_with_one_line_and_status_130(tmp_path):
         process.kill()
     assert process.returncode == 130, err
     assert "Traceback" not in err and err.rstrip().endswith("hpcgpu: interrupted"), err
+
+
+def test_run_takes_the_plan_and_bench_name_of_a_workload(tmp_path, capsys):
+    """``hpcgpu plan nbody`` and ``hpcgpu bench nbody`` exist, so ``hpcgpu run nbody`` is ``run astro``."""
+    status, err = _run_in_process(capsys, "run", "nbody", "--case", "kepler", "--steps", "3", "--backend", "numpy",
+                                  "--no-progress", "--out", str(tmp_path / "out"))
+    assert status == 0, err
+    assert "NBody(case='kepler'" in err and (tmp_path / "out" / "summary.json").exists()
