@@ -81,7 +81,16 @@ def open_client(args):
         return None
     from hpcgpu.cluster import start_cluster
 
+    one_cluster(args)
     return start_cluster(args.scheduler, workers=args.workers)
+
+
+def one_cluster(args):
+    """ConfigError when both ``--workers`` (start a local cluster) and ``--scheduler`` (join one) are given."""
+    if args.workers is not None and args.scheduler is not None:
+        from hpcgpu.errors import ConfigError
+
+        raise ConfigError("--workers starts a local cluster and --scheduler joins a running one: give one of them")
 
 
 def add_checkpoint_arguments(parser):

@@ -102,12 +102,14 @@ def _kernel_cache():
 
 def _acceptance(args):
     """``hpcgpu bench`` without a suite: accept the attached cluster (JSON lines, HTML report)."""
+    from hpcgpu._cli_common import one_cluster
     from hpcgpu.bench import acceptance
     from hpcgpu.bench.report import Thresholds, write_html
     from hpcgpu.cluster import close_client, start_cluster
 
     thresholds = Thresholds.from_toml(args.thresholds) if args.thresholds else Thresholds()
     _check_report_path(args.report)  # before the minutes of measuring, not after them
+    one_cluster(args)
     client = start_cluster(args.scheduler, workers=args.workers, quiet=True)
     try:
         info = worker_info(client)

@@ -167,6 +167,15 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
         raise ConfigError(f"gpus must be 'auto', True or False; got {gpus!r}")
     if address is not None and jobqueue is not None:
         raise ConfigError("give either address (connect to a scheduler) or jobqueue (start one), not both")
+    if address is not None:
+        # options of a new cluster: a scheduler joined by address keeps its own workers
+        ignored = [name for name, value in (("workers", workers), ("threads_per_worker", threads_per_worker),
+                                            ("rmm_pool_size", rmm_pool_size),
+                                            ("device_memory_limit", device_memory_limit)) if value is not None]
+        if ignored:
+            raise ConfigError(f"{', '.join(ignored)} {'shapes' if len(ignored) == 1 else 'shape'} a new cluster; "
+                              f"the scheduler at {address!r} keeps the workers it has: leave "
+                              f"{'it' if len(ignored) == 1 else 'them'} out, or give no address")
     if not isinstance(tls, bool):
         raise ConfigError(f"tls must be True or False; got {tls!r}")
     if not isinstance(dask_defaults, bool):

@@ -571,3 +571,15 @@ def test_run_takes_the_plan_and_bench_name_of_a_workload(tmp_path, capsys):
                                   "--no-progress", "--out", str(tmp_path / "out"))
     assert status == 0, err
     assert "NBody(case='kepler'" in err and (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("command", [("run", "weather", "--steps", "2"), ("bench", "--quick")])
+def test_workers_and_scheduler_together_are_refused(monkeypatch, capsys, command):
+    """--workers would be ignored by a joined scheduler: say so before anything starts."""
+    from hpcgpu import cluster
+
+    monkeypatch.setattr(cluster, "start_cluster", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
+    status, err = _run_in_process(capsys, *command, "--workers", "2", "--scheduler", "tcp://127.0.0.1:8786")
+    assert status == 2, err
+    assert err.strip() == ("hpcgpu: error: --workers starts a local cluster and --scheduler joins a running one: "
+                           "give one of them")

@@ -154,6 +154,10 @@ def test_bad_cluster_requests():
         start_cluster("nowhere", quiet=True)
     with pytest.raises(ConfigError, match="either address"):
         start_cluster("tcp://127.0.0.1:8786", jobqueue={}, quiet=True)
+    # not silently ignored: a joined scheduler keeps its workers
+    with pytest.raises(ConfigError, match="^workers, rmm_pool_size shape a new cluster; the scheduler at "
+                                          "'tcp://127.0.0.1:8786' keeps the workers it has"):
+        start_cluster("tcp://127.0.0.1:8786", workers=4, rmm_pool_size="1GB", quiet=True)
 
 
 def test_gpus_required_without_a_gpu_is_a_cluster_error():
@@ -325,7 +329,9 @@ def test_bad_options_name_the_option_instead_of_a_dask_traceback(options, messag
 
         options = {**options, "security": Security.temporary()}
     with pytest.raises(ConfigError, match=message):
-        start_cluster(**{"gpus": False, "workers": 1, "timeout": 2, "quiet": True, **options})
+        # workers only for a new cluster (with an address it is an error of its own)
+        start_cluster(**{"gpus": False, "timeout": 2, "quiet": True, **({} if "address" in options else {"workers": 1}),
+                         **options})
 
 
 def _certificates(require_encryption):
