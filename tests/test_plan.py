@@ -366,3 +366,13 @@ def test_check_against_this_machine_reports_a_finite_relative_error():
     assert profile["link_latency_s"] >= 0 and profile["link_bytes_per_s"] > 0
     assert profile["epoch_overhead_s_1_workers"] > 0 and profile["epoch_overhead_s_2_workers"] > 0
     assert math.isfinite(rows[0]["measured_efficiency"])
+
+
+def test_the_table_shows_a_dash_where_a_gpu_count_has_no_efficiency(capsys):
+    """GPU counts below the smallest that fits have no baseline: '-', not 'nan'."""
+    from hpcgpu.cli import main
+
+    assert main(["plan", "weather", "--nx", "65536", "--ny", "65536", "--steps", "1e4", "--device", "h200"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip()[:1].isdigit()]
+    assert "nan" not in " ".join(" ".join(r) for r in rows)
+    assert [r[0] for r in rows if "fit" in r] == ["1", "2"] and all(r[r.index("GB") + 1] == "-" for r in rows if "fit" in r)

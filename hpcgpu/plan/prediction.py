@@ -110,7 +110,7 @@ class Plan:
             note = r.bound + ("" if r.fits else ", does not fit") + (f", {r.note}" if r.note else "")
             lines.append(f"{r.gpus:>5} {_duration(r.time_to_solution_s):>17} {r.seconds_per_step:>10.3g} "
                          f"{r.compute_s:>9.3g} {r.exchange_s:>9.3g} {r.scheduler_s:>9.3g} "
-                         f"{_gigabytes(r.memory_per_gpu_bytes):>9} {r.parallel_efficiency:>10.2f}  {note}")
+                         f"{_gigabytes(r.memory_per_gpu_bytes):>9} {_efficiency(r.parallel_efficiency):>10}  {note}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -262,6 +262,11 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
                             c.exchange_bytes, c.note))
     warnings = _warnings(workload, device, link, rows, min_fit, usable, threshold, max_gpus)
     return Plan(workload, device, link, scheduler, rows, warnings, min_fit)
+
+
+def _efficiency(value):
+    """The table's efficiency cell: ``-`` where there is none (a GPU count below the smallest that fits)."""
+    return "-" if math.isnan(value) else f"{value:.2f}"
 
 
 def _bound(cost):
