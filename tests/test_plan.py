@@ -375,4 +375,5 @@ def test_the_table_shows_a_dash_where_a_gpu_count_has_no_efficiency(capsys):
     assert main(["plan", "weather", "--nx", "65536", "--ny", "65536", "--steps", "1e4", "--device", "h200"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip()[:1].isdigit()]
     assert "nan" not in " ".join(" ".join(r) for r in rows)
-    assert [r[0] for r in rows if "fit" in r] == ["1", "2"] and all(r[r.index("GB") + 1] == "-" for r in rows if "fit" in r)
+    unfit = [r for r in rows if "fit" in r]
+    assert [r[0] for r in unfit] == ["1", "2"] and all(r[r.index("GB") + 1] == "-" for r in unfit)
