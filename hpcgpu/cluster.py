@@ -31,6 +31,7 @@ import os
 import sys
 import types
 import warnings
+import weakref
 
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_float, check_int
@@ -232,9 +233,11 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
                 started.close()  # its scheduler is up already
                 raise
         else:
+            _warn_if_one_is_running()
             started = _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, protocol,
                                      rmm_pool_size, device_memory_limit, security, dask_defaults)
         client = _own_client(Client, started, timeout)
+        _started_here.add(client)
     try:
         from hpcgpu import dashboard
 
@@ -298,6 +301,23 @@ def _tls_address(address):
         raise ConfigError(f"tls=True (or protocol='tls') but the address {address!r} is not tls://: "
                           "the connection would not be encrypted; give the scheduler's tls:// address")
     return address
+
+
+_started_here = weakref.WeakSet()  # clients of the clusters start_cluster() started in this process
+
+
+def _warn_if_one_is_running():
+    """Warn when a cluster an earlier call started is still running (a notebook cell run twice, say).
+
+    Its workers, memory (a GPU's RMM pool) and dashboard port stay taken
+    until its client is closed; dask itself only says that port 8787 is in use.
+    """
+    running = [c for c in list(_started_here) if c.status == "running"]
+    if running:
+        links = ", ".join(str(c.dashboard_link) for c in running)
+        warnings.warn(f"{len(running)} cluster(s) an earlier start_cluster() call started in this process "
+                      f"still run (dashboard {links}) and keep their workers and memory: close them with "
+                      "client.close() when they are no longer needed", ResourceWarning, stacklevel=3)
 
 
 def _own_client(Client, cluster, timeout):

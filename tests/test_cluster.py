@@ -385,3 +385,26 @@ def test_tls_and_security_reach_a_batch_cluster(monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         start_cluster(jobqueue={"queue": "compute", "protocol": "tcp"}, quiet=True)
     assert asked["protocol"] == "tcp"  # the dict's own choice wins
+
+
+def test_a_second_local_cluster_while_the_first_runs_warns_and_names_it():
+    """A notebook cell run twice: the first cluster keeps its workers until its client is closed."""
+    def start():
+        return start_cluster(workers=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
+
+    def named(caught, client):
+        return any(str(client.dashboard_link) in str(w.message) for w in caught)
+
+    first = start()
+    try:
+        with pytest.warns(ResourceWarning, match="an earlier start_cluster.. call started") as caught:
+            second = start()
+        assert named(caught, first)
+    finally:
+        first.close()
+    try:
+        with pytest.warns(ResourceWarning) as caught:
+            start().close()
+        assert named(caught, second) and not named(caught, first)  # a closed one is not named again
+    finally:
+        second.close()
