@@ -68,12 +68,18 @@ class TimeInterval(Schedule):
 
     def _index(self, time, dt):
         # Tolerate rounding of time = step * dt so that exact multiples count.
-        return math.floor((time + 1e-9 * dt) / self.interval)
+        return math.floor((time + _slack(time, dt)) / self.interval)
 
     def steps_until(self, step, time, dt):
         # Fires at step n when (t_{n-1}, t_n] holds a multiple of the interval.
         target = (self._index(time - dt, dt) + 1) * self.interval
-        return max(0, math.ceil((target - time - 1e-9 * dt) / dt))
+        return max(0, math.ceil((target - time - _slack(time, dt)) / dt))
+
+
+def _slack(time, dt):
+    """Rounding to tolerate in ``time = step * dt``: a fixed part of a step, and a relative part,
+    as the rounding of ``step * dt`` grows with the step (beyond a 1e-9 step after some 1e7 steps)."""
+    return 1e-9 * dt + 1e-12 * abs(time)
 
 
 def as_schedule(value, name="schedule"):

@@ -28,6 +28,8 @@ Examples
 
 import math
 import os
+import signal
+import threading
 import time as _time
 
 from hpcgpu.cluster import worker_info
@@ -197,7 +199,12 @@ class Simulation(Checkpointing):
 
     def record_diagnostics(self):
         """Compute and record the model's diagnostics now; returns them."""
-        self._flush()
+        # One record per step: a second call at the same step (or after summary()) replaces the
+        # first, else the time coordinate of `diagnostics` repeats and `.sel(time=...)` fails. On a
+        # cluster the first may still be on its way (a run stopped by Ctrl-C): wait for it too.
+        self._flush(block=True)
+        if self._records and self._records[-1]["step"] == self.step:
+            self._records.pop()
         self._executor.request_diagnostics(self.step)
         self._flush(block=True)  # on a cluster the sums arrive later: wait for them
         return self._records[-1]
@@ -277,6 +284,8 @@ class Simulation(Checkpointing):
             raise ClusterError(f"{self.name}: run() after close(): its executor (and any cluster-side state) is "
                                "released; create a new Simulation, or Simulation.resume(...) from a checkpoint")
         target_step = self._target_step(steps, stop_time)
+        wall_time_limit = check_float("wall_time_limit", wall_time_limit, minimum=0.0, strict_min=True,
+                                      allow_none=True)
         wall_limit = wall_time_limit if wall_time_limit is not None else self.wall_time_limit
         if target_step is None and wall_limit is None:
             raise ConfigError("run needs a stop criterion: steps, stop_steps, stop_time or wall_time_limit")
@@ -284,6 +293,9 @@ class Simulation(Checkpointing):
             raise ConfigError("checkpoint_every needs a checkpoint directory (checkpoint=PATH)")
         max_restarts = check_int("max_restarts", max_restarts, minimum=0)
         if checkpoint is not None:
+            if os.path.exists(checkpoint) and not os.path.isdir(checkpoint):
+                raise ConfigError(f"checkpoint={os.fspath(checkpoint)!r} is a file; give a directory for the "
+                                  "checkpoints (created if missing)")
             self._check_checkpoint_folder(os.fspath(checkpoint))
         self._checkpoint = None if checkpoint is None else (
             os.fspath(checkpoint), None if checkpoint_every is None else as_schedule(checkpoint_every, "checkpoint_every"))
@@ -299,7 +311,8 @@ class Simulation(Checkpointing):
             self.timing["warmup_s"] = _time.perf_counter() - start
             self._warmed_up = True
         if self.step == 0 and not self._records:
-            self._events(force_check=True)
+            with _DeferredInterrupt():  # all of step 0's events, or a later run() skips the rest of them
+                self._events(force_check=True)
         bar = self._progress_bar(target_step)
         started = self._run_started = _time.perf_counter()
         steps_at_start = self.step
@@ -319,15 +332,19 @@ class Simulation(Checkpointing):
                     done = self.step - steps_at_start
                     seconds_per_step = elapsed / done if done else None
                     n = self._steps_to_next_event(target_step, seconds_per_step)
-                    self._executor.advance(n)
-                    self.step += n
-                    self.time = self.step * self.dt
-                    if target_step is not None and self.step >= target_step:
-                        # the closing check goes with the last steps: on a cluster, in the same
-                        # epoch (a check asked for once they were sent costs an epoch of its own)
-                        self._executor.request_health(self.step)
-                        self._checked_step = self.step
-                    self._events()
+                    # Ctrl-C waits for the end of these n steps and their events: raised inside
+                    # advance(), it would leave a state some steps on from `step` (or half-written
+                    # in reused buffers) that a later run() would silently continue.
+                    with _DeferredInterrupt():
+                        self._executor.advance(n)
+                        self.step += n
+                        self.time = self.step * self.dt
+                        if target_step is not None and self.step >= target_step:
+                            # the closing check goes with the last steps: on a cluster, in the same
+                            # epoch (a check asked for once they were sent costs an epoch of its own)
+                            self._executor.request_health(self.step)
+                            self._checked_step = self.step
+                        self._events()
                     _publish_status(self)  # to the dask dashboard's hpcgpu page; never blocks
                 except WorkerLost as error:
                     self._recover(error, max_restarts)  # from this run's last checkpoint, or re-raise
@@ -367,7 +384,9 @@ class Simulation(Checkpointing):
         if self.stop_steps is not None:
             targets.append(self.stop_steps)
         if stop_time is not None:
-            targets.append(math.ceil(stop_time / self.dt - 1e-9))
+            # the first step at or after stop_time, tolerating the rounding of step * dt (which grows with the step)
+            steps = stop_time / self.dt
+            targets.append(math.ceil(steps - 1e-9 - 1e-12 * steps))
         return min(targets) if targets else None
 
     def _schedules(self):
@@ -509,6 +528,39 @@ class Simulation(Checkpointing):
         from hpcgpu.io import html_views
 
         return html_views.simulation_html(self)
+
+
+class _DeferredInterrupt:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise it at the end.
+
+    The steps of one call to the executor and their events (at most about
+    :data:`_CHUNK_SECONDS` of work) then finish, so ``step``, ``time`` and the
+    state agree when :class:`KeyboardInterrupt` reaches the notebook, and a
+    later ``run()`` continues exactly. A second Ctrl-C in the same block is
+    raised at once (a callback that hangs can still be interrupted). Only
+    Python's default handler, in the main thread, is replaced: another
+    handler (or a thread, where signals cannot be handled) is left alone.
+    """
+
+    def __enter__(self):
+        self.pending = False
+        self._previous = None
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._hold)
+        return self
+
+    def _hold(self, signum, frame):
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def __exit__(self, kind, error, traceback):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if self.pending and kind is None:
+            raise KeyboardInterrupt
+        return False
 
 
 def _declaration(model):

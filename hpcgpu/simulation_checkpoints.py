@@ -39,6 +39,8 @@ class Checkpointing:
         save = getattr(self.model, "checkpoint_state", self.model.to_host)
         meta = {"step": self.step, "time": self.time, "dt": self.dt, "name": self.name,
                 "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
+                "schedules": {"diagnostics": _schedule_meta(self.diagnostics_schedule),
+                              "check": _schedule_meta(self.check_schedule)},
                 "model": repr(self.model),
                 "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
         directory = checkpoint.write_checkpoint(path, self.model, save(state), meta)
@@ -55,8 +57,9 @@ class Checkpointing:
         The run continues exactly as the uninterrupted one would (bitwise on
         the same backend and number of workers; to rounding on another
         count): same model, state, step, time, dt, stop criteria (unless
-        given here) and the diagnostics recorded so far. Callbacks and
-        writers are not saved: add them again.
+        given here), diagnostics and check schedules (unless given here, or
+        of a Schedule class of your own) and the diagnostics recorded so far.
+        Callbacks and writers are not saved: add them again.
 
         Parameters
         ----------
@@ -64,25 +67,38 @@ class Checkpointing:
             The checkpoint directory given to :meth:`run`.
         backend : str, optional
             Continue on another backend (default: the one it ran on; ``auto`` resolves here).
-        client, partitions, steps_per_task, weights, progress, wall_time_limit
+        client, partitions, steps_per_task, weights, progress, wall_time_limit, name
             As for the constructor: any number of workers, or none.
         stop_steps, stop_time : optional
-            New stop criteria (default: the saved ones).
+            New stop criteria: giving either replaces both saved ones, so that
+            a run can be extended (default: the saved ones).
 
         Raises
         ------
         ConfigError
-            No usable checkpoint under ``path``.
+            No usable checkpoint under ``path``, or a ``dt`` or ``state`` (the
+            checkpoint's are continued).
         """
         from hpcgpu import checkpoint
 
         model, host_state, meta = checkpoint.read_checkpoint(os.fspath(path))
+        fixed = sorted({"dt", "state"} & set(kwargs))
+        if fixed:  # else a TypeError about repeated keyword arguments, from inside resume
+            raise ConfigError(f"{', '.join(fixed)}: a resumed run continues the checkpoint's state and dt "
+                              f"(dt={meta['dt']:g}); for others start a new Simulation(model, state, dt=...)")
+        name = kwargs.pop("name", None) or meta["name"]
         if backend is not None or getattr(model, "backend_request", None) == "auto":
             model = model.with_backend(backend or "auto")
-        sim = cls(model, _restore(model, host_state), dt=meta["dt"],
-                  stop_steps=meta["stop_steps"] if stop_steps is None else stop_steps,
-                  stop_time=meta["stop_time"] if stop_time is None else stop_time, wall_time_limit=wall_time_limit,
-                  progress=progress, name=meta["name"], client=client, partitions=partitions,
+        # the saved schedules: else the diagnostics after the resume fall back to the default cadence
+        for option, saved in meta.get("schedules", {}).items():
+            if saved is not None and option not in kwargs:
+                kwargs[option] = _schedule_from_meta(saved)
+        if stop_steps is None and stop_time is None:
+            stop_steps, stop_time = meta["stop_steps"], meta["stop_time"]
+        # else the stop asked for: the earlier of it and a saved one would stop where the saved run did
+        sim = cls(model, _restore(model, host_state), dt=meta["dt"], stop_steps=stop_steps,
+                  stop_time=stop_time, wall_time_limit=wall_time_limit,
+                  progress=progress, name=name, client=client, partitions=partitions,
                   steps_per_task=steps_per_task, weights=weights, **kwargs)
         sim.step, sim.time, sim._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
         # It continues the history of this folder: the checkpoint it came from is its own, and
@@ -163,6 +179,24 @@ class Checkpointing:
         warnings.warn(f"{self.name}: {error}; restarted from the checkpoint at step {self.step} on "
                       f"{len(self._executor.workers)} worker(s)", RuntimeWarning, stacklevel=3)
         return self.step
+
+
+def _schedule_meta(schedule):
+    """A JSON form of a built-in schedule; None for a Schedule class of the user's own (not saved)."""
+    from hpcgpu.schedules import Every, TimeInterval
+
+    if type(schedule) is Every:
+        return {"every": schedule.steps}
+    if type(schedule) is TimeInterval:
+        return {"interval": schedule.interval}
+    return None
+
+
+def _schedule_from_meta(saved):
+    """The schedule :func:`_schedule_meta` saved."""
+    from hpcgpu.schedules import Every, TimeInterval
+
+    return Every(saved["every"]) if "every" in saved else TimeInterval(saved["interval"])
 
 
 def _restore(model, host_state):

@@ -157,3 +157,47 @@ def test_a_dkd_nbody_run_resumes_with_its_integrator_bitwise(tmp_path):
     for name in ("positions", "velocities", "potentials"):
         np.testing.assert_array_equal(getattr(resumed.state, name), getattr(reference.state, name), err_msg=name)
     np.testing.assert_array_equal(resumed.diagnostics.energy, reference.diagnostics.energy)
+
+
+def test_a_checkpoint_path_that_is_a_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a folder")
+    sim = Simulation(ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy"), stop_steps=2, progress=False)
+    with pytest.raises(ConfigError, match="checkpoint=.*notes.txt.* is a file"):
+        sim.run(checkpoint=path)
+    assert sim.step == 0 and path.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("saved, extended", [({"stop_steps": 10}, {"stop_time": 2000.0}),
+                                             ({"stop_time": 1000.0}, {"stop_steps": 20})])
+def test_a_new_stop_given_to_resume_extends_the_run(tmp_path, saved, extended):
+    """A stop criterion given to resume replaces the saved ones, instead of stopping at the earlier."""
+    model = ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy")
+    Simulation(model, dt=100.0, progress=False, **saved).run(checkpoint=tmp_path)
+    resumed = Simulation.resume(tmp_path, progress=False, **extended)
+    assert resumed.step == 10 and resumed.run().step == 20
+    reference = Simulation(model, dt=100.0, stop_steps=20, progress=False).run()
+    np.testing.assert_array_equal(resumed.state.h, reference.state.h)
+
+
+def test_a_resumed_run_keeps_its_diagnostics_and_check_schedules(tmp_path):
+    from hpcgpu.schedules import Every, TimeInterval
+
+    model = ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy")
+    options = dict(dt=100.0, stop_steps=30, diagnostics=3, check=TimeInterval(500.0), progress=False)
+    whole = Simulation(model, **options).run()
+    Simulation(model, **options).run(steps=12, checkpoint=tmp_path)
+    resumed = Simulation.resume(tmp_path, progress=False)
+    assert resumed.diagnostics_schedule == Every(3) and resumed.check_schedule == TimeInterval(500.0)
+    assert list(resumed.run().diagnostics["step"].values) == list(whole.diagnostics["step"].values)
+    assert Simulation.resume(tmp_path, progress=False, diagnostics=5).diagnostics_schedule == Every(5)
+
+
+def test_resume_refuses_a_new_dt_or_state_in_one_line_and_takes_a_new_name(tmp_path):
+    model = ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy")
+    Simulation(model, dt=100.0, stop_steps=2, progress=False).run(checkpoint=tmp_path)
+    with pytest.raises(ConfigError, match=r"dt: a resumed run continues the checkpoint's state and dt \(dt=100\)"):
+        Simulation.resume(tmp_path, dt=50.0)
+    with pytest.raises(ConfigError, match="state: a resumed run"):
+        Simulation.resume(tmp_path, state=model.initial_state())
+    assert Simulation.resume(tmp_path, name="second-half", progress=False).name == "second-half"

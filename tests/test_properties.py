@@ -11,11 +11,12 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from hpcgpu import Simulation
 from hpcgpu.errors import HpcgpuError
+from hpcgpu.schedules import TimeInterval
 from hpcgpu.workloads.astro import NBody
 from hpcgpu.workloads.md import LennardJones
 from hpcgpu.workloads.weather import ShallowWater
@@ -181,3 +182,31 @@ def test_a_problem_larger_than_a_worker_is_refused_before_anything_is_sent():
                                               r"worker .* the smallest worker has 1 GiB; use more workers"):
             Simulation(model, stop_steps=1, client=client, partitions=2)
         assert math.isclose(model.memory_estimate()[1], 12 * 8000 * 8000 * 4)
+
+
+_MODEL = ShallowWater("gravity_wave", nx=16, ny=8, backend="numpy")
+
+
+@SETTINGS
+@given(st.floats(1.0, 400.0), st.integers(3, 10**8))
+@example(397.7441195720214, 58550123)  # stopped one step late with a tolerance of 1e-9 step
+def test_stop_time_a_whole_number_of_steps_stops_on_that_step_in_long_runs(dt, steps):
+    """``stop_time = N * dt`` stops at step N, also after 1e7 steps and more, where ``N * dt / dt``
+    is off by more than a 1e-9 step."""
+    sim = Simulation(_MODEL, dt=dt, stop_time=steps * dt, progress=False, diagnostics=10**9, check=10**9)
+    sim.step = steps - 2  # as if it had run so far (two steps left to take)
+    sim.time = sim.step * sim.dt
+    assert sim.run().step == steps
+
+
+@SETTINGS
+@given(st.floats(1.0, 400.0), st.integers(2, 1000), st.integers(1, 10**5))
+@example(9.011022107870815, 999, 19608)  # fired one step late with a tolerance of 1e-9 dt
+def test_a_time_interval_of_whole_steps_fires_every_that_many_steps_in_long_runs(dt, every, nth):
+    """``TimeInterval(k * dt)`` fires at step ``n * k`` and not one step either side, for any n."""
+    schedule = TimeInterval(every * dt)
+    step = nth * every
+    assert schedule.fires(step, step * dt, dt)
+    assert not schedule.fires(step - 1, (step - 1) * dt, dt)
+    assert not schedule.fires(step + 1, (step + 1) * dt, dt)
+    assert schedule.steps_until(step + 1, (step + 1) * dt, dt) == every - 1

@@ -122,3 +122,94 @@ def test_every_diagnostic_and_the_time_axis_carry_units(make):
     diagnostics = Simulation(make(), stop_steps=2, progress=False).run().diagnostics
     missing = [name for name in diagnostics.variables if not diagnostics[name].attrs.get("units")]
     assert not missing, missing
+
+
+def test_ctrl_c_inside_a_step_call_stops_with_state_step_and_time_in_agreement(model):
+    """A Ctrl-C while the executor advances must not leave the state steps ahead of ``step``.
+
+    The interrupt arrives after the first of the steps of one call; the run
+    stops with :class:`KeyboardInterrupt`, and ``run()`` again continues bitwise
+    like a run that was never interrupted (the weather stepper reuses buffers,
+    so an interrupted call would leave a half-advanced state behind).
+    """
+    import os
+    import signal
+
+    sim = Simulation(model, dt=100.0, stop_steps=12, diagnostics=4, progress=False)
+    sim.add_callback(lambda s: None, Every(3))
+    advance = sim._executor.advance
+
+    def interrupted(steps):
+        advance(1)
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C in the notebook, between two steps
+        advance(steps - 1)
+
+    sim._executor.advance = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        sim.run()
+    sim._executor.advance = advance
+    assert sim.step == 3 and sim.time == 300.0
+    reference = Simulation(model, dt=100.0, stop_steps=12, diagnostics=4, progress=False)
+    reference.run(steps=3)
+    for name in ("u", "v", "h"):
+        assert np.array_equal(getattr(sim.state, name), getattr(reference.state, name)), name
+    sim.run()
+    reference.run()
+    for name in ("u", "v", "h"):
+        assert np.array_equal(getattr(sim.state, name), getattr(reference.state, name)), name
+    assert list(sim.diagnostics["step"].values) == [0, 4, 8, 12]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_record_diagnostics_twice_at_a_step_keeps_one_record(model):
+    sim = Simulation(model, dt=100.0, stop_steps=7, diagnostics=5, progress=False).run()
+    sim.record_diagnostics()
+    sim.summary()
+    sim.record_diagnostics()
+    steps = list(sim.diagnostics["step"].values)
+    assert steps == [0, 5, 7]
+    assert sim.diagnostics.sel(time=700.0)["step"].item() == 7  # a unique time coordinate
+
+
+@pytest.mark.parametrize("value", ["5", -1.0, 0])
+def test_run_checks_its_wall_time_limit_like_the_constructor(model, value):
+    sim = Simulation(model, dt=100.0, progress=False)
+    with pytest.raises(ConfigError, match="wall_time_limit must be"):
+        sim.run(wall_time_limit=value)
+    assert sim.step == 0
+
+
+def test_zarr_writer_never_deletes_a_file_or_a_folder_of_other_data(model, tmp_path):
+    """overwrite=True replaces an earlier run's store, not the user's files under the same name."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    with pytest.raises(ConfigError, match="is not a Zarr store"):
+        ZarrWriter(folder, 1)
+    single = tmp_path / "notes.txt"
+    single.write_text("notes")
+    with pytest.raises(ConfigError, match="is not a Zarr store"):
+        ZarrWriter(single, 1)
+    assert (folder / "thesis.tex").read_text() == "years of work" and single.read_text() == "notes"
+    # an earlier run's store, and an empty folder, are replaced as before
+    store, empty = tmp_path / "run.zarr", tmp_path / "empty"
+    empty.mkdir()
+    for path in (store, store, empty):
+        Simulation(model, dt=100.0, stop_steps=2, progress=False).add_writer(ZarrWriter(path, 1)).run()
+        assert list(xr.open_zarr(path)["step"].values) == [0, 1, 2]
+
+
+def test_ctrl_c_during_the_first_events_still_writes_step_0(model, tmp_path):
+    """Step 0's events run once per simulation: a Ctrl-C among them must not skip the writers."""
+    import os
+    import signal
+
+    path = tmp_path / "run.zarr"
+    sim = Simulation(model, dt=100.0, stop_steps=4, progress=False)
+    sim.add_callback(lambda s: s.step == 0 and os.kill(os.getpid(), signal.SIGINT), 1)
+    sim.add_writer(ZarrWriter(path, Every(2)))
+    with pytest.raises(KeyboardInterrupt):
+        sim.run()
+    assert sim.step == 0
+    sim.run()
+    assert list(xr.open_zarr(path)["step"].values) == [0, 2, 4]

@@ -70,6 +70,10 @@ class ZarrWriter:
         elif os.path.exists(self.path):
             if not overwrite:
                 raise ConfigError(f"path {self.path!r} exists; pass overwrite=True or another path")
+            # overwrite replaces a Zarr store (an earlier run's), never a file or a folder of other data
+            if not _replaceable(self.path):
+                raise ConfigError(f"path {self.path!r} exists and is not a Zarr store (a file, or a folder "
+                                  "holding other files); ZarrWriter would delete it: give another path")
 
     def write(self, simulation):
         """Append the current state of ``simulation``."""
@@ -107,6 +111,14 @@ class ZarrWriter:
 
     def __repr__(self):
         return f"ZarrWriter({self.path!r}, {self.schedule!r})"
+
+
+def _replaceable(path):
+    """True for an empty folder or a Zarr store (v2 or v3 metadata at its top)."""
+    if not os.path.isdir(path):
+        return False
+    names = set(os.listdir(path))
+    return not names or bool(names & {".zgroup", ".zarray", ".zmetadata", "zarr.json"})
 
 
 def open_output(path):
