@@ -245,7 +245,7 @@ def axpy(alpha, x, y, out=None, *, backend="auto"):
     Parameters
     ----------
     alpha : float
-        Finite; applied in the dtype of the vectors.
+        Finite and within the range of the vectors' dtype, in which it is applied.
     x, y : array (n,)
         float32 or float64, one dtype.
     out : array (n,), optional
@@ -260,8 +260,8 @@ def axpy(alpha, x, y, out=None, *, backend="auto"):
     Raises
     ------
     ConfigError
-        A non-finite ``alpha``, vectors of different lengths or dtypes, or a
-        bad ``out``.
+        A non-finite ``alpha`` or one beyond the range of the dtype, vectors
+        of different lengths or dtypes, or a bad ``out``.
 
     Examples
     --------
@@ -279,6 +279,10 @@ def axpy(alpha, x, y, out=None, *, backend="auto"):
         if backend.xp.may_share_memory(out, array) and not _same_memory(out, array):
             raise ConfigError(f"out overlaps {name} without being {name}; pass {name} itself or a "
                               "separate array")
+    # alpha is applied in the vectors' dtype: one beyond its range would turn into inf
+    if abs(alpha) > float(np.finfo(dtype).max):
+        raise ConfigError(f"alpha={alpha!r} does not fit the vectors' dtype {dtype} "
+                          f"(|alpha| <= {float(np.finfo(dtype).max):.4g})")
     if x.shape[0]:
         backend.kernels("matrix").axpy(dtype.type(alpha), x, y, target)
     return _finish(target, out)

@@ -34,7 +34,8 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil import MIN_POINTS, normalize_boundary
 from hpcgpu.kernels.stencil.boundary import NAMES, OPEN, PERIODIC, WALL
-from hpcgpu.validation import check_dtype, check_float, check_int
+from hpcgpu.kernels.stencil.fields import _spacing
+from hpcgpu.validation import check_dtype, check_int
 
 __all__ = ["PoissonOperator"]
 
@@ -77,8 +78,8 @@ class PoissonOperator:
         ny = check_int("ny (grid_shape[0])", grid_shape[0], minimum=MIN_POINTS)
         nx = check_int("nx (grid_shape[1])", grid_shape[1], minimum=MIN_POINTS)
         self.grid_shape = (ny, nx)
-        self.dx = check_float("dx", dx, minimum=0.0, strict_min=True)
-        self.dy = check_float("dy", dy, minimum=0.0, strict_min=True)
+        # the stencil family's check: 1/dx**2 is taken below and must be a finite nonzero float
+        self.dx, self.dy = _spacing(dx, dy)
         bc_x, bc_s, bc_n = normalize_boundary(boundary)
         if OPEN in (bc_s, bc_n) or bc_s != bc_n:
             raise ConfigError(f"boundary must be 'periodic', 'wall' or a pair of them; got {boundary!r}")
@@ -202,7 +203,8 @@ class PoissonOperator:
                 + (p[:-2, 1:-1] + p[2:, 1:-1] - 2 * masked) * self._rdy2)
 
     def _field(self, name, x):
-        if getattr(x, "dtype", None) != self.dtype:
+        # not getattr(x, "dtype", None) != self.dtype: np.dtype("float64") == None is True
+        if not hasattr(x, "dtype") or x.dtype != self.dtype:
             raise ConfigError(f"{name} must be an array of dtype {self.dtype} (the operator's); "
                               f"got {getattr(x, 'dtype', type(x).__name__)}")
         if x.size != self.shape[0]:

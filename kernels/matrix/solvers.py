@@ -383,6 +383,8 @@ def _preconditioner(kind, operator, xp, dtype):
     if not callable(diagonal):
         raise ConfigError("preconditioner='jacobi' needs operator.diagonal(); pass preconditioner=None")
     d = xp.asarray(diagonal(), dtype=dtype)
+    if d.size == 0:
+        return lambda r: r  # a 0 x 0 system: nothing to scale (and min() of nothing raises)
     smallest = float(d.min())
     if not smallest > 0:
         raise ConvergenceError(

@@ -133,6 +133,20 @@ def _interaction(cutoff, box, epsilon, sigma, shift):
     return cutoff, epsilon, sigma, shift_value
 
 
+def _fits(dtype, epsilon, sigma):
+    """Refuse ``epsilon`` or ``sigma`` whose ``24 epsilon`` or ``sigma**2`` overflows ``dtype``.
+
+    The kernels take them in the positions' dtype: a float32 inf there made
+    every force NaN, reported as overlapping atoms.
+    """
+    limit = float(np.finfo(dtype).max)
+    for name, value, used in (("epsilon", epsilon, 24.0 * epsilon), ("sigma", sigma, sigma * sigma)):
+        if used > limit:
+            form = "24 * epsilon" if name == "epsilon" else "sigma**2"
+            raise ConfigError(f"{name}={value!r} does not fit the positions' dtype {dtype}: {form} must be "
+                              f"<= {limit:.4g}")
+
+
 def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, shift=True,
               backend="auto"):
     """Lennard-Jones forces, potential energy and virial from a neighbour list.
@@ -171,7 +185,8 @@ def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, 
     ------
     ConfigError
         Shapes, dtypes, NaN or infinite positions, a bad box or cutoff,
-        epsilon or sigma <= 0, a list built for other atoms, another box or
+        epsilon or sigma <= 0 or too large for the dtype (``24 epsilon`` or
+        ``sigma**2`` beyond its range), a list built for other atoms, another box or
         a smaller cutoff, and atoms so close that the energy or a force is
         not finite (the message names the closest pair).
 
@@ -189,6 +204,7 @@ def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, 
     box = _box(box)
     cutoff, epsilon, sigma, shift_value = _interaction(cutoff, box, epsilon, sigma, shift)
     positions = _positions(backend, positions)
+    _fits(positions.dtype, epsilon, sigma)
     if not isinstance(neighbor_list, NeighborList):
         raise ConfigError(f"neighbor_list must be a NeighborList; got {type(neighbor_list).__name__}")
     n = positions.shape[1]
@@ -251,6 +267,7 @@ def lj_forces_all_pairs(positions, box, *, cutoff, epsilon=1.0, sigma=1.0, shift
     box = _box(box)
     cutoff, epsilon, sigma, shift_value = _interaction(cutoff, box, epsilon, sigma, shift)
     positions = _positions(backend, positions)
+    _fits(positions.dtype, epsilon, sigma)
     n = positions.shape[1]
     dtype = positions.dtype
     forces = backend.empty((3, n), dtype)

@@ -279,7 +279,15 @@ def largest_displacement_squared(positions, reference, box, *, backend=None):
     >>> round(largest_displacement_squared(x, np.zeros((3, 2)), (10.0, 10.0, 10.0)), 12)
     0.01
     """
+    # O(1) (this runs every step): a shorter reference would be read beyond its end by the Numba pass
+    for name, array in (("positions", positions), ("reference", reference)):
+        if getattr(array, "ndim", None) != 2 or array.shape[0] != 3:
+            raise ConfigError(f"{name} must have shape (3, N); got "
+                              f"{tuple(array.shape) if hasattr(array, 'shape') else type(array).__name__}")
     n = positions.shape[1]
+    if reference.shape[1] < n:
+        raise ConfigError(f"reference must have at least the {n} columns of positions; "
+                          f"got shape {tuple(reference.shape)}")
     if n == 0:
         return 0.0
     reference = reference[:, :n]

@@ -24,8 +24,16 @@ FAST_PATHS = {"verlet_drift": ("numba",), "verlet_kick": ("numba",), "largest_di
 
 
 def _atoms(name, array, n=None, dtype=None):
-    if array.ndim != 2 or array.shape[0] != 3 or (n is not None and array.shape[1] != n):
-        raise ConfigError(f"{name} must have shape (3, {'N' if n is None else n}); got {tuple(array.shape)}")
+    """``array`` checked to be ``(3, n)`` of ``dtype``; without ``dtype``, of float32 or float64.
+
+    O(1): these run every step. An integer array would not be refused by the
+    arithmetic but truncated by a compiled pass (and not by NumPy).
+    """
+    if getattr(array, "ndim", None) != 2 or array.shape[0] != 3 or (n is not None and array.shape[1] != n):
+        raise ConfigError(f"{name} must have shape (3, {'N' if n is None else n}); got "
+                          f"{tuple(array.shape) if hasattr(array, 'shape') else type(array).__name__}")
+    if dtype is None and array.dtype.name not in ("float32", "float64"):
+        raise ConfigError(f"{name} must have dtype float32 or float64; got {array.dtype}")
     if dtype is not None and array.dtype != dtype:
         raise ConfigError(f"{name} has dtype {array.dtype}; expected {dtype}")
     return array
@@ -69,7 +77,8 @@ def verlet_drift(positions, velocities, forces, images, box, dt, *, backend="aut
     Raises
     ------
     ConfigError
-        Shapes or dtypes that do not match, ``dt <= 0``.
+        Shapes or dtypes that do not match, a dtype other than float32 and
+        float64, ``dt <= 0``.
 
     Examples
     --------

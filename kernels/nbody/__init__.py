@@ -77,16 +77,25 @@ def _bodies(backend, positions, masses):
 def softening_squared(softening, dtype):
     """``softening**2`` as a float, checked to be 0 or a normal number of ``dtype``.
 
+    Parameters
+    ----------
+    softening : float
+        Plummer softening length, >= 0.
+    dtype : str or dtype
+        float32 or float64: the dtype the kernels compute in.
+
     Raises
     ------
     ConfigError
-        ``softening < 0``, or its square outside the normal range of ``dtype``.
+        ``softening < 0``, its square outside the normal range of ``dtype``,
+        or a ``dtype`` other than float32 and float64.
 
     Examples
     --------
     >>> softening_squared(0.5, np.dtype("float32"))
     0.25
     """
+    dtype = check_dtype("dtype", dtype)  # a name too, and a clear error for an integer dtype
     softening = check_float("softening", softening, minimum=0.0)
     eps2 = softening * softening
     info = np.finfo(dtype)
@@ -96,6 +105,20 @@ def softening_squared(softening, dtype):
             f"({float(np.sqrt(info.tiny)):.3g} to {float(np.sqrt(info.max)):.3g}); "
             "use 0 for no softening or a value in that range")
     return eps2
+
+
+def _gravitational_constant(G, dtype):
+    """``G`` checked: > 0, and a normal number of ``dtype``, in which the kernels multiply by it.
+
+    A float32 ``G`` of 1e39 would be inf and one of 1e-39 zero (or subnormal):
+    accelerations of inf or 0 with no error.
+    """
+    G = check_float("G", G, minimum=0.0, strict_min=True)
+    info = np.finfo(dtype)
+    if not float(info.tiny) <= G <= float(info.max):
+        raise ConfigError(f"G={G!r} is outside the normal range of {dtype.name} "
+                          f"({float(info.tiny):.3g} to {float(info.max):.3g}); use units in which it fits")
+    return G
 
 
 def _targets(targets, n):
@@ -130,7 +153,8 @@ def accelerations(positions, masses, *, softening, G=1.0, targets=None, potentia
         Plummer softening length ``eps`` (length), >= 0. With 0, a pair at
         zero separation contributes nothing.
     G : float
-        Gravitational constant in the units of the inputs (> 0).
+        Gravitational constant in the units of the inputs (> 0, a normal
+        number of the dtype of ``positions``).
     targets : (int, int), optional
         Bodies ``start:stop`` to compute the accelerations on (default: all).
     potential : bool
@@ -154,8 +178,9 @@ def accelerations(positions, masses, *, softening, G=1.0, targets=None, potentia
     ------
     ConfigError
         Shapes, dtypes, fewer than 2 bodies, NaN or infinite positions or
-        masses, negative masses or softening, a bad target range, an unknown
-        method or ``theta <= 0``.
+        masses, negative masses or softening, ``G`` or ``softening**2``
+        outside the normal range of the dtype, a bad target range, an
+        unknown method or ``theta <= 0``.
 
     Examples
     --------
@@ -173,6 +198,7 @@ def accelerations(positions, masses, *, softening, G=1.0, targets=None, potentia
     if not isinstance(potential, (bool, np.bool_)):
         raise ConfigError(f"potential must be True or False; got {potential!r}")
     positions, masses = _bodies(backend, positions, masses)
+    G = _gravitational_constant(G, positions.dtype)
     eps2 = softening_squared(softening, positions.dtype)
     start, stop = _targets(targets, positions.shape[1])
     dtype = positions.dtype
@@ -229,7 +255,7 @@ def prepare_gravity(dtype, *, softening, G=1.0, method="direct", theta=0.5, back
     dtype = check_dtype("dtype", dtype)
     method = check_choice("method", method, METHODS)
     theta = check_float("theta", theta, minimum=0.0, strict_min=True)
-    G = check_float("G", G, minimum=0.0, strict_min=True)
+    G = _gravitational_constant(G, dtype)
     return PreparedGravity(backend, dtype, softening_squared(softening, dtype), G, method, theta)
 
 
@@ -252,6 +278,7 @@ def prepare_direct_accelerations(positions, masses, *, softening, G=1.0, targets
     backend = get_backend(backend)
     G = check_float("G", G, minimum=0.0, strict_min=True)
     positions, masses = _bodies(backend, positions, masses)
+    G = _gravitational_constant(G, positions.dtype)
     eps2 = softening_squared(softening, positions.dtype)
     start, stop = _targets(targets, positions.shape[1])
     target_positions = backend.xp.ascontiguousarray(positions[:, start:stop])

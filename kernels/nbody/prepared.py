@@ -48,6 +48,9 @@ class PreparedGravity:
 def gravity(backend, positions, masses, eps2, G, start, stop, method, theta):
     """``(acc, pot)`` of bodies ``start:stop`` on checked, C-contiguous arrays."""
     xp = backend.xp
+    # a no-op on the C-contiguous arrays of a model; a Fortran-ordered or strided one would be
+    # refused by the CUDA kernel's transfer ("non-contiguous buffer") deep inside Numba
+    positions, masses = xp.ascontiguousarray(positions), xp.ascontiguousarray(masses)
     targets = xp.ascontiguousarray(positions[:, start:stop])
     if method == "direct":
         acc = xp.empty((3, stop - start), dtype=positions.dtype)

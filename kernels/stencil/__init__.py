@@ -33,6 +33,8 @@ Heat flowing out through cold (zero) edges:
 (0.5, 0.75, 1.0)
 """
 
+import numpy as np
+
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC, WALL
@@ -108,6 +110,12 @@ def laplacian(field, *, dx=1.0, dy=1.0, boundary="periodic", boundary_value=0.0,
     backend = get_backend(backend)
     (field,) = _fields(backend, ("field",), (field,))
     dx, dy = _spacing(dx, dy)
+    # the kernels multiply by 1/dx**2 in the field's dtype: beyond float32's range it is inf
+    limit = float(np.finfo(field.dtype).max)
+    for name, spacing in (("dx", dx), ("dy", dy)):
+        if 1.0 / spacing**2 > limit:
+            raise ConfigError(f"{name}={spacing!r} is too small for a {field.dtype} field: 1/{name}**2 must be "
+                              f"<= {limit:.4g} ({name} >= {limit ** -0.5:.4g})")
     bc = normalize_boundary(boundary, allow_dirichlet=True)
     value = _boundary_value(boundary_value, field.dtype)
     out = backend.empty(field.shape, field.dtype)

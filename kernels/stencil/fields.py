@@ -15,6 +15,8 @@ Examples
 ['periodic', 'wall', 'wall']
 """
 
+import math
+
 import numpy as np
 
 from hpcgpu.errors import ConfigError
@@ -114,8 +116,24 @@ def _fields(backend, names, arrays, dtype=None):
 
 
 def _spacing(dx, dy):
-    return (check_float("dx", dx, minimum=0.0, strict_min=True),
-            check_float("dy", dy, minimum=0.0, strict_min=True))
+    """``dx`` and ``dy`` checked: > 0, and with ``1 / spacing**2`` a finite nonzero float.
+
+    The kernels take ``1 / dx**2``: a spacing below about 1e-154 (or above
+    1e154) squares to 0 (or inf) and would divide by zero or zero the stencil.
+    """
+    spacings = []
+    for name, value in (("dx", dx), ("dy", dy)):
+        value = check_float(name, value, minimum=0.0, strict_min=True)
+        square = value * value
+        if not (square > 0.0 and math.isfinite(square) and math.isfinite(1.0 / square)):
+            raise ConfigError(f"{name}={value!r} is out of range: {name}**2 and 1/{name}**2 must be finite "
+                              f"nonzero floats ({_SPACING_MIN:.3g} < {name} < {_SPACING_MAX:.3g})")
+        spacings.append(value)
+    return tuple(spacings)
+
+
+_SPACING_MIN = math.sqrt(np.finfo(np.float64).tiny)
+_SPACING_MAX = math.sqrt(np.finfo(np.float64).max)
 
 
 def _boundary_value(value, dtype):

@@ -24,7 +24,7 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil.fields import MIN_POINTS, _fields, _spacing, normalize_boundary
 from hpcgpu.kernels.stencil.prepared import PreparedShallowWater, boundary_names
-from hpcgpu.validation import check_float, check_int
+from hpcgpu.validation import check_dtype, check_finite_array, check_float, check_int
 
 __all__ = ["prepare_shallow_water", "shallow_water_stage", "shallow_water_tendency"]
 
@@ -33,10 +33,15 @@ def _coriolis(backend, f_corner, ny, dtype):
     if np.isscalar(f_corner):
         f_value = check_float("f_corner", f_corner)
         return backend.xp.full(ny + 1, f_value, dtype=dtype)
-    f_corner = backend.asarray(f_corner, dtype=dtype)
+    f_corner = backend.asarray(f_corner)
     if f_corner.shape != (ny + 1,):
         raise ConfigError(f"f_corner must be a scalar or have shape ({ny + 1},) (one value per "
                           f"corner row); got shape {f_corner.shape}")
+    # checked before the cast to the fields' dtype, which would drop an imaginary part silently
+    if f_corner.dtype.kind not in "iuf":
+        raise ConfigError(f"f_corner must hold real numbers; got dtype {f_corner.dtype}")
+    f_corner = f_corner.astype(dtype, copy=False)
+    check_finite_array("f_corner", f_corner)  # as for a scalar f_corner: NaN would spread everywhere
     return f_corner
 
 
@@ -116,6 +121,12 @@ def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, vis
     out
     """
     backend = get_backend(backend)
+    # each a triple, or the flattened arrays below would take the wrong roles
+    for name, fields in (("state0", state0), ("state", state), ("out", out)):
+        if not isinstance(fields, (tuple, list)) or len(fields) != 3:
+            raise ConfigError(f"{name} must be a tuple (u, v, h) of three arrays; got "
+                              f"{type(fields).__name__}" + (f" of length {len(fields)}"
+                                                            if isinstance(fields, (tuple, list)) else ""))
     names = ("u0", "v0", "h0", "u", "v", "h", "u_out", "v_out", "h_out")
     arrays = _fields(backend, names, (*state0, *state, *out))
     for o_name, o in zip(names[6:], arrays[6:]):
@@ -170,13 +181,12 @@ def prepare_shallow_water(nx, dtype, *, f_corner, g, dx, dy, viscosity=0.0, boun
     """
     backend = get_backend(backend)
     nx = check_int("nx", nx, minimum=MIN_POINTS)
-    dtype = np.dtype(dtype)
-    if dtype.name not in ("float32", "float64"):
-        raise ConfigError(f"dtype must be float32 or float64; got {dtype}")
+    dtype = check_dtype("dtype", dtype)
     g, rdx, rdy, nu = _sw_parameters(g, dx, dy, viscosity)
     bc = normalize_boundary(boundary_names(boundary))
     if getattr(f_corner, "ndim", None) != 1 or f_corner.dtype != dtype or not isinstance(
             f_corner, type(backend.empty((1,), dtype))):
         raise ConfigError(f"f_corner must be a 1D {dtype} array on the {backend.name} backend's device; "
                           f"got {type(f_corner).__name__}")
+    check_finite_array("f_corner", f_corner)  # once here: the prepared calls do not look at it
     return PreparedShallowWater(backend, nx, dtype, f_corner, (g, rdx, rdy, nu), bc)

@@ -36,7 +36,7 @@ def test_prepared_shallow_water_steps_as_three_public_stages(backend, rng):
 
 def test_prepared_shallow_water_checks_once_and_per_call_the_width_and_dtype():
     f = np.full(9, 1e-4)
-    with pytest.raises(ConfigError, match="dtype must be float32 or float64"):
+    with pytest.raises(ConfigError, match="dtype must be one of float32, float64"):
         stencil.prepare_shallow_water(8, "int32", f_corner=f, g=9.81, dx=1.0, dy=1.0, backend="numpy")
     with pytest.raises(ConfigError, match="g must be"):
         stencil.prepare_shallow_water(8, "float64", f_corner=f, g=-1.0, dx=1.0, dy=1.0, backend="numpy")
