@@ -100,7 +100,7 @@ def check_dtype(name, value):
     dtype('float32')
     """
     try:
-        dtype = np.dtype(value)
+        dtype = None if value is None else np.dtype(value)  # np.dtype(None) is float64: not a choice made
     except TypeError:
         dtype = None
     if dtype is None or dtype.name not in FLOAT_DTYPES:

@@ -55,3 +55,13 @@ def test_whole_number_parameters_given_as_floats_still_work():
 def test_nbody_case_parameters_out_of_range(case, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         NBody(case, n=64, backend="numpy", **kwargs)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("hpcgpu.workloads.astro", fromlist=["x"]).NBody("plummer", n=16, dtype=None),
+    lambda: __import__("hpcgpu.workloads.weather", fromlist=["x"]).ShallowWater(nx=16, ny=8, dtype=None),
+    lambda: __import__("hpcgpu.kernels.nbody", fromlist=["x"]).prepare_gravity(None, softening=0.1),
+], ids=["nbody", "weather", "prepare_gravity"])
+def test_a_dtype_of_none_is_refused_not_taken_for_float64(make):
+    with pytest.raises(ConfigError, match="^dtype must be one of float32, float64; got None$"):
+        make()
