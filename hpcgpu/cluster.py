@@ -320,10 +320,31 @@ def _warn_if_one_is_running():
                       "client.close() when they are no longer needed", ResourceWarning, stacklevel=3)
 
 
+def _new_client(Client, *args, **kwargs):
+    """``Client(*args, **kwargs)``; if it fails, dask's ``scheduler`` option is put back as it was.
+
+    A Client sets that option (to its distributed scheduler) in its
+    constructor and resets it only when closed: one that failed to connect
+    is never closed, and every dask computation in the process (``to_zarr``,
+    say) then asked for a client that does not exist.
+    """
+    import dask
+
+    before = dask.config.get("scheduler", None)
+    try:
+        return Client(*args, **kwargs)
+    except BaseException:
+        if before is None:
+            dask.config.config.pop("scheduler", None)
+        else:
+            dask.config.set(scheduler=before)
+        raise
+
+
 def _own_client(Client, cluster, timeout):
     """A client of ``cluster`` (just started here) that closes it with itself; the cluster closed on failure."""
     try:
-        client = Client(cluster, timeout=timeout)
+        client = _new_client(Client, cluster, timeout=timeout)
     except BaseException as error:
         cluster.close()  # nothing else refers to it: its workers and ports would stay until the process exits
         if isinstance(error, (OSError, TimeoutError)):
@@ -379,7 +400,7 @@ def _connect(Client, address, timeout, security):
         raise ConfigError(f"the scheduler at {address!r} speaks TLS: pass security=distributed.Security("
                           "tls_ca_file=..., tls_client_cert=..., tls_client_key=...) with certificates it trusts")
     try:
-        return Client(address, timeout=timeout, security=security)
+        return _new_client(Client, address, timeout=timeout, security=security)
     except ValueError as error:  # dask parses the address only now: an unknown scheme, a port that is no number
         raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r} ({error})") from None
     except (OSError, TimeoutError) as error:

@@ -19,6 +19,23 @@ from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.workloads.weather import ShallowWater
 
 
+@pytest.fixture(autouse=True)
+def _dask_default_client_and_scheduler_restored():
+    """Each test here starts and closes clients of its own: afterwards, dask's default client and its
+    ``scheduler`` option are the ones before the test (a later test's to_zarr computes with them: with the
+    option left at "dask.distributed" and no default client it raised, with a dead one it hung)."""
+    import dask
+    from distributed.client import _get_global_client, _set_global_client
+
+    scheduler, default = dask.config.get("scheduler", None), _get_global_client()
+    yield
+    _set_global_client(default)
+    if scheduler is None:
+        dask.config.config.pop("scheduler", None)
+    else:
+        dask.config.set(scheduler=scheduler)
+
+
 def _worker_settings(client, keys):
     """``[[value of each key] per worker]`` of dask's config on the workers."""
     return list(client.run(lambda keys: [dask.config.get(k) for k in keys], list(keys)).values())
@@ -395,16 +412,27 @@ def test_a_second_local_cluster_while_the_first_runs_warns_and_names_it():
     def named(caught, client):
         return any(str(client.dashboard_link) in str(w.message) for w in caught)
 
+    # clients closed in the reverse order of their start: dask restores its scheduler option on close
     first = start()
     try:
         with pytest.warns(ResourceWarning, match="an earlier start_cluster.. call started") as caught:
             second = start()
+        second_link = second.dashboard_link
+        second.close()
         assert named(caught, first)
-    finally:
-        first.close()
-    try:
         with pytest.warns(ResourceWarning) as caught:
             start().close()
-        assert named(caught, second) and not named(caught, first)  # a closed one is not named again
+        assert named(caught, first) and not any(str(second_link) in str(w.message) for w in caught)
     finally:
-        second.close()
+        first.close()
+
+
+def test_a_client_that_fails_to_connect_leaves_dask_s_scheduler_option_as_it_was():
+    """Else every later dask computation in the process (xarray's to_zarr) asks for a client that is not there."""
+    import dask
+
+    before = dask.config.get("scheduler", None)
+    for address in ("tcp://127.0.0.1:notaport", "ftp://127.0.0.1:8786"):
+        with pytest.raises(ConfigError, match="address must look like"):
+            start_cluster(address, quiet=True)
+    assert dask.config.get("scheduler", None) == before
