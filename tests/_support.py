@@ -74,3 +74,28 @@ def usable_backend(name):
 def small(backend, full, tiny):
     """Problem size: ``tiny`` under the CUDA simulator, else ``full``."""
     return tiny if backend.simulated else full
+
+
+class interrupted_after_one_step:
+    """Within the block, ``sim``'s next advance takes one step, gets a SIGINT (as Ctrl-C in a notebook,
+    between two steps), then takes the rest; the executor's own advance comes back on exit."""
+
+    def __init__(self, sim):
+        self.sim = sim
+
+    def __enter__(self):
+        import signal
+
+        advance = self.advance = self.sim._executor.advance
+
+        def interrupted(steps):
+            advance(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            advance(steps - 1)
+
+        self.sim._executor.advance = interrupted
+        return self
+
+    def __exit__(self, *exc):
+        self.sim._executor.advance = self.advance
+        return False

@@ -1,12 +1,11 @@
 """Ctrl-C in a run on a cluster: the run stops on a whole step, and continues exactly."""
 
-import os
-import signal
-
 import numpy as np
 import pytest
 
 pytest.importorskip("distributed")  # a bare GPU image lacks it: skip there
+
+from _support import interrupted_after_one_step  # noqa: E402
 
 from hpcgpu import Simulation
 from hpcgpu.workloads.weather import ShallowWater
@@ -21,17 +20,8 @@ def test_ctrl_c_on_a_cluster_then_diagnostics_and_run_again(client):
     that step still on their way must not be recorded twice, and the run continues bitwise."""
     sim = Simulation(_model(), stop_steps=24, diagnostics=4, progress=False, client=client, partitions=2,
                      steps_per_task=1)
-    advance = sim._executor.advance
-
-    def interrupted(steps):
-        advance(1)
-        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C in the notebook, between two steps
-        advance(steps - 1)
-
-    sim._executor.advance = interrupted
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after_one_step(sim), pytest.raises(KeyboardInterrupt):
         sim.run()
-    sim._executor.advance = advance
     assert sim.step == 4
     sim.record_diagnostics()
     sim.record_diagnostics()

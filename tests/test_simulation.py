@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import xarray as xr
+from _support import interrupted_after_one_step
 
 from hpcgpu import Simulation, ZarrWriter
 from hpcgpu.errors import ConfigError
@@ -132,22 +133,12 @@ def test_ctrl_c_inside_a_step_call_stops_with_state_step_and_time_in_agreement(m
     like a run that was never interrupted (the weather stepper reuses buffers,
     so an interrupted call would leave a half-advanced state behind).
     """
-    import os
     import signal
 
     sim = Simulation(model, dt=100.0, stop_steps=12, diagnostics=4, progress=False)
     sim.add_callback(lambda s: None, Every(3))
-    advance = sim._executor.advance
-
-    def interrupted(steps):
-        advance(1)
-        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C in the notebook, between two steps
-        advance(steps - 1)
-
-    sim._executor.advance = interrupted
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after_one_step(sim), pytest.raises(KeyboardInterrupt):
         sim.run()
-    sim._executor.advance = advance
     assert sim.step == 3 and sim.time == 300.0
     reference = Simulation(model, dt=100.0, stop_steps=12, diagnostics=4, progress=False)
     reference.run(steps=3)
