@@ -31,6 +31,8 @@ import os
 import signal
 import threading
 import time as _time
+import uuid
+import weakref
 
 from hpcgpu.cluster import worker_info
 from hpcgpu.dashboard import publish as _publish_status
@@ -145,6 +147,11 @@ class Simulation(Checkpointing):
         self._own_checkpoints = []  # real paths of the checkpoints this run wrote (or was resumed from)
         self._unusable_checkpoints = []  # later ones resume() skipped as unreadable: not another run's
         self._closed = False
+        # (step, fields, cfl) of the first check that found NaN/inf: run() refuses to step on from there
+        self._non_finite = None
+        # One id for a run and every run resumed from its checkpoints (saved in them): the writers
+        # of one run may be handed to a resumed one, never to an unrelated one (see add_writer).
+        self._history = uuid.uuid4().hex
 
     def _make_executor(self, state, client, partitions, steps_per_task, weights):
         if client is None:
@@ -165,11 +172,37 @@ class Simulation(Checkpointing):
         return self
 
     def add_writer(self, writer):
-        """Add an output writer (e.g. :class:`hpcgpu.io.ZarrWriter`)."""
+        """Add an output writer (e.g. :class:`hpcgpu.io.ZarrWriter`).
+
+        A writer serves one run: once a simulation has run with it, only that
+        simulation and those resumed from its checkpoints
+        (:meth:`resume`) may use it, as they continue the same output.
+
+        Raises
+        ------
+        ConfigError
+            ``writer`` lacks a Schedule ``schedule`` or a ``write`` method, or
+            it holds the output of another run (it would append this run's
+            records to that run's store).
+        """
         if not isinstance(getattr(writer, "schedule", None), Schedule) or not callable(getattr(writer, "write", None)):
             raise ConfigError(f"writer must have a Schedule 'schedule' and a 'write(simulation)' method; got {writer!r}")
+        self._check_writer(writer)  # here, at the line that reuses it, not later inside run()
         self._writers.append(writer)
         return self
+
+    def _check_writer(self, writer):
+        """ConfigError when ``writer`` has run for a simulation that this one does not resume."""
+        owner = _WRITER_RUNS.get(writer)
+        if owner is None or owner[0] == self._history:
+            return
+        path = getattr(writer, "path", None)
+        what = f"{type(writer).__name__} writing to {os.fspath(path)!r}" if path is not None else repr(writer)
+        raise ConfigError(
+            f"writer: {what} holds the output of another run ({owner[1]!r}); used by {self.name!r} it would "
+            "append this run's records to that run's store. Give this run a new writer (another path, or "
+            "overwrite=True to replace that store); only a run resumed from that run's checkpoint "
+            "(Simulation.resume) may continue its writer")
 
     # -- state -----------------------------------------------------------------
     @property
@@ -268,11 +301,16 @@ class Simulation(Checkpointing):
         UnstableSimulation
             NaN/inf in a field or a CFL number above the limit; the message
             names the step, the field and the CFL number. ``step`` and
-            ``time`` are then those of the failing step.
+            ``time`` are then those of the failing step. Once a check found
+            NaN/inf, every later call raises it too, stepping no further
+            (continue from a checkpoint with :meth:`resume`, or from a new
+            simulation); a run stopped by the CFL limit alone, its state
+            still finite, may go on.
         ConfigError
-            No stop criterion given, a bad ``max_restarts``, or a
+            No stop criterion given, a bad ``max_restarts``, a
             ``checkpoint`` directory holding checkpoints later than the
-            current step.
+            current step, or a writer holding another run's output (see
+            :meth:`add_writer`).
         ClusterError
             The simulation was closed (:meth:`close`).
         WorkerLost
@@ -283,6 +321,14 @@ class Simulation(Checkpointing):
         if self._closed:
             raise ClusterError(f"{self.name}: run() after close(): its executor (and any cluster-side state) is "
                                "released; create a new Simulation, or Simulation.resume(...) from a checkpoint")
+        if self._non_finite is not None:
+            step, field, cfl = self._non_finite
+            raise UnstableSimulation(
+                f"{self.name}: run() refused: the state is not finite since step {step} (t={step * self.dt:g}): "
+                f"field(s) {field} hold NaN/inf or a non-physical value, and stepping on would carry them into "
+                "every later step. Go on from a good state: restore a checkpoint written before it with "
+                "Simulation.resume(CHECKPOINT_DIR), or build a new Simulation (e.g. with a smaller dt)",
+                step=step, field=field, cfl=cfl)
         target_step = self._target_step(steps, stop_time)
         wall_time_limit = check_float("wall_time_limit", wall_time_limit, minimum=0.0, strict_min=True,
                                       allow_none=True)
@@ -299,6 +345,11 @@ class Simulation(Checkpointing):
             self._check_checkpoint_folder(os.fspath(checkpoint))
         self._checkpoint = None if checkpoint is None else (
             os.fspath(checkpoint), None if checkpoint_every is None else as_schedule(checkpoint_every, "checkpoint_every"))
+        # all checked before any is claimed: a refused writer leaves the others free for another run
+        for writer in self._writers:
+            self._check_writer(writer)
+        for writer in self._writers:
+            _WRITER_RUNS.claim(writer, (self._history, self.name))
         try:
             return self._run(target_step, wall_limit, max_restarts)
         finally:
@@ -460,6 +511,8 @@ class Simulation(Checkpointing):
         when = f"step {step} (t={step * self.dt:g})"
         if bad or not cfl == cfl:
             field = ", ".join(bad) or "unknown"
+            if self._non_finite is None:  # the first failure: where the state went bad
+                self._non_finite = (step, field, cfl)
             raise UnstableSimulation(
                 f"{self.name}: {when}: field(s) {field} hold NaN/inf or a non-physical value; CFL number "
                 f"{cfl:.3g} (stable limit {limit:.3g}). Reduce dt (now {self.dt:g}) or add viscosity.",
@@ -528,6 +581,37 @@ class Simulation(Checkpointing):
         from hpcgpu.io import html_views
 
         return html_views.simulation_html(self)
+
+
+class _WriterRuns:
+    """The run each output writer has run for: ``(history id, simulation name)``, by the writer's identity.
+
+    Writers are the user's objects: they may be unhashable (a dataclass) or
+    take no attributes (``__slots__``), so they are looked up by ``id()``,
+    with a weak reference that tells a new object at the id of a collected
+    one apart and drops the entry with the writer.
+    """
+
+    def __init__(self):
+        self._runs = {}
+
+    def get(self, writer):
+        entry = self._runs.get(id(writer))
+        if entry is None or entry[0]() is not writer:
+            return None
+        return entry[1]
+
+    def claim(self, writer, run):
+        key = id(writer)
+        try:
+            ref = weakref.ref(writer, lambda _, key=key: self._runs.pop(key, None))
+        except TypeError:  # not weak-referenceable (__slots__ without __weakref__): kept alive instead
+            def ref(writer=writer):
+                return writer
+        self._runs[key] = (ref, run)
+
+
+_WRITER_RUNS = _WriterRuns()
 
 
 class _DeferredInterrupt:

@@ -41,7 +41,7 @@ class Checkpointing:
                 "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
                 "schedules": {"diagnostics": _schedule_meta(self.diagnostics_schedule),
                               "check": _schedule_meta(self.check_schedule)},
-                "model": repr(self.model),
+                "model": repr(self.model), "history": self._history,
                 "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
         directory = checkpoint.write_checkpoint(path, self.model, save(state), meta)
         # the only ones _recover restarts from (those pruned since are forgotten: a long run writes many)
@@ -59,7 +59,9 @@ class Checkpointing:
         count): same model, state, step, time, dt, stop criteria (unless
         given here), diagnostics and check schedules (unless given here, or
         of a Schedule class of your own) and the diagnostics recorded so far.
-        Callbacks and writers are not saved: add them again.
+        Callbacks and writers are not saved: add them again (new ones, or,
+        in the same process, the writers of the run that wrote the
+        checkpoint: they continue its output).
 
         Parameters
         ----------
@@ -101,6 +103,8 @@ class Checkpointing:
                   progress=progress, name=name, client=client, partitions=partitions,
                   steps_per_task=steps_per_task, weights=weights, **kwargs)
         sim.step, sim.time, sim._records = int(meta["step"]), float(meta["time"]), list(meta["records"])
+        # the run it continues, whose writers it may take over (older checkpoints have no id: a new one)
+        sim._history = meta.get("history") or sim._history
         # It continues the history of this folder: the checkpoint it came from is its own, and
         # later ones were unusable (read_checkpoint skipped them), so run(checkpoint=path) may go on.
         path = os.fspath(path)

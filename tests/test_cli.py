@@ -493,6 +493,48 @@ def test_run_astro_resume_writes_to_the_store_of_its_case(tmp_path, monkeypatch,
     assert _steps(tmp_path / "hpcgpu-output" / "astro-kepler" / "snapshots.zarr") == [0, 10, 20, 25]
 
 
+# (workload, its model class, the options of a small new run, its store)
+RESUMABLE = (("weather", "ShallowWater", ("--case", "gravity_wave", "--nx", "16", "--ny", "8"), "fields.zarr"),
+             ("vorticity", "BarotropicVorticity", ("--case", "rossby_wave", "--nx", "16", "--ny", "16"),
+              "fields.zarr"),
+             ("md", "LennardJones", ("--n-cells", "3", "--cutoff", "2.0"), "snapshots.zarr"),
+             ("astro", "NBody", ("--case", "kepler"), "snapshots.zarr"))
+
+
+@pytest.mark.parametrize("workload, model_class, options, store", RESUMABLE, ids=[r[0] for r in RESUMABLE])
+def test_run_resume_builds_no_model_of_its_own_and_ends_where_the_uninterrupted_run_does(
+        workload, model_class, options, store, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    package = importlib.import_module(f"hpcgpu.workloads.{workload}")
+    real = getattr(package, model_class)
+    built = []
+
+    def counted(*args, **kwargs):  # the constructor the CLI calls (warm_up's tiny models do not come here)
+        built.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(package, model_class, counted)
+    ck, resumed, whole = (str(tmp_path / name) for name in ("ck", "resumed", "whole"))
+    common = ("--backend", "numpy", "--no-progress", "--snapshots", "4")
+    status, err = _run_in_process(capsys, "run", workload, *options, "--steps", "20", "--checkpoint", ck,
+                                  "--out", resumed, *common)
+    assert status == 0, err
+    assert len(built) == 1  # a new run builds its model from the options (the count sees it)
+    # no model options: before, the CLI built (and dropped) the default case at its full default size
+    status, err = _run_in_process(capsys, "run", workload, "--resume", ck, "--steps", "25", "--out", resumed,
+                                  *common)
+    assert status == 0, err
+    assert len(built) == 1, f"--resume built a model of the command line's options: {built[1:]}"
+    status, err = _run_in_process(capsys, "run", workload, *options, "--steps", "25", "--out", whole, *common)
+    assert status == 0, err
+    ends = [xr.open_zarr(os.path.join(out, store)).isel(time=-1).load() for out in (resumed, whole)]
+    assert int(ends[0]["step"]) == int(ends[1]["step"]) == 25
+    xr.testing.assert_equal(ends[0], ends[1])  # bitwise: the same backend, no cluster
+    summaries = [json.loads((tmp_path / out / "summary.json").read_text()) for out in ("resumed", "whole")]
+    assert summaries[0]["step"] == summaries[1]["step"] == 25
+
+
 def test_run_weather_bad_weights_are_an_error_before_a_cluster_starts(monkeypatch, capsys):
     from hpcgpu.workloads.weather import cli as weather_cli
 

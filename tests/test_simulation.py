@@ -1,5 +1,8 @@
 """The driver: schedules, stop criteria, output, timing."""
 
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -204,3 +207,73 @@ def test_ctrl_c_during_the_first_events_still_writes_step_0(model, tmp_path):
     assert sim.step == 0
     sim.run()
     assert list(xr.open_zarr(path)["step"].values) == [0, 2, 4]
+
+
+# -- a writer serves one run (and the runs resumed from its checkpoints) ---------------------------------------
+@dataclasses.dataclass
+class _StepList:
+    """A writer of the user's own: unhashable (a dataclass), so not usable as a dict key."""
+
+    schedule: Every
+    steps: list = dataclasses.field(default_factory=list)
+
+    def write(self, simulation):
+        self.steps.append(simulation.step)
+
+
+@dataclasses.dataclass(slots=True)
+class _SlottedStepList:
+    """Neither hashable nor weak-referenceable, nor open to new attributes."""
+
+    schedule: Every
+    steps: list = dataclasses.field(default_factory=list)
+
+    def write(self, simulation):
+        self.steps.append(simulation.step)
+
+
+def test_a_writer_of_one_run_is_refused_by_another_and_its_store_is_left_alone(model, tmp_path):
+    path = tmp_path / "first.zarr"
+    writer = ZarrWriter(path, Every(2))
+    Simulation(model, dt=100.0, stop_steps=4, progress=False, diagnostics=1).add_writer(writer).run()
+    second = Simulation(model, dt=50.0, stop_steps=4, progress=False, name="second")
+    with pytest.raises(ConfigError, match=re.escape(f"ZarrWriter writing to {str(path)!r} holds the output of "
+                                                    "another run ('weather-gravity_wave'); used by 'second'")):
+        second.add_writer(writer)
+    # handed to two simulations before either ran: the second to run is refused before it writes
+    other = ZarrWriter(tmp_path / "other.zarr", Every(2))
+    first, third = (Simulation(model, dt=100.0, stop_steps=4, progress=False).add_writer(other) for _ in range(2))
+    first.run()
+    with pytest.raises(ConfigError, match="holds the output of another run"):
+        third.run()
+    assert third.step == 0
+    assert list(xr.open_zarr(path)["step"].values) == [0, 2, 4]
+    assert list(xr.open_zarr(tmp_path / "other.zarr")["step"].values) == [0, 2, 4]
+    assert xr.open_zarr(path, group="diagnostics").sizes["time"] == 5  # the first run's, not overwritten
+    for kind in (_StepList, _SlottedStepList):  # the user's writers too, whatever they are
+        mine = kind(Every(2))
+        Simulation(model, dt=100.0, stop_steps=2, progress=False).add_writer(mine).run()
+        with pytest.raises(ConfigError, match=f"{kind.__name__}.* holds the output of another run"):
+            Simulation(model, dt=100.0, stop_steps=2, progress=False).add_writer(mine)
+        assert mine.steps == [0, 2]
+
+
+def test_a_run_resumed_from_a_checkpoint_continues_the_writer_of_its_run(model, tmp_path):
+    import shutil
+
+    path, folder = tmp_path / "run.zarr", tmp_path / "ck"
+    writer = ZarrWriter(path, Every(2))
+    first = Simulation(model, dt=100.0, stop_steps=6, progress=False).add_writer(writer)
+    first.run(checkpoint=folder, checkpoint_every=4)
+    shutil.rmtree(folder / "step-0000000006")  # the job stopped after writing step 6, before its checkpoint
+    resumed = Simulation.resume(folder, stop_steps=10, progress=False)
+    resumed.add_writer(writer).run()
+    # steps 5 and 6 run again from the checkpoint at 4: step 6 is in the store already
+    assert list(xr.open_zarr(path)["step"].values) == [0, 2, 4, 6, 8, 10]
+    whole = Simulation(model, dt=100.0, stop_steps=10, progress=False).run()
+    np.testing.assert_array_equal(xr.open_zarr(path)["h"].isel(time=-1).values, whole.state.h)
+    # a run resumed from it in turn continues it too; a new simulation does not
+    Simulation.resume(folder, stop_steps=12, progress=False).add_writer(writer).run()
+    assert list(xr.open_zarr(path)["step"].values) == [0, 2, 4, 6, 8, 10, 12]
+    with pytest.raises(ConfigError, match="another run"):
+        Simulation(model, dt=100.0, stop_steps=2, progress=False).add_writer(writer)

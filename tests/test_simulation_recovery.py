@@ -202,6 +202,10 @@ def test_an_unstable_run_on_a_cluster_stops_at_the_failing_step(client, tmp_path
     assert sim._executor.step == failing  # the steps the workers ran: the state is the failing step's
     assert all(record["step"] <= failing for record in sim._records)
     assert os.path.basename(sim.write_checkpoint(tmp_path)) == f"step-{failing:010d}"
+    # nor does a second run() step the workers on from the failing state
+    with pytest.raises(UnstableSimulation, match=f"not finite since step {failing} "):
+        sim.run(steps=4)
+    assert sim.step == failing and sim._executor.step == failing
     sim.close()
 
 
@@ -217,6 +221,46 @@ def test_an_unstable_local_run_stops_at_the_failing_step(jet):
         sim.run(steps=40)
     assert caught.value.step == 6 and sim.step == 6 and sim.time == pytest.approx(600.0)
     sim.close()
+
+
+def test_run_after_a_non_finite_state_refuses_to_step_on_and_says_how_to_go_on(jet, tmp_path):
+    sim = Simulation(jet, dt=100.0, progress=False, check=2)
+    sim.run(steps=4, checkpoint=tmp_path)  # a good state to go back to
+
+    def poison(s):
+        if s.step == 5:
+            s.state.h[0, 0] = float("nan")
+
+    sim.add_callback(poison, 1)
+    with pytest.raises(UnstableSimulation, match="step 6"):
+        sim.run(steps=40)
+    failed = {name: np.array(getattr(sim.state, name)) for name in ("u", "v", "h")}
+    # run() again, for any stop, neither steps on from the NaN state nor hides where it went bad
+    for again in (dict(steps=1), dict(steps=5), dict(stop_time=4000.0)):
+        with pytest.raises(UnstableSimulation, match=re.escape("not finite since step 6 (t=600)")) as caught:
+            sim.run(**again)
+        message = str(caught.value)
+        assert "Simulation.resume" in message and "new Simulation" in message
+        assert caught.value.step == 6 and "h" in caught.value.field
+        assert sim.step == 6 and sim.time == pytest.approx(600.0)
+        for name, before in failed.items():  # not one step further (NaN compares equal here)
+            np.testing.assert_array_equal(getattr(sim.state, name), before)
+    # the way out it names: the checkpoint before the failure runs on
+    resumed = Simulation.resume(tmp_path, progress=False)
+    assert resumed.step == 4 and resumed.run(steps=4).step == 8
+    assert np.isfinite(resumed.state.h).all()
+    sim.close()
+
+
+def test_a_run_stopped_by_the_cfl_limit_alone_is_not_refused_as_non_finite(jet):
+    sim = Simulation(jet, dt=100.0, progress=False, check=1).run(steps=2)
+    sim.model.cfl_limit = 1e-9  # from now on every step is over the limit; the state stays finite
+    with pytest.raises(UnstableSimulation, match="exceeds the stable limit") as caught:
+        sim.run(steps=3)
+    assert caught.value.field == "cfl" and caught.value.step == 3
+    with pytest.raises(UnstableSimulation, match="exceeds the stable limit"):  # stepped on, and checked again
+        sim.run(steps=3)
+    assert sim.step == 4 and np.isfinite(sim.state.h).all()
 
 
 def test_a_restart_asks_for_the_weights_the_run_was_given(tmp_path, client, jet):

@@ -51,6 +51,13 @@ class ZarrWriter:
         snapshots are appended, and those of steps the store already holds
         (written after the checkpoint, before the run stopped) are not
         written twice.
+
+    Notes
+    -----
+    A writer serves one run: :meth:`hpcgpu.Simulation.add_writer` refuses one
+    that wrote for another simulation, except a simulation resumed from that
+    one's checkpoints, which continues the store as ``append`` does (steps
+    already written are not written again).
     """
 
     def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
@@ -97,6 +104,9 @@ class ZarrWriter:
             else:
                 ds.to_zarr(self.path, append_dim="time", consolidated=True)
         self.snapshots += 1
+        # a run that goes back to a checkpoint (a resume with this writer, a restart after a lost
+        # worker) steps through these steps again: they are in the store already
+        self._last_step = simulation.step
 
     def close(self, simulation):
         """Write the diagnostics time series into the group ``diagnostics``."""

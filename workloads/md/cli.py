@@ -57,10 +57,14 @@ def run(args):
     for name in ("steps", "snapshots", "rdf_samples"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
-    model = LennardJones(args.n_cells, density=args.density, temperature=args.temperature, cutoff=args.cutoff,
-                         skin=args.skin, shift=not args.no_shift, thermostat=args.thermostat,
-                         friction=args.friction, dtype=args.dtype, backend=args.backend, seed=args.seed)
-    state = model.initial_state()
+    # A resumed run is the checkpoint's model and state (start() calls make() for a new run only):
+    # this command line's model would allocate a full-size state just to drop it.
+    model = state = None
+    if not args.resume:
+        model = LennardJones(args.n_cells, density=args.density, temperature=args.temperature, cutoff=args.cutoff,
+                             skin=args.skin, shift=not args.no_shift, thermostat=args.thermostat,
+                             friction=args.friction, dtype=args.dtype, backend=args.backend, seed=args.seed)
+        state = model.initial_state()
     steps = args.steps if args.steps is not None else 2000
     client = open_client(args)
     try:

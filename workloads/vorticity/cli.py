@@ -49,15 +49,19 @@ def run(args):
     from hpcgpu.simulation import Simulation
     from hpcgpu.workloads.vorticity import CASES, BarotropicVorticity
 
-    physics = {key: value for key, value in (("beta", args.beta), ("viscosity", args.viscosity))
-               if value is not None}
-    model = BarotropicVorticity(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend,
-                                boundary=BOUNDARIES.get(args.boundary), solver=args.solver,
-                                solver_tol=args.solver_tol, **physics)
-    state = model.initial_state()
-    dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
-    stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
-    steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
+    # A resumed run is the checkpoint's model and state (start() calls the lambda below for a new run
+    # only): this command line's model would allocate a full-size state just to drop it.
+    model = state = dt = steps = None
+    if not args.resume:
+        physics = {key: value for key, value in (("beta", args.beta), ("viscosity", args.viscosity))
+                   if value is not None}
+        model = BarotropicVorticity(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend,
+                                    boundary=BOUNDARIES.get(args.boundary), solver=args.solver,
+                                    solver_tol=args.solver_tol, **physics)
+        state = model.initial_state()
+        dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
+        stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
+        steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
     sim, planned = start(args, lambda: Simulation(model, state, dt=dt, stop_steps=steps,
                                                   progress=False if args.no_progress else None), None)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt

@@ -49,11 +49,15 @@ def run(args):
     from hpcgpu.workloads.weather import CASES, ShallowWater
 
     weights = parse_weights(args.weights)  # before a cluster is started: a typo is an error, not a traceback
-    model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)
-    state = model.initial_state()
-    dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
-    stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
-    steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
+    # A resumed run is the checkpoint's model and state (start() calls the lambda below for a new run
+    # only): this command line's model would allocate a full-size state just to drop it.
+    model = state = dt = steps = None
+    if not args.resume:
+        model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)
+        state = model.initial_state()
+        dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
+        stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
+        steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
     client = open_client(args)
     # K (steps per task) defaults in the engine; outputs do not round to it, so that the steps
     # written are the same on any number of workers (the engine splits a task at any step)
