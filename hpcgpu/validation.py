@@ -18,6 +18,7 @@ __all__ = [
     "check_memory",
     "check_model_memory",
     "check_int",
+    "check_count",
     "check_float",
     "check_relative_tolerance",
     "check_choice",
@@ -46,6 +47,49 @@ def check_int(name, value, *, minimum=None, maximum=None):
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise ConfigError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_count(name, value, *, minimum=1, dtype="int64"):
+    """Return ``value`` as an int that fits the kernels' integer ``dtype``, or raise ConfigError naming ``name``.
+
+    For counts that reach compiled code (time steps, list capacities, ghost
+    widths): there they are fixed-width integers (Numba's and NumPy's
+    ``int64``, the ``int`` of a CUDA C kernel), so a Python int beyond the
+    type's range would overflow, be refused deep inside, or, for a loop
+    count, run for ever.
+
+    Parameters
+    ----------
+    name : str
+        The parameter, for the message.
+    value : int
+        An integer (a float with an integral value is accepted, as by :func:`check_int`).
+    minimum : int
+        Smallest valid value.
+    dtype : str or dtype
+        The integer type the count must fit (``"int64"``, ``"int32"``).
+
+    Raises
+    ------
+    ConfigError
+        Not an integer, below ``minimum``, or above the largest ``dtype``;
+        the message states the valid range ``minimum..max``.
+
+    Examples
+    --------
+    >>> check_count("steps", 10)
+    10
+    >>> check_count("steps", 2**70)
+    Traceback (most recent call last):
+    ...
+    hpcgpu.errors.ConfigError: steps=1180591620717411303424 does not fit an int64: steps must be an integer in 1..9223372036854775807
+    """
+    largest = int(np.iinfo(dtype).max)
+    value = check_int(name, value, minimum=minimum)
+    if value > largest:
+        raise ConfigError(f"{name}={value} does not fit an {np.dtype(dtype).name}: {name} must be an integer in "
+                          f"{minimum}..{largest}")
     return value
 
 

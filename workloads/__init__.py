@@ -6,4 +6,8 @@ equations and names the reference step), beside its cases, command line,
 ``hpcgpu plan`` cost model and ``workload.py``, the declaration that
 registers it (entry-point group ``hpcgpu.workloads``, read by
 :mod:`hpcgpu.registry`). Core reaches the models only through that registry.
+
+:mod:`~hpcgpu.workloads.sums` holds what several models' diagnostics share
+(the order-independent :func:`~hpcgpu.workloads.sums.exact_total`); it
+imports no model.
 """

@@ -24,7 +24,7 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.md.box import check_box as _box
 from hpcgpu.kernels.md.verlet import FAST_PATHS
-from hpcgpu.validation import check_finite_array, check_float, check_int
+from hpcgpu.validation import check_count, check_finite_array, check_float, check_int
 
 __all__ = ["CAPACITY_HEADROOM", "CAPACITY_ROUND", "NeighborList", "build_neighbor_list", "largest_displacement_squared",
            "needs_rebuild"]
@@ -85,7 +85,7 @@ class NeighborList:
         object.__setattr__(self, "box", box)
         object.__setattr__(self, "cutoff", _cutoff(self.cutoff, box))
         object.__setattr__(self, "skin", check_float("skin", self.skin, minimum=0.0, strict_min=True))
-        capacity = check_int("capacity", self.capacity, minimum=1)
+        capacity = check_count("capacity", self.capacity, dtype="int32")
         object.__setattr__(self, "capacity", capacity)
         n = self.counts.shape[0] if getattr(self.counts, "ndim", 0) == 1 else -1
         if n < 1 or self.counts.dtype != np.int32:
@@ -172,7 +172,8 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, rows=Non
         ``cutoff + skin`` and stays valid until an atom has moved more than
         ``skin / 2`` (see :func:`needs_rebuild`).
     capacity : int, optional
-        Columns to start with (>= 1); default: the mean number of neighbours
+        Columns to start with, ``1 <= capacity <= 2**31 - 1`` (the kernels'
+        int32 counts); default: the mean number of neighbours
         at this density with 30 % headroom. Pass the previous list's
         ``capacity`` when rebuilding in a simulation.
     rows : int, optional
@@ -192,7 +193,8 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, rows=Non
     ------
     ConfigError
         Shapes, dtypes, NaN or infinite positions, a bad box, ``cutoff`` or
-        ``skin <= 0``, ``cutoff > min(box) / 2``, ``capacity < 1``.
+        ``skin <= 0``, ``cutoff > min(box) / 2``, a capacity outside
+        ``1..2**31 - 1``.
 
     Examples
     --------
@@ -213,7 +215,8 @@ def build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, rows=Non
     if capacity is None:
         capacity = _estimated_capacity(n, box, radius)
     else:
-        capacity = check_int("capacity", capacity, minimum=1)
+        # the kernels count neighbours in int32 (and the CUDA C kernel takes the capacity as an int)
+        capacity = check_count("capacity", capacity, dtype="int32")
     kernels = backend.kernels("md")
     order = getattr(kernels, "NEIGHBOR_ORDER", "C")
     limited = getattr(kernels, "build_neighbors_rows", None)
@@ -273,13 +276,38 @@ def largest_displacement_squared(positions, reference, box, *, backend=None):
     ``reference`` may have more columns; its first N are used. Computed in
     the positions' dtype (the same roundings on every backend).
 
+    Parameters
+    ----------
+    positions : array (3, N)
+        Current positions (length).
+    reference : array (3, M), M >= N
+        Positions to measure from (length), e.g. a list's reference positions.
+    box : sequence of 3 floats
+        The periodic box ``(Lx, Ly, Lz)`` (length), each side finite and > 0.
+    backend : str or Backend, optional
+        Whose one-pass kernel to use where it has one (Numba); the answer is
+        the same.
+
+    Returns
+    -------
+    float
+        Squared length (length**2).
+
+    Raises
+    ------
+    ConfigError
+        Arrays not ``(3, N)``, a shorter reference, a box that is not three
+        finite sides > 0.
+
     Examples
     --------
     >>> x = np.array([[0.1, 9.9], [0.0, 0.0], [0.0, 0.0]])
     >>> round(largest_displacement_squared(x, np.zeros((3, 2)), (10.0, 10.0, 10.0)), 12)
     0.01
     """
-    # O(1) (this runs every step): a shorter reference would be read beyond its end by the Numba pass
+    # O(1) (this runs every step): a shorter reference would be read beyond its end by the Numba pass,
+    # and so would a box of two sides; a side of 0, inf or NaN made the answer NaN or 0 (no rebuild)
+    box = _box(box)
     for name, array in (("positions", positions), ("reference", reference)):
         if getattr(array, "ndim", None) != 2 or array.shape[0] != 3:
             raise ConfigError(f"{name} must have shape (3, N); got "

@@ -14,6 +14,7 @@ import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
+from hpcgpu.kernels.md.box import check_box
 from hpcgpu.validation import check_float
 
 __all__ = ["FAST_PATHS", "PreparedLJForces", "verlet_drift", "verlet_kick", "wrap"]
@@ -44,7 +45,24 @@ def wrap(xp, box, positions, images):
 
     Returns ``(positions, images)``; ``positions + images * box`` is unchanged
     (to rounding).
+
+    Parameters
+    ----------
+    xp : module
+        The arrays' module (NumPy or CuPy).
+    box : sequence of 3 floats
+        The periodic box ``(Lx, Ly, Lz)`` (length), each side finite and > 0.
+    positions : array (3, N)
+        Wrapped in place.
+    images : int64 array (3, N)
+        The images crossed so far, updated in place.
+
+    Raises
+    ------
+    ConfigError
+        A box that is not three finite sides > 0 (:func:`.box.check_box`).
     """
+    box = check_box(box)  # a side of 0 divides by zero, a negative or inf one wraps into garbage
     for axis, length in enumerate(box):
         x = positions[axis]
         shift = xp.floor(x * (1.0 / length))
@@ -68,8 +86,8 @@ def verlet_drift(positions, velocities, forces, images, box, dt, *, backend="aut
         One float dtype, on the backend's device (length, length/time, energy/length; unit mass).
     images : int64 array (3, N)
         Box images crossed so far.
-    box : tuple of 3 floats
-        The periodic box (length).
+    box : sequence of 3 floats
+        The periodic box ``(Lx, Ly, Lz)`` (length), each side finite and > 0.
     dt : float
         Time step (time), > 0.
     backend : str or Backend
@@ -78,7 +96,7 @@ def verlet_drift(positions, velocities, forces, images, box, dt, *, backend="aut
     ------
     ConfigError
         Shapes or dtypes that do not match, a dtype other than float32 and
-        float64, ``dt <= 0``.
+        float64, a box that is not three finite sides > 0, ``dt <= 0``.
 
     Examples
     --------
@@ -90,6 +108,8 @@ def verlet_drift(positions, velocities, forces, images, box, dt, *, backend="aut
     (0.5, 1)
     """
     backend = get_backend(backend)
+    # Checked here, once for every backend: the Numba pass read a box of two sides beyond its end.
+    box = check_box(box)
     dt = check_float("dt", dt, minimum=0.0, strict_min=True)
     n = _atoms("positions", positions).shape[1]
     _atoms("velocities", velocities, n, positions.dtype)

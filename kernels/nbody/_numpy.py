@@ -25,8 +25,9 @@ def _xp(array):
 
 
 def chunk_size(n_sources, itemsize):
-    """Targets per chunk: pair temporaries of about :data:`CHUNK_BYTES`."""
-    return max(1, CHUNK_BYTES // (_PAIR_TEMPORARIES * n_sources * itemsize))
+    """Targets per chunk: pair temporaries of about :data:`CHUNK_BYTES` (at least 1, also with no sources)."""
+    # No sources means no targets (they are a range of the sources): any chunk will do, and 0 would divide by 0.
+    return max(1, CHUNK_BYTES // (_PAIR_TEMPORARIES * max(n_sources, 1) * itemsize))
 
 
 def direct(target_positions, source_positions, source_masses, eps2, G, self_offset, acc_out, pot_out):

@@ -20,6 +20,11 @@ class PreparedGravity:
     positions ``(3, N)``, masses ``(N,)`` and a target range returns
     ``(acc (3, M), pot (M,))`` on the backend's device, as
     ``accelerations(..., targets=(start, stop), potential=True)`` does.
+
+    Unlike :func:`~hpcgpu.kernels.nbody.accelerations`, it takes any number
+    of bodies, none included, and an empty target range ``start == stop``
+    (a partition without bodies): that returns empty ``(3, 0)`` and
+    ``(0,)`` arrays of the dtype on every backend, without a kernel launch.
     """
 
     def __init__(self, backend, dtype, eps2, G, method, theta):
@@ -48,6 +53,10 @@ class PreparedGravity:
 def gravity(backend, positions, masses, eps2, G, start, stop, method, theta):
     """``(acc, pot)`` of bodies ``start:stop`` on checked, C-contiguous arrays."""
     xp = backend.xp
+    if stop == start:
+        # Nothing to compute: no launch, whose grid would have no slices of sources on a GPU
+        # (the NumPy kernel divided by the number of sources), the same empty result everywhere.
+        return backend.empty((3, 0), positions.dtype), backend.empty((0,), positions.dtype)
     # a no-op on the C-contiguous arrays of a model; a Fortran-ordered or strided one would be
     # refused by the CUDA kernel's transfer ("non-contiguous buffer") deep inside Numba
     positions, masses = xp.ascontiguousarray(positions), xp.ascontiguousarray(masses)

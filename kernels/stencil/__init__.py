@@ -41,7 +41,7 @@ from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, OPEN, PERIO
 from hpcgpu.kernels.stencil.fields import MIN_POINTS, _boundary_value, _fields, _spacing, normalize_boundary
 from hpcgpu.kernels.stencil.prepared import FAST_PATHS, PreparedShallowWater, boundary_names
 from hpcgpu.kernels.stencil.shallow_water import prepare_shallow_water, shallow_water_stage, shallow_water_tendency
-from hpcgpu.validation import check_float, check_int
+from hpcgpu.validation import check_count, check_float
 
 __all__ = [
     "MIN_POINTS",
@@ -141,7 +141,7 @@ def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="period
         Time step (> 0), e.g. s. Stability needs
         ``diffusivity * dt * (1/dx**2 + 1/dy**2) <= 1/2``.
     steps : int
-        Number of steps (>= 1).
+        Number of steps, ``1 <= steps <= 2**63 - 1`` (the kernels' int64).
     dx, dy, boundary, boundary_value, backend
         As for :func:`laplacian`. With ``"dirichlet"`` edges the array holds
         the interior nodes of a node-centred grid whose boundary nodes (a
@@ -175,7 +175,8 @@ def diffuse(field, *, diffusivity, dt, steps=1, dx=1.0, dy=1.0, boundary="period
     (field,) = _fields(backend, ("field",), (field,))
     diffusivity = check_float("diffusivity", diffusivity, minimum=0.0)
     dt = check_float("dt", dt, minimum=0.0, strict_min=True)
-    steps = check_int("steps", steps, minimum=1)
+    # The compiled kernels count steps in int64; a count beyond it was accepted and never finished.
+    steps = check_count("steps", steps)
     dx, dy = _spacing(dx, dy)
     cx, cy = diffusivity * dt / dx**2, diffusivity * dt / dy**2
     if cx + cy > 0.5:
@@ -204,7 +205,7 @@ def pad(field, boundary, *, normal=None, width=1):
     normal : {None, "x", "y"}
         The axis along which ``field`` is the normal velocity (``u``: ``"x"``, ``v``: ``"y"``).
     width : int
-        Ghost points per side, >= 1.
+        Ghost points per side, ``1 <= width <= 2**63 - 1`` (the int64 that ``pad`` takes).
 
     Examples
     --------
@@ -217,7 +218,7 @@ def pad(field, boundary, *, normal=None, width=1):
     bc = normalize_boundary(boundary_names(boundary))
     if normal not in (None, "x", "y"):
         raise ConfigError(f"normal must be None, 'x' or 'y'; got {normal!r}")
-    width = check_int("width", width, minimum=1)
+    width = check_count("width", width)
     if getattr(field, "ndim", None) != 2:
         raise ConfigError(f"field must be a 2D array (ny, nx); got {type(field).__name__}")
     return _numpy.pad(field, *bc, normal=normal, width=width)

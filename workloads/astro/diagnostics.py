@@ -5,15 +5,17 @@ combined afterwards (:func:`combine_sums`), so a partitioned run reduces on
 its workers and only a few numbers per quantity travel. A block's sums are
 exact (:func:`exact_parts`: a handful of floats whose sum is exactly that
 of the block's terms) and :func:`combine_sums` rounds once, with
-:func:`math.fsum`: the diagnostics are then bitwise the same on any number
-of partitions, as the bodies are, where one rounded total per block would
-differ with every split.
+:func:`~hpcgpu.workloads.sums.exact_total` (:func:`math.fsum`): the
+diagnostics are then bitwise the same on any number of partitions, as the
+bodies are, where one rounded total per block would differ with every split.
 :meth:`hpcgpu.workloads.astro.NBody.diagnostics` is the entry point.
 """
 
 import math
 
 import numpy as np
+
+from hpcgpu.workloads.sums import exact_total
 
 __all__ = ["RADIUS_BINS", "LAGRANGIAN_FRACTIONS", "block_sums", "combine_sums", "exact_parts"]
 
@@ -87,14 +89,6 @@ def _host(array):
     return array.get() if hasattr(array, "get") else array
 
 
-def _fsum(parts):
-    """The correctly rounded sum of exact parts (NaN or inf as a plain sum, where fsum raises)."""
-    try:
-        return math.fsum(parts)
-    except (ValueError, OverflowError):
-        return float(np.sum(parts))
-
-
 def block_sums(backend, positions, velocities, masses, potentials):
     """Exact sums over one block of bodies (float64) that add up to the global diagnostics.
 
@@ -124,12 +118,12 @@ def block_sums(backend, positions, velocities, masses, potentials):
 
 def combine_sums(parts):
     """The diagnostics (dict of floats) from the :func:`block_sums` of every block."""
-    total = {key: _fsum(np.concatenate([p[key] for p in parts])) for key in parts[0] if key != "histogram"}
+    total = {key: exact_total(np.concatenate([p[key] for p in parts])) for key in parts[0] if key != "histogram"}
     groups = np.concatenate([p["histogram"][0] for p in parts])
     values = np.concatenate([p["histogram"][1] for p in parts])
     histogram = np.zeros(len(RADIUS_BINS) - 1)
     for group in np.unique(groups):
-        histogram[group] = _fsum(values[groups == group])
+        histogram[group] = exact_total(values[groups == group])
     kinetic, potential = 0.5 * total["kinetic2"], 0.5 * total["potential2"]
     out = {"energy": kinetic + potential, "kinetic_energy": kinetic, "potential_energy": potential,
            "virial_ratio": 2 * kinetic / abs(potential) if potential else math.nan}

@@ -4,21 +4,20 @@ Every quantity is a sum over a block of rows (:func:`block_sums`),
 combined afterwards (:func:`combine_sums`), so a partitioned run reduces
 where its partitions live and only one number per row and quantity
 travels. A block keeps its sums row by row and :func:`combine_sums` adds
-all rows with :func:`math.fsum` (correctly rounded, so independent of the
-order): the diagnostics are then bitwise the same on any number of
-partitions, as the fields are, where one total per block would round
-differently with every split.
+all rows with :func:`~hpcgpu.workloads.sums.exact_total` (:func:`math.fsum`:
+correctly rounded, so independent of the order): the diagnostics are then
+bitwise the same on any number of partitions, as the fields are, where one
+total per block would round differently with every split.
 :meth:`hpcgpu.workloads.weather.ShallowWater.diagnostics` is the entry point;
 these read the model's public attributes (grid, params, backend,
 ``coriolis_rows``).
 """
 
-import math
-
 import numpy as np
 
 from hpcgpu.kernels import stencil
 from hpcgpu.kernels.stencil import WALL
+from hpcgpu.workloads.sums import exact_total
 
 __all__ = ["block_sums", "combine_sums"]
 
@@ -66,19 +65,6 @@ def block_sums(model, state, start, south=None):
     return {"cells": int(h.size), "depth": host(h.sum(axis=1)), "deviation": host(deviation.sum(axis=1)),
             "deviation2": host((deviation * deviation).sum(axis=1)), "kinetic2": host(kinetic),
             "enstrophy": host(density.sum(axis=1))}
-
-
-def exact_total(values):
-    """The correctly rounded sum of ``values`` (host float64), whatever their order; NaN or inf as NumPy's.
-
-    :func:`math.fsum` raises on ``inf - inf`` and on intermediate overflow,
-    where a diagnostic of a blown-up state must stay a number the
-    instability check reports.
-    """
-    try:
-        return math.fsum(values)
-    except (ValueError, OverflowError):
-        return float(np.sum(values))
 
 
 def combine_sums(model, parts):
