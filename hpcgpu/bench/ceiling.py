@@ -11,8 +11,11 @@ loss is the measured weak-scaling efficiency over it.
 processes (spawned, one Numba thread each, as a local worker has), each
 stepping the shallow-water model's fused RK3 kernel on its own
 ``per_worker`` x ``per_worker`` grid for ``seconds``, all started behind one
-barrier; the efficiency is their median rate over the rate of one such
-process alone, measured just before. ``hpcgpu bench scaling weather``
+barrier; the efficiency is the slowest one's rate over the rate of one
+such process alone, measured just before: ranks coupled by their halos step
+at the pace of the slowest, so that is what the engine can reach (the
+acceptance suite's copies side by side are judged the same way). The
+median's ratio is kept beside it. ``hpcgpu bench scaling weather``
 reports it beside the weak-scaling efficiency.
 
 Examples
@@ -55,7 +58,8 @@ def contention_efficiency(processes=2, *, per_worker=2048, dtype="float64", back
     Returns
     -------
     dict
-        ``efficiency`` (median side-by-side rate over the rate alone),
+        ``efficiency`` (the slowest side-by-side rate over the rate alone),
+        ``median_efficiency`` (their median rate over the rate alone),
         ``alone_steps_per_s``, ``side_by_side_steps_per_s`` (one per process).
 
     Raises
@@ -74,8 +78,9 @@ def contention_efficiency(processes=2, *, per_worker=2048, dtype="float64", back
     job = (per_worker, str(dtype), backend, seconds)
     alone = _side_by_side(1, job)
     together = _side_by_side(processes, job)
-    return {"efficiency": statistics.median(together) / alone[0], "alone_steps_per_s": alone[0],
-            "side_by_side_steps_per_s": together}
+    # coupled ranks wait for the slowest each step: its rate, not the median's, bounds the engine
+    return {"efficiency": min(together) / alone[0], "median_efficiency": statistics.median(together) / alone[0],
+            "alone_steps_per_s": alone[0], "side_by_side_steps_per_s": together}
 
 
 def _side_by_side(processes, job):

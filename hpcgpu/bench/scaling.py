@@ -23,8 +23,9 @@ core (or one GPU). Lines (metric):
     t(1) / (N t(N)).
 ``parallel_efficiency`` (case ``contention-ceiling``, CPU only)
     the machine's own ceiling for the weak-scaling line: one rank's kernels
-    in N plain processes side by side over one alone, no dask
-    (:mod:`hpcgpu.bench.ceiling`). The weak line carries it as ``ceiling``
+    in N plain processes side by side, the slowest over one alone (coupled
+    ranks step at the slowest one's pace; ``median_efficiency`` beside it),
+    no dask (:mod:`hpcgpu.bench.ceiling`). The weak line carries it as ``ceiling``
     and its own efficiency over it as ``efficiency_vs_ceiling``: what the
     engine loses, apart from what the cores lose by sharing memory.
 ``imbalance`` (case ``balance``)
@@ -376,7 +377,7 @@ def _contention_ceiling(recorder, workers, per_worker, dtype, backend):
     recorder.add(case="contention-ceiling", backend=name, dtype=dtype, size=per_worker,
                  metric="parallel_efficiency", value=result["efficiency"], unit="1",
                  durations=[1.0 / rate for rate in result["side_by_side_steps_per_s"]], workers=workers,
-                 alone_steps_per_s=result["alone_steps_per_s"],
+                 alone_steps_per_s=result["alone_steps_per_s"], median_efficiency=result["median_efficiency"],
                  side_by_side_steps_per_s=result["side_by_side_steps_per_s"])
     return {"ceiling": result["efficiency"]}
 
