@@ -321,24 +321,64 @@ def _warn_if_one_is_running():
 
 
 def _new_client(Client, *args, **kwargs):
-    """``Client(*args, **kwargs)``; if it fails, dask's ``scheduler`` option is put back as it was.
+    """``Client(*args, **kwargs)``; if it fails, dask is left as it was before the call.
 
-    A Client sets that option (to its distributed scheduler) in its
-    constructor and resets it only when closed: one that failed to connect
-    is never closed, and every dask computation in the process (``to_zarr``,
-    say) then asked for a client that does not exist.
+    A Client makes itself dask's default client (and sets dask's
+    ``scheduler`` option to its distributed scheduler) in its constructor,
+    *before* it connects, and undoes both only when closed. One whose
+    constructor failed (an address dask parses only there, such as
+    ``tcp://host:notaport``) is never closed by anyone: it stayed the default client, in
+    state "connecting", with its event loop thread running, until the
+    garbage collector happened to find it, and every dask computation in
+    the process (``dask.array.to_zarr``, xarray's ``.values`` of a Zarr
+    store) meanwhile queued its tasks on it and waited forever. Such a
+    client is closed here, which also stops its thread and puts back the
+    ``scheduler`` option.
     """
     import dask
 
     before = dask.config.get("scheduler", None)
+    known = _default_clients()  # the objects, not their ids: an id may be reused meanwhile
     try:
         return Client(*args, **kwargs)
     except BaseException:
+        for client in _default_clients():
+            if not any(client is old for old in known):
+                _close_failed_client(client)
         if before is None:
             dask.config.config.pop("scheduler", None)
         else:
             dask.config.set(scheduler=before)
         raise
+
+
+def _default_clients():
+    """The clients distributed keeps as candidates for its default client (newest last)."""
+    try:
+        from distributed.client import _global_clients
+    except ImportError:  # pragma: no cover - a distributed without it: nothing to clean up
+        return []
+    return [client for _, client in sorted(_global_clients.items())]
+
+
+def _close_failed_client(client):
+    """Close a client whose constructor failed, so that it is no longer dask's default client.
+
+    ``close()`` unregisters it and stops its event loop thread; the
+    unregistering is repeated in case ``close()`` itself fails (its
+    timeout is the client's own, which may be tiny).
+    """
+    try:
+        client.close(timeout=10)
+    except Exception:  # noqa: BLE001 - already failing: the constructor's error is the one to raise
+        pass
+    finally:
+        try:
+            from distributed.client import _del_global_client
+
+            _del_global_client(client)
+        except ImportError:  # pragma: no cover
+            pass
 
 
 def _own_client(Client, cluster, timeout):
@@ -540,10 +580,7 @@ def slurm_cluster(*, gpus=0, dask_defaults=False, **kwargs):
     ClusterError
         dask-jobqueue is not installed (``pip install 'hpcgpu[jobqueue]'``).
     """
-    try:
-        from dask_jobqueue import SLURMCluster
-    except ImportError as error:
-        raise ClusterError("jobqueue needs dask-jobqueue: pip install 'hpcgpu[jobqueue]'") from error
+    SLURMCluster = _import_slurm_cluster()
     gpus = check_int("gpus", gpus, minimum=0)
     kwargs.setdefault("cores", 1)
     kwargs.setdefault("memory", "4GB")
@@ -561,6 +598,31 @@ def slurm_cluster(*, gpus=0, dask_defaults=False, **kwargs):
         # dask-cuda's worker command: one worker process per GPU, each seeing its GPU as device 0.
         kwargs.setdefault("worker_command", "dask_cuda.cli")
     return SLURMCluster(job_script_prologue=prologue, **kwargs)
+
+
+def _import_slurm_cluster():
+    """``dask_jobqueue.SLURMCluster``, with Python's Ctrl-C handler left as it was.
+
+    dask-jobqueue's ``runner`` module (imported with it) replaces the SIGINT
+    handler of the whole process by ``sys.exit()`` when it is first imported,
+    for its own batch runner: after ``slurm_cluster()`` a Ctrl-C in the
+    user's session raised SystemExit instead of KeyboardInterrupt (a run
+    that should stop cleanly, a notebook kernel told to interrupt).
+    """
+    import signal
+    import threading
+
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError as error:
+        raise ClusterError("jobqueue needs dask-jobqueue: pip install 'hpcgpu[jobqueue]'") from error
+    finally:
+        # only the main thread may set handlers; None: one not installed from Python, which cannot be put back
+        if (handler is not None and signal.getsignal(signal.SIGINT) is not handler
+                and threading.current_thread() is threading.main_thread()):
+            signal.signal(signal.SIGINT, handler)
+    return SLURMCluster
 
 
 def worker_backends(client):

@@ -22,18 +22,27 @@ from hpcgpu.workloads.weather import ShallowWater
 @pytest.fixture(autouse=True)
 def _dask_default_client_and_scheduler_restored():
     """Each test here starts and closes clients of its own: afterwards, dask's default client and its
-    ``scheduler`` option are the ones before the test (a later test's to_zarr computes with them: with the
-    option left at "dask.distributed" and no default client it raised, with a dead one it hung)."""
+    ``scheduler`` option must be the ones before the test (a later test's to_zarr computes with them: with the
+    option left at "dask.distributed" and no default client it raised, with a dead one it hung). A test that
+    leaves another default client fails: start_cluster() leaking one is the bug users would hit (a Client
+    whose constructor failed stayed the default and hung every later computation), which this fixture used
+    to hide by registering the previous default again on top of it."""
     import dask
     from distributed.client import _get_global_client, _set_global_client
 
     scheduler, default = dask.config.get("scheduler", None), _get_global_client()
     yield
-    _set_global_client(default)
+    left = _get_global_client()
     if scheduler is None:
         dask.config.config.pop("scheduler", None)
     else:
         dask.config.set(scheduler=scheduler)
+    if left is not default:
+        if left is not None:
+            left.close()
+        _set_global_client(default)
+        pytest.fail(f"the test left {left!r} ({getattr(left, 'status', None)}) as dask's default client "
+                    f"instead of {default!r}")
 
 
 def _worker_settings(client, keys):
@@ -430,9 +439,65 @@ def test_a_second_local_cluster_while_the_first_runs_warns_and_names_it():
 def test_a_client_that_fails_to_connect_leaves_dask_s_scheduler_option_as_it_was():
     """Else every later dask computation in the process (xarray's to_zarr) asks for a client that is not there."""
     import dask
+    from distributed.client import _get_global_client
 
-    before = dask.config.get("scheduler", None)
+    before, default = dask.config.get("scheduler", None), _get_global_client()
     for address in ("tcp://127.0.0.1:notaport", "ftp://127.0.0.1:8786"):
         with pytest.raises(ConfigError, match="address must look like"):
             start_cluster(address, quiet=True)
+        # nor is the failed client dask's default client (later computations queued on it and hung)
+        assert _get_global_client() is default
     assert dask.config.get("scheduler", None) == before
+
+
+def test_dask_computations_after_a_start_cluster_that_failed_do_not_hang(tmp_path):
+    """A Client makes itself dask's default client before it connects; one whose constructor failed (here: an
+    address dask cannot parse) stayed the default, "connecting" for ever, and every later dask computation in
+    the process queued its tasks on it and hung: a Zarr write with dask, xarray reading a Zarr store's values
+    (seen as test_cluster.py followed by a Zarr test hanging, py-spy: Client.gather <- Client.get <- compute).
+    The exception is kept, as a notebook keeps the last one, and the garbage collector run, so that the
+    failed client is not freed by luck. Run in a subprocess with a timeout: the bug hangs."""
+    pytest.importorskip("zarr")
+    code = """
+import gc, sys
+import dask.array as da
+from distributed.client import _get_global_client
+from hpcgpu.cluster import start_cluster
+from hpcgpu.errors import ConfigError
+if __name__ == "__main__":
+    kept = []
+    for address in ("tcp://127.0.0.1:notaport", "ftp://127.0.0.1:8786"):
+        try:
+            start_cluster(address, quiet=True, timeout=5)
+        except ConfigError as error:
+            kept.append(error)  # what a notebook's sys.last_value does
+    gc.collect()
+    print("default client:", _get_global_client(), flush=True)
+    da.arange(16, chunks=4).to_zarr(sys.argv[1])
+    print("sum:", int(da.from_zarr(sys.argv[1]).sum().compute()), flush=True)
+"""
+    try:
+        result = subprocess.run([sys.executable, "-P", "-c", code, str(tmp_path / "after.zarr")], capture_output=True,
+                                text=True, timeout=120)
+    except subprocess.TimeoutExpired as hung:
+        printed = hung.stdout.decode() if isinstance(hung.stdout, bytes) else hung.stdout
+        pytest.fail(f"the dask computations after a failed start_cluster() hung; the script had printed: {printed!r}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["default client: None", "sum: 120"]
+
+
+def test_a_batch_cluster_leaves_ctrl_c_as_it_was():
+    """dask-jobqueue, when first imported, makes SIGINT call sys.exit() in the whole process: after
+    slurm_cluster(), Ctrl-C raised SystemExit instead of KeyboardInterrupt (seen as test_simulation's Ctrl-C
+    tests failing after test_cluster.py). A subprocess: dask-jobqueue is imported once per process."""
+    pytest.importorskip("dask_jobqueue")
+    code = """
+import signal
+from hpcgpu.cluster import slurm_cluster
+if __name__ == "__main__":
+    slurm_cluster(queue="compute").close()
+    print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+"""
+    result = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True"]
