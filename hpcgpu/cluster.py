@@ -355,8 +355,8 @@ def _new_client(Client, *args, **kwargs):
 def _default_clients():
     """The clients distributed keeps as candidates for its default client (newest last)."""
     try:
-        from distributed.client import _global_clients
-    except ImportError:  # pragma: no cover - a distributed without it: nothing to clean up
+        from distributed.client import _del_global_client, _global_clients  # noqa: F401 - both used below
+    except ImportError:  # pragma: no cover - a distributed without them: nothing to clean up
         return []
     return [client for _, client in sorted(_global_clients.items())]
 
@@ -366,19 +366,17 @@ def _close_failed_client(client):
 
     ``close()`` unregisters it and stops its event loop thread; the
     unregistering is repeated in case ``close()`` itself fails (its
-    timeout is the client's own, which may be tiny).
+    timeout is the client's own, which may be tiny). Only called on what
+    :func:`_default_clients` found, so the private names are there.
     """
+    from distributed.client import _del_global_client
+
     try:
         client.close(timeout=10)
     except Exception:  # noqa: BLE001 - already failing: the constructor's error is the one to raise
         pass
     finally:
-        try:
-            from distributed.client import _del_global_client
-
-            _del_global_client(client)
-        except ImportError:  # pragma: no cover
-            pass
+        _del_global_client(client)
 
 
 def _own_client(Client, cluster, timeout):
