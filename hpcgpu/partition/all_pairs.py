@@ -46,7 +46,10 @@ class AllPairsDecomposition(Decomposition):
                           "numbers, one per partition")
 
     @classmethod
-    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated):
+    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):
+        if grid is not None and tuple(grid) != (partitions,):
+            raise ConfigError(f"grid must be None for {model.name}: all-pairs bodies are split into {partitions} "
+                              f"blocks of bodies, not over a process grid; got {grid!r}")
         if steps_per_task not in (None, 1):
             raise ConfigError(f"steps_per_task must be 1 for {model.name}: every step needs the positions of "
                               f"all bodies; got {steps_per_task}")

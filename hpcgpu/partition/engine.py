@@ -45,6 +45,7 @@ drops the epochs sent after it and the queued program, so the run stands at
 the failing step (its fields, for a look, from :meth:`~PartitionedExecutor.global_state`).
 """
 
+import math
 import time
 import uuid
 from collections import deque
@@ -56,6 +57,7 @@ from hpcgpu.partition.decomposition import Decomposition, _forget_rank_caches, o
 from hpcgpu.partition.decompositions import decomposition_for
 from hpcgpu.partition.epochs import (RankResult, Spec, _abort_here, _host_blocks, _records, epoch_task,  # noqa: F401
                                      unhealthy)
+from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
 from hpcgpu.validation import check_float, check_int
 
@@ -116,6 +118,12 @@ class PartitionedExecutor:
         Grid models: time steps K per halo exchange (default
         :func:`hpcgpu.partition.rows.auto_steps_per_task`). Particle
         models exchange every step and take only 1.
+    grid : tuple of int or str, optional
+        The process grid, ranks along each axis of the decomposition in
+        ``(x, y[, z])`` order (``(4, 2)``, ``"2x2x2"``); default: the one
+        with the least halo surface for ``partitions``
+        (:func:`hpcgpu.partition.process_grid.choose_process_grid`).
+        Its product is the number of partitions.
     weights : sequence of float or "calibrate", optional
         Relative partition sizes (one positive finite number per
         partition), or ``"calibrate"`` (grids) to size them by each
@@ -136,7 +144,7 @@ class PartitionedExecutor:
     """
 
     def __init__(self, client, model, state, dt, *, partitions=None, steps_per_task=None, weights=None,
-                 name="run", timeout=DEFAULT_TIMEOUT_S):
+                 name="run", timeout=DEFAULT_TIMEOUT_S, grid=None):
         from hpcgpu.partition.dask_session import open_session
 
         # checked here: a bad value would otherwise fail deep in the session, or as a timeout mid-run
@@ -149,7 +157,13 @@ class PartitionedExecutor:
         if not workers:
             raise ClusterError("the dask cluster has no workers")
         self.workers = workers
+        if grid is not None:
+            grid = parse_grid(grid) if isinstance(grid, str) else tuple(grid)
+            if partitions is None:
+                partitions = math.prod(grid) if all(isinstance(g, int) for g in grid) else None
         partitions = len(workers) if partitions is None else check_int("partitions", partitions, minimum=1)
+        if grid is not None:
+            grid = check_grid(grid, len(grid), partitions)
         if steps_per_task is not None:
             steps_per_task = check_int("steps_per_task", steps_per_task, minimum=1)
         builder = decomposition_for(model)
@@ -171,7 +185,7 @@ class PartitionedExecutor:
             calibrated = False
             if weights is not None:
                 weights = _check_weights(weights, partitions)
-        self.decomposition = builder.build(model, dt, partitions, steps_per_task, weights, calibrated)
+        self.decomposition = builder.build(model, dt, partitions, steps_per_task, weights, calibrated, grid=grid)
         blocks = self.decomposition.split_state(model, state)
         self.steps_per_task = self.decomposition.steps_per_task
         self.unit = self.decomposition.unit

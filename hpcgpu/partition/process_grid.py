@@ -154,7 +154,7 @@ def check_grid(grid, axes, partitions=None):
         values = None
     if (values is None or len(values) != axes
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)):
-        example = "(4, 2)" if axes == 2 else "(2, 2, 2)"
+        example = {1: "(4,)", 2: "(4, 2)"}.get(axes, "(2, 2, 2)")
         raise ConfigError(f"grid must be a tuple of {axes} positive ints (ranks along {'x, y, z'[:3 * axes - 2]}), "
                           f"e.g. {example}; got {grid!r}")
     if partitions is not None and math.prod(values) != partitions:

@@ -166,8 +166,10 @@ class RowDecomposition(Decomposition):
         return calibrate_workers(client, model)
 
     @classmethod
-    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated):
+    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):
         """The layout of ``model`` on ``partitions`` ranks (K defaults to :func:`auto_steps_per_task`)."""
+        if grid is not None and tuple(grid) != (1, partitions):
+            raise ConfigError(f"grid must be (1, {partitions}) for a model split into blocks of rows; got {grid!r}")
         rows = model.decomposition_size()
         if partitions > rows:
             raise ConfigError(f"partitions must be <= {rows} (the rows of the model); got {partitions}")

@@ -255,7 +255,9 @@ class SlabDecomposition(Decomposition):
                           "numbers, one per partition")
 
     @classmethod
-    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated):
+    def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):
+        if grid is not None and tuple(grid) != (1, 1, partitions):
+            raise ConfigError(f"grid must be (1, 1, {partitions}) for slabs along z; got {grid!r}")
         if steps_per_task not in (None, 1):
             raise ConfigError(f"steps_per_task must be 1 for {model.name}: every step needs the ghost atoms' "
                               f"new positions; got {steps_per_task}")
