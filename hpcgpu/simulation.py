@@ -89,6 +89,11 @@ class Simulation(Checkpointing):
     weights : sequence of float or "calibrate", optional
         Relative partition sizes on the cluster (see
         :class:`hpcgpu.partition.engine.PartitionedExecutor`).
+    grid : tuple of int or str, optional
+        The process grid on the cluster, ranks along ``(x, y[, z])``:
+        ``(4, 2)`` or ``"4x2"`` for a grid model, ``(2, 2, 2)`` for MD
+        bricks (default: the layout of least halo surface for
+        ``partitions``; see :mod:`hpcgpu.partition.process_grid`).
 
     Raises
     ------
@@ -107,7 +112,7 @@ class Simulation(Checkpointing):
 
     def __init__(self, model, state=None, *, dt=None, stop_steps=None, stop_time=None,
                  wall_time_limit=None, diagnostics=None, check=None, progress=None, name=None,
-                 client=None, partitions=None, steps_per_task=None, weights=None):
+                 client=None, partitions=None, steps_per_task=None, weights=None, grid=None):
         self.model = model
         check_model_memory(model, None if client is None else worker_info(client), partitions)
         state = model.initial_state() if state is None else state
@@ -133,7 +138,7 @@ class Simulation(Checkpointing):
             raise ConfigError(
                 f"dt={self.dt:g} gives a CFL number of {cfl:.3g} at the start, above the stable "
                 f"limit {model.cfl_limit:.3g} of the time stepper; use dt <= {safe:.4g}")
-        self._executor = self._make_executor(state, client, partitions, steps_per_task, weights)
+        self._executor = self._make_executor(state, client, partitions, steps_per_task, weights, grid)
         # Defaults every 10 steps, rounded up to whole tasks so that checks never split a superstep.
         granularity = self._executor.granularity
         default = granularity * -(-10 // granularity)
@@ -153,15 +158,16 @@ class Simulation(Checkpointing):
         # of one run may be handed to a resumed one, never to an unrelated one (see add_writer).
         self._history = uuid.uuid4().hex
 
-    def _make_executor(self, state, client, partitions, steps_per_task, weights):
+    def _make_executor(self, state, client, partitions, steps_per_task, weights, grid=None):
         if client is None:
-            if partitions not in (None, 1) or steps_per_task not in (None, 1) or weights is not None:
-                raise ConfigError("partitions, steps_per_task and weights need a dask client (client=...)")
+            if (partitions not in (None, 1) or steps_per_task not in (None, 1) or weights is not None
+                    or grid is not None):
+                raise ConfigError("partitions, steps_per_task, weights and grid need a dask client (client=...)")
             return LocalExecutor(self.model, state, self.dt)
         from hpcgpu.partition.engine import PartitionedExecutor
 
         return PartitionedExecutor(client, self.model, state, self.dt, partitions=partitions,
-                                   steps_per_task=steps_per_task, weights=weights, name=self.name)
+                                   steps_per_task=steps_per_task, weights=weights, name=self.name, grid=grid)
 
     # -- configuration -------------------------------------------------------
     def add_callback(self, function, schedule=1, name=None):
