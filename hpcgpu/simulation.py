@@ -84,7 +84,7 @@ class Simulation(Checkpointing):
     partitions, steps_per_task : int, optional
         Partitions of the state (default: one per worker) and time steps per
         task on the cluster (default: up to 16 for grids, as their halos
-        allow, see :func:`hpcgpu.partition.rows.auto_steps_per_task`; 1 for
+        allow, see :func:`hpcgpu.partition.grid.auto_grid_steps`; 1 for
         particles).
     weights : sequence of float or "calibrate", optional
         Relative partition sizes on the cluster (see

@@ -24,7 +24,7 @@ every 10 steps still runs epochs of about half a second, with the
 diagnostics of every 10th step computed inside them.
 
 How a model's state is split and what the ranks exchange is a
-*decomposition* (:mod:`hpcgpu.partition.rows`, :mod:`~hpcgpu.partition.all_pairs`,
+*decomposition* (:mod:`hpcgpu.partition.grid`, :mod:`~hpcgpu.partition.all_pairs`,
 :mod:`~hpcgpu.partition.slabs`, on the base of :mod:`~hpcgpu.partition.decomposition`),
 chosen by ``model.decomposition`` (:mod:`~hpcgpu.partition.decompositions`); what a
 model must provide for each is written in :mod:`hpcgpu.partition.protocols`.
@@ -116,7 +116,7 @@ class PartitionedExecutor:
         share workers (each runs in a thread of its worker's epoch task).
     steps_per_task : int, optional
         Grid models: time steps K per halo exchange (default
-        :func:`hpcgpu.partition.rows.auto_steps_per_task`). Particle
+        :func:`hpcgpu.partition.grid.auto_grid_steps`). Particle
         models exchange every step and take only 1.
     grid : tuple of int or str, optional
         The process grid, ranks along each axis of the decomposition in
