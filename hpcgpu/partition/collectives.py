@@ -5,9 +5,11 @@ Each algorithm is written once, on one rank, against a single primitive,
 from every rank of ``sources`` and sends each ``(dest, obj)`` of ``sends``,
 then waits for the receives and returns what they brought, in the order of
 ``sources``. :class:`~hpcgpu.partition.communicator.Communicator` provides
-it over its point-to-point messages (one tag per collective call and
-round, one deadline per call); the tests drive the same functions over an
-in-process group of threads.
+it over its point-to-point messages (one tag per collective call, one
+deadline per call); the tests drive the same functions over an in-process
+group of threads. In every algorithm here, no two messages of one call go
+from one rank to the same other rank, so a call's messages need no round
+number to be told apart.
 
 The algorithms, and the rounds a rank takes part in:
 

@@ -24,7 +24,7 @@ Semantics (those of MPI where it has them):
 - collectives are called by every rank in the same order; each takes
   O(log P) rounds (:mod:`hpcgpu.partition.collectives`: recursive
   doubling, Bruck's allgather, binomial trees, dissemination) under tags
-  of its own (``#<name>|<call>|<round>``), so consecutive collectives and
+  of its own (``#<name>|<call>``), so consecutive collectives and
   point-to-point messages never mix; one timeout covers a whole
   collective; their results are the same on every rank, bitwise:
   reductions combine the values in a fixed tree order, the same on every
@@ -355,7 +355,7 @@ class Communicator(abc.ABC):
 
 
 class _Rounds:
-    """One collective call's rounds: each posts its receives and sends under the call's tag, one deadline for all.
+    """One collective call's rounds: each posts its receives and sends under the call's key, one deadline for all.
 
     Used as a context manager: on a normal exit it waits for the call's
     sends (the objects they carry may be the caller's) and counts the
@@ -370,7 +370,9 @@ class _Rounds:
 
     def __call__(self, sends, sources):
         comm = self.comm
-        key = f"{self.family}|{self.call}|{self.rounds}"
+        # one key for the whole call: no two of its messages go from one rank to the same other rank,
+        # and ranks take different numbers of rounds (allreduce's fold), so no round number in it
+        key = f"{self.family}|{self.call}"
         self.rounds += 1
         receives = [comm._receive(source, key) for source in sources]
         self.sends.extend(comm._send(obj, dest, key) for dest, obj in sends)
