@@ -51,6 +51,7 @@ __all__ = ["allgather_bruck", "allreduce_recursive_doubling", "barrier_dissemina
            "gather_binomial", "payload_nbytes", "tree_reduce"]
 
 _NO_PAYLOAD = (type(None), bool, int, float, complex, str)
+_FIELD_NAMES = {}  # type -> the names of its dataclass fields (empty: not a dataclass)
 
 
 def _fold(size):
@@ -265,6 +266,9 @@ def payload_nbytes(obj):
     nbytes = getattr(obj, "nbytes", None)
     if isinstance(nbytes, (int, np.integer)) and not isinstance(nbytes, bool):
         return int(nbytes)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(payload_nbytes(getattr(obj, field.name)) for field in dataclasses.fields(obj))
-    return 0
+    kind = type(obj)
+    names = _FIELD_NAMES.get(kind)
+    if names is None:  # once per type: dataclasses.fields() is the slow part of a walk
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(obj)) \
+            if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else ()
+    return sum(payload_nbytes(getattr(obj, name)) for name in names)
