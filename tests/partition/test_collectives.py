@@ -7,8 +7,9 @@ milliseconds. Each collective is checked for its result (against NumPy
 and :func:`tree_reduce`), for the same bits on every rank, for its rounds
 and messages per rank (the communicator's own counters), and for the
 contract of the module doc of hpcgpu/partition/communicator.py: tags of
-its own, timeouts and aborts. The same collectives over dask's comm layer
-are in tests/partition/test_communicator.py.
+its own, timeouts and aborts. One test runs them over dask's comm layer,
+on five ranks that share two workers; the rest of the dask contract is in
+tests/partition/test_communicator.py.
 """
 
 import copy
@@ -413,3 +414,66 @@ def test_counters_count_messages_and_bytes_per_tag_family_and_reset():
         assert families["7"] == {"messages": 1, "bytes": 16}
         assert families["#allreduce"] == {"messages": 1, "bytes": 32, "calls": 1, "rounds": 1}
         assert reset == {"messages": 0, "bytes": 0} and reset_families == {}
+
+
+# -- the same over dask's comm layer: ranks that share workers, not a power of two ----------------------------------
+def _worker_ranks(session, ranks, function, *args):
+    """The ranks ``ranks`` of ``session`` on this worker, a thread each (as an epoch runs them); ``{rank: result}``."""
+    from distributed import get_worker
+
+    from hpcgpu.partition.dask_comm import communicator
+
+    worker, results = get_worker(), {}
+
+    def one(rank):
+        try:
+            results[rank] = function(communicator(session, rank, worker), *args)
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            results[rank] = f"{type(error).__name__}: {error}"
+
+    threads = [threading.Thread(target=one, args=(rank,)) for rank in ranks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def _every_collective(comm, values):
+    out = {"sum": comm.allreduce(values[comm.rank]), "max": comm.allreduce(values[comm.rank], "max")}
+    out["allgather"] = comm.allgather((comm.rank, np.full(2, comm.rank)))
+    out["bcast"] = comm.bcast(np.arange(3.0) if comm.rank == 3 else None, root=3)
+    out["gather"] = comm.gather(comm.rank, root=4)
+    comm.barrier()
+    counted = comm.counters_by_family()
+    out["rounds"] = {name: counted[f"#{name}"]["rounds"] for name in ("allgather", "barrier")}
+    return out
+
+
+def test_five_ranks_over_two_dask_workers_agree_bitwise(client):
+    from hpcgpu.cluster import worker_info
+    from hpcgpu.partition.dask_session import close_session, open_session
+
+    workers = sorted(worker_info(client))
+    addresses = [workers[r % 2] for r in range(5)]
+    session = open_session(client, addresses, timeout=30)
+    values = [np.random.default_rng(r).standard_normal(16) * 10.0 ** (4 * r - 8) for r in range(5)]
+    try:
+        futures = [client.submit(_worker_ranks, session, [r for r, a in enumerate(addresses) if a == w],
+                                 _every_collective, values, workers=[w], allow_other_workers=False, pure=False)
+                   for w in workers]
+        results = {}
+        for part in client.gather(futures):
+            results.update(part)
+    finally:
+        close_session(client, session)
+    total = tree_reduce(values, REDUCTIONS["sum"])
+    for rank in range(5):
+        out = results[rank]
+        assert isinstance(out, dict), out
+        assert out["sum"].tobytes() == total.tobytes()  # the same bits on every rank: the fixed tree order
+        np.testing.assert_array_equal(out["max"], np.max(values, axis=0))
+        assert [(r, g.tolist()) for r, g in out["allgather"]] == [(r, [r, r]) for r in range(5)]
+        assert out["bcast"].tolist() == [0.0, 1.0, 2.0]
+        assert out["gather"] == (list(range(5)) if rank == 4 else None)
+        assert out["rounds"] == {"allgather": 3, "barrier": 3}  # ceil(log2 5)

@@ -213,38 +213,6 @@ def test_ranks_that_share_a_worker_message_each_other_and_the_others(client):
         close_session(client, session)
 
 
-def _every_collective(comm, values):
-    out = {"sum": comm.allreduce(values[comm.rank]), "max": comm.allreduce(values[comm.rank], "max")}
-    out["allgather"] = comm.allgather((comm.rank, np.full(2, comm.rank)))
-    out["bcast"] = comm.bcast(np.arange(3.0) if comm.rank == 3 else None, root=3)
-    out["gather"] = comm.gather(comm.rank, root=4)
-    comm.barrier()
-    counted = comm.counters_by_family()
-    out["rounds"] = {name: counted[f"#{name}"]["rounds"] for name in ("allgather", "barrier")}
-    return out
-
-
-def test_log_p_collectives_on_five_ranks_over_two_workers_agree_bitwise(client):
-    from hpcgpu.partition.collectives import tree_reduce
-
-    workers = sorted(worker_info(client))
-    session = open_session(client, [workers[r % 2] for r in range(5)], timeout=30)  # not a power of two
-    values = [np.random.default_rng(r).standard_normal(16) * 10.0 ** (4 * r - 8) for r in range(5)]
-    try:
-        results = _on_shared_ranks(client, session, _every_collective, values)
-    finally:
-        close_session(client, session)
-    total = tree_reduce(values, lambda a, b: a + b)
-    for rank in range(5):
-        out = results[rank]
-        assert out["sum"].tobytes() == total.tobytes()  # the same bits on every rank, the fixed tree order
-        np.testing.assert_array_equal(out["max"], np.max(values, axis=0))
-        assert [(r, g.tolist()) for r, g in out["allgather"]] == [(r, [r, r]) for r in range(5)]
-        assert out["bcast"].tolist() == [0.0, 1.0, 2.0]
-        assert out["gather"] == (list(range(5)) if rank == 4 else None)
-        assert out["rounds"] == {"allgather": 3, "barrier": 3}  # ceil(log2 5)
-
-
 # -- faults: timeouts, aborts, lost workers --------------------------------------------------------
 def _wait_for_nothing(comm, timeout):
     started = time.monotonic()
