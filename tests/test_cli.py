@@ -363,6 +363,10 @@ def test_bench_comm_prints_round_trips_bandwidth_and_collectives_beside_the_task
     collectives = {r["case"]: r for r in lines if r["case"] in ("allreduce", "barrier")}
     assert set(collectives) == {"allreduce", "barrier"}
     assert all(r["metric"] == "latency_s" and len(r["workers"]) == 2 for r in collectives.values())
+    (shared,) = [r for r in lines if r["case"] == "allreduce_shared_ranks"]
+    # 8 ranks over the 2 workers: recursive doubling takes log2(8) = 3 rounds and 3 messages on every rank
+    assert shared["ranks"] == 8 and shared["metric"] == "latency_s" and shared["rounds_per_rank"] == 3
+    assert shared["rounds_by_rank"] == shared["messages_by_rank"] == [3] * 8
     tasks = [r for r in lines if r["case"] == "task_round_trip"]
     assert {tuple(r["workers"]) for r in tasks} == pairs
     small = {tuple(r["workers"]): r["value"] for r in lines if r["case"] == "round_trip" and r["size"] == 64}

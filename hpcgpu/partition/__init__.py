@@ -4,6 +4,8 @@ The modules, each importing only those listed before it (no circles, tested):
 
 - ``protocols``: what a model provides to be stepped and partitioned;
   ``layout``: rows split by weight;
+- ``collectives``: the collective algorithms (O(log P) rounds), written
+  against one round primitive;
 - ``communicator``: the interface (and a loopback); ``direct_comm`` and
   ``dask_comm``: the transport on dask's comm layer; ``dask_session``: its
   sessions, opened and closed from the client, and their plugins; ``nccl_messages``,

@@ -60,15 +60,16 @@ Collectives
 ``allgather`` of bare device arrays exchanges small descriptors over the
 base first (every rank then takes the same path), then runs one
 ncclAllGather of the bytes, each rank's padded to the longest: exact
-copies. ``allreduce`` of device arrays combines the gathered values in
-rank order on every rank with CuPy: bitwise the same on every rank, and
-what the generic rank-order reduction gives. With ``ordered=False``,
+copies. ``allreduce`` of device arrays combines the gathered values on
+every rank with CuPy, in the generic allreduce's fixed tree order
+(:func:`~hpcgpu.partition.collectives.tree_reduce`): bitwise the same on
+every rank, and what the generic reduction gives. With ``ordered=False``,
 arrays of one shape and dtype are reduced by ncclAllReduce (sum, max,
 min): NCCL computes each element once and copies it to every rank (ring
 and tree algorithms), so the ranks agree with each other, but the order of
-the additions is NCCL's, not rank order: not bitwise the rank-order sum
-for floats. Scalars and host values take the base path (the generic
-rank-order reduction). ``gather``, ``bcast``, ``exchange`` and ``barrier``
+the additions is NCCL's: not bitwise the generic sum for floats. Scalars
+and host values are gathered over the base and combined in the same tree
+order. ``gather``, ``bcast``, ``exchange`` and ``barrier``
 are the generic ones on the point-to-point path above.
 
 Faults

@@ -11,13 +11,13 @@ made in its first epoch (:func:`_attach`) and kept on the worker until
 """
 
 import collections
-import functools
 import threading
 import time
 
 import numpy as np
 
 from hpcgpu.errors import CommAborted, CommError, CommTimeout, ConfigError
+from hpcgpu.partition.collectives import tree_reduce
 from hpcgpu.partition.communicator import REDUCTIONS, Communicator, Request, raise_timeout
 from hpcgpu.partition.dask_session import on_session_close
 from hpcgpu.partition.nccl_device import _NAP_S, _NcclDevice
@@ -100,8 +100,8 @@ class NcclCommunicator(Communicator):
     state : _State
         The session's NCCL communicators on this worker (kept between epochs).
     ordered : bool
-        ``allreduce`` of device arrays in rank order (True, bitwise the
-        generic result) or by ncclAllReduce (False; see the module doc).
+        ``allreduce`` of device arrays in the generic allreduce's fixed
+        tree order (True, bitwise the generic result) or by ncclAllReduce (False; see the module doc).
     """
 
     transport = "nccl"
@@ -340,7 +340,7 @@ class NcclCommunicator(Communicator):
             combine = REDUCTIONS[op]
         if len(values) == 1 and op in ("any", "all"):
             return combine(values[0], values[0])
-        return functools.reduce(combine, values)
+        return tree_reduce(values, combine)  # the generic allreduce's order: bitwise its result
 
     def __repr__(self):
         return f"NcclCommunicator(rank={self.rank}, size={self.size})"
