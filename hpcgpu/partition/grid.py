@@ -327,16 +327,16 @@ class GridDecomposition(Decomposition):
             xp = context.model.backend.xp
             incoming = {}
             if where.sides[0] == "halo":
-                incoming["west"] = comm.irecv(west, "frame-west")
+                incoming["west"] = comm.irecv(west, ("frame", "west"))
             if where.sides[1] == "halo":
-                incoming["east"] = comm.irecv(east, "frame-east")
+                incoming["east"] = comm.irecv(east, ("frame", "east"))
             sends = []
             if where.sides[0] == "halo":  # my first columns are the west neighbour's east frame
                 sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows, cols.start:cols.start + fe])
-                                              for a in arrays), west, "frame-east"))
+                                              for a in arrays), west, ("frame", "east")))
             if where.sides[1] == "halo":
                 sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows, cols.stop - fw:cols.stop])
-                                              for a in arrays), east, "frame-west"))
+                                              for a in arrays), east, ("frame", "west")))
             if "west" in incoming:
                 for target, part in zip(arrays, incoming["west"].wait(comm.timeout)):
                     target[rows, :fw] = context.model.backend.asarray(part)
@@ -348,14 +348,15 @@ class GridDecomposition(Decomposition):
             south, north = self.rank_of(i, j - 1), self.rank_of(i, j + 1)
             incoming = {}
             if where.sides[2] == "halo":
-                incoming["south"] = comm.irecv(south, "frame-south")
+                incoming["south"] = comm.irecv(south, ("frame", "south"))
             if where.sides[3] == "halo":
-                incoming["north"] = comm.irecv(north, "frame-north")
+                incoming["north"] = comm.irecv(north, ("frame", "north"))
             sends = []
             if where.sides[2] == "halo":  # whole framed rows: the x frames' corners go with them
-                sends.append(comm.isend(tuple(a[rows.start:rows.start + fn] for a in arrays), south, "frame-north"))
+                sends.append(comm.isend(tuple(a[rows.start:rows.start + fn] for a in arrays), south,
+                                        ("frame", "north")))
             if where.sides[3] == "halo":
-                sends.append(comm.isend(tuple(a[rows.stop - fs:rows.stop] for a in arrays), north, "frame-south"))
+                sends.append(comm.isend(tuple(a[rows.stop - fs:rows.stop] for a in arrays), north, ("frame", "south")))
             if "south" in incoming:
                 for target, part in zip(arrays, incoming["south"].wait(comm.timeout)):
                     target[:fs] = context.model.backend.asarray(part)

@@ -228,3 +228,36 @@ def test_a_model_class_defined_in_main_partitions_like_an_importable_one(tmp_pat
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bitwise equal: True" in done.stdout
+
+
+# -- what the ranks send --------------------------------------------------------------------------------------
+def frame_bytes_per_step(model, grid, steps_per_task=None):
+    """Bytes the busiest rank sends per time step in its frame exchange (communicator counters)."""
+    from _thread_comm import run_group
+
+    partitions = grid[0] * grid[1]
+    layout = GridDecomposition.build(model, 1.0, partitions, steps_per_task, None, False, grid=grid)
+    blocks = layout.split(model, model.initial_state())
+
+    class Context:
+        def __init__(self, comm):
+            self.comm, self.rank, self.model = comm, comm.rank, model
+
+    def exchange(comm):
+        layout.fill_frames(Context(comm), blocks[comm.rank].state)
+        return comm.counters_by_family().get("frame", {}).get("bytes", 0)
+
+    results, _ = run_group(partitions, exchange, timeout=60.0)
+    assert not any(isinstance(r, Exception) for r in results), results
+    return max(results) / layout.steps_per_task
+
+
+def test_a_square_grid_sends_about_half_the_bytes_of_row_blocks():
+    model = ShallowWater("turbulence", nx=512, ny=512, backend="numpy")
+    rows = frame_bytes_per_step(model, (1, 16))
+    blocks = frame_bytes_per_step(model, (4, 4))
+    # rows: 9 rows of 512 cells a step (6 south, 3 north), 3 fields of 8 bytes
+    assert rows == 9 * 512 * 3 * 8
+    # blocks of 128 x 128 with K = 4: 9 columns of 128 cells, then 9 rows of 128 + 36 cells, per step
+    assert blocks == 9 * (128 + 128 + 36) * 3 * 8
+    assert blocks / rows < 0.6
