@@ -1,7 +1,7 @@
 """``hpcgpu bench comm``: the communicator's round trip, bandwidth and collectives, per worker pair.
 
 The partitioned engine's ranks message each other through a communicator
-(:mod:`hpcgpu.partition.dask_comm`: worker to worker over dask's comm layer,
+(:mod:`hpcgpu.partition.dask_communicator`: worker to worker over dask's comm layer,
 never through the scheduler). This suite measures it on a local cluster of
 ``workers`` single-threaded CPU workers, or on the workers of a running
 scheduler, with one session of one rank per worker (one pinned task each,
@@ -207,7 +207,7 @@ def _collective(call, warmup, repeats):
 
 def _rank_program(session, rank, plan, collective_repeats):
     """One rank's part of the whole plan (a task pinned to its worker); ``{key: durations}``."""
-    from hpcgpu.partition.dask_comm import communicator
+    from hpcgpu.partition.dask_communicator import communicator
 
     comm = communicator(session, rank)
     out = {}
@@ -237,7 +237,7 @@ def _shared_allreduce(session, ranks, warmup, repeats):
 
     from distributed import get_worker
 
-    from hpcgpu.partition.dask_comm import communicator
+    from hpcgpu.partition.dask_communicator import communicator
 
     worker = get_worker()  # the rank threads are not task threads: they get it from here
     out, errors = {}, []

@@ -5,7 +5,7 @@ The client's side (:func:`hpcgpu.linalg.conjugate_gradient`, in
 parts and submits :func:`solve_task` once per worker and round.
 
 Partition ``p`` is rank ``p`` of a communicator session
-(:mod:`hpcgpu.partition.dask_comm`). It holds rows ``[a_p, b_p)`` of the
+(:mod:`hpcgpu.partition.dask_communicator`). It holds rows ``[a_p, b_p)`` of the
 matrix and the same entries of every vector (x, r, z, p, q). Its rows
 reference columns of other partitions; those entries of the search
 direction are its *ghosts*, and the partitions that own them send exactly
@@ -265,7 +265,7 @@ def _cg_rank(comm, part, x, r, job):
 
 def _run_rank(job, rank, part, x, r, worker):
     """One rank's solve; a rank that raises aborts the session first, so that no other rank waits for it."""
-    from hpcgpu.partition.dask_comm import abort_session, communicator
+    from hpcgpu.partition.dask_communicator import abort_session, communicator
 
     comm = None
     try:
@@ -314,7 +314,7 @@ def solve_task(job, ranks, parts, blocks):
 
 def abort_on_worker(session_id, reason, dask_worker=None):
     """Abort the session's ranks on this worker (run on its event loop: its task thread is busy with them)."""
-    from hpcgpu.partition.dask_comm import EXTENSION
+    from hpcgpu.partition.comm_extension import EXTENSION
 
     extension = dask_worker.extensions.get(EXTENSION)
     if extension is not None:

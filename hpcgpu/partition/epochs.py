@@ -17,7 +17,7 @@ from hpcgpu.errors import CommAborted, CommError, ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
 from hpcgpu.partition.decomposition import on_worker, rank_cache
 
-__all__ = ["RankResult", "Spec", "epoch_task", "unhealthy"]
+__all__ = ["RankResult", "Spec", "abort_session_here", "epoch_records", "epoch_task", "host_blocks", "unhealthy"]
 
 
 @dataclass
@@ -50,7 +50,7 @@ class _Context:
             self.comm = LoopbackCommunicator()
             self.cache = rank_cache("local", rank)
         else:
-            from hpcgpu.partition.nccl_comm import choose_communicator
+            from hpcgpu.partition.communicator_choice import choose_communicator
 
             # NCCL for device buffers when every rank has its own GPU, else dask's comm layer
             self.comm = choose_communicator(session, rank, worker)
@@ -117,7 +117,7 @@ def _run_rank(spec, session, rank, carried, program, worker=None):
         if context is not None and hasattr(context, "comm"):
             context.comm.abort(f"{type(error).__name__}: {error}")
         elif session is not None:
-            from hpcgpu.partition.dask_comm import abort_session
+            from hpcgpu.partition.dask_communicator import abort_session
 
             abort_session(session, rank, f"{type(error).__name__}: {error}", worker)
         raise
@@ -165,24 +165,25 @@ def _raise_root_cause(errors):
     raise errors[0]
 
 
-def _abort_here(session_id, reason, dask_worker=None):
+def abort_session_here(session_id, reason, dask_worker=None):
     """Abort ``session_id``'s ranks on this worker (run by ``client.run``: the client has no rank to abort from).
 
     Their waits end at once with :class:`~hpcgpu.errors.CommAborted`; the
     client runs it on every worker of the session, so nothing is sent on.
     """
-    from hpcgpu.partition.dask_comm import _extension
+    from hpcgpu.partition.comm_extension import worker_extension
 
-    _extension(dask_worker).mailbox(session_id).abort(reason)
+    worker_extension(dask_worker).mailbox(session_id).abort(reason)
 
 
-def _records(results):
+def epoch_records(results):
     """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
     first = results[0]
     return first.records, first.seconds, first.steps, first.ranks, first.transport
 
 
-def _host_blocks(spec, results):
+def host_blocks(spec, results):
+    """The host copy of the model state of each rank in ``results`` (one worker's epoch results)."""
     model = on_worker(spec.model)
     return [model.to_host(spec.decomposition.model_state(r.carried)) for r in results]
 
