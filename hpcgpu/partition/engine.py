@@ -55,10 +55,10 @@ from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, Wor
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
 from hpcgpu.partition.decomposition import Decomposition, forget_rank_caches, on_worker, rank_cache  # noqa: F401
 from hpcgpu.partition.decompositions import decomposition_for
-from hpcgpu.partition.epochs import (RankResult, Spec, abort_session_here, epoch_records, epoch_task,  # noqa: F401
-                                     host_blocks, unhealthy)
+from hpcgpu.partition.epochs import RankResult, Spec, epoch_records, epoch_task, host_blocks, unhealthy  # noqa: F401
 from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
+from hpcgpu.partition.worker_ranks import abort_session_here
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]

@@ -346,7 +346,7 @@ def test_a_session_worker_missing_and_aborted_ranks_are_lost_workers(client, mon
     assert not executor.usable
     executor.close()
     monkeypatch.undo()
-    from hpcgpu.partition.epochs import abort_session_here
+    from hpcgpu.partition.worker_ranks import abort_session_here
 
     # every rank aborted (as the scheduler plugin does for a lost worker), no rank's own error behind it
     monkeypatch.setattr(engine, "_ROOT_CAUSE_WAIT_S", 0.2)
