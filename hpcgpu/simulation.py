@@ -16,6 +16,11 @@ points a step updates) its workload declares to :mod:`hpcgpu.registry`
 under ``model.name``; a model no one registered may give ``conserved`` and
 ``grid_points(model)`` itself.
 
+``Simulation`` is assembled from three modules besides this one: the
+checkpoint methods (:mod:`hpcgpu.simulation_checkpoints`), the run's
+schedules, events and checks (:mod:`hpcgpu.simulation_events`), and the
+table of which run each output writer serves (:mod:`hpcgpu.writer_runs`).
+
 Examples
 --------
 >>> from hpcgpu import Simulation
