@@ -108,14 +108,11 @@ The NCCL communicators are created inside the first epoch of a session
 and kept on the worker for the next ones
 (:func:`~hpcgpu.partition.nccl_sessions.release` ends them).
 
-Where it lives: this module holds :class:`NcclCommunicator`, its requests
-and :func:`attach`, which makes one; :mod:`~hpcgpu.partition.nccl_sessions`
-keeps each session's NCCL state on the worker,
-:mod:`~hpcgpu.partition.nccl_messages` splits device arrays from a message,
-:mod:`~hpcgpu.partition.nccl_device` drives NCCL through CuPy, and
-:mod:`~hpcgpu.partition.communicator_choice` chooses this transport where it
-can serve. All of them build on the base,
-:mod:`hpcgpu.partition.dask_communicator`, which knows none of them.
+Beside this module (:class:`NcclCommunicator`, :func:`attach`):
+:mod:`~hpcgpu.partition.nccl_sessions` (the state kept per session),
+:mod:`~hpcgpu.partition.nccl_messages`, :mod:`~hpcgpu.partition.nccl_device`
+and :mod:`~hpcgpu.partition.communicator_choice` (when NCCL serves); all
+build on :mod:`hpcgpu.partition.dask_communicator`, which knows none of them.
 
 Examples
 --------
