@@ -1,7 +1,7 @@
 """``hpcgpu bench comm``: the communicator's round trip, bandwidth and collectives, per worker pair.
 
 The partitioned engine's ranks message each other through a communicator
-(:mod:`hpcgpu.partition.dask_comm`: worker to worker over dask's comm layer,
+(:mod:`hpcgpu.partition.dask_communicator`: worker to worker over dask's comm layer,
 never through the scheduler). This suite measures it on a local cluster of
 ``workers`` single-threaded CPU workers, or on the workers of a running
 scheduler, with one session of one rank per worker (one pinned task each,
@@ -58,7 +58,7 @@ import uuid
 
 import numpy as np
 
-from hpcgpu.errors import ClusterError, CommAborted, ConfigError
+from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_int
 
 __all__ = ["run", "measure", "check_arguments", "protocol_of", "DEFAULT_SIZES", "DEFAULT_REPEATS",
@@ -207,7 +207,7 @@ def _collective(call, warmup, repeats):
 
 def _rank_program(session, rank, plan, collective_repeats):
     """One rank's part of the whole plan (a task pinned to its worker); ``{key: durations}``."""
-    from hpcgpu.partition.dask_comm import communicator
+    from hpcgpu.partition.dask_communicator import communicator
 
     comm = communicator(session, rank)
     out = {}
@@ -233,34 +233,25 @@ def _shared_allreduce(session, ranks, warmup, repeats):
 
     ``{rank: (durations, rounds per call, messages sent per call)}``.
     """
-    import threading
-
     from distributed import get_worker
 
-    from hpcgpu.partition.dask_comm import communicator
+    from hpcgpu.partition.dask_communicator import communicator
+    from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
     worker = get_worker()  # the rank threads are not task threads: they get it from here
-    out, errors = {}, []
 
-    def one(rank):
-        comm = communicator(session, rank, worker)
-        try:
+    def one(k):
+        comm = None
+        # a rank that fails aborts the session: the others stop waiting for it at once, not at their timeout
+        with aborting_on_failure(session, ranks[k], worker, lambda: comm):
+            comm = communicator(session, ranks[k], worker)
             comm.barrier()  # every rank there (and every stream open) before the warm-up
             durations = _collective(lambda: comm.allreduce(1.0), warmup, repeats)
             counted = comm.counters_by_family()["#allreduce"]
-            out[rank] = (durations, counted["rounds"] / counted["calls"], counted["messages"] / counted["calls"])
-        except BaseException as error:  # noqa: BLE001 - re-raised below, once every thread ended
-            comm.abort(f"bench comm failed: {type(error).__name__}: {error}")
-            errors.append(error)
+            return durations, counted["rounds"] / counted["calls"], counted["messages"] / counted["calls"]
 
-    threads = [threading.Thread(target=one, args=(rank,), name=f"hpcgpu-bench-rank-{rank}") for rank in ranks]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:  # the root cause first: the other ranks' CommAborted follow from it
-        raise next((e for e in errors if not isinstance(e, CommAborted)), errors[0])
-    return out
+    # the root cause first if a rank fails: the other ranks' CommAborted follow from it
+    return dict(zip(ranks, run_ranks(ranks, one, name="hpcgpu-bench-rank")))
 
 
 def measure_shared_allreduce(client, workers, ranks=SHARED_RANKS, repeats=DEFAULT_REPEATS):

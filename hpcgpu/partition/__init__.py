@@ -6,11 +6,13 @@ The modules, each importing only those listed before it (no circles, tested):
   ``layout``: rows split by weight;
 - ``collectives``: the collective algorithms (O(log P) rounds), written
   against one round primitive;
-- ``communicator``: the interface (and a loopback); ``direct_comm`` and
-  ``dask_comm``: the transport on dask's comm layer; ``dask_session``: its
-  sessions, opened and closed from the client, and their plugins; ``nccl_messages``,
-  ``nccl_device``, ``nccl_transport`` and ``nccl_comm``: the NCCL one for
-  device buffers, and the choice between them;
+- ``communicator``: the interface (and a loopback); ``mailbox``: what a
+  rank waits on; ``direct_comm``, ``comm_extension`` (a worker's side) and
+  ``dask_communicator`` (a rank's side): the transport on dask's comm layer;
+  ``dask_session``: its sessions, opened and closed from the client, and
+  their plugins; ``nccl_messages``, ``nccl_device``, ``nccl_sessions`` and
+  ``nccl_communicator``: the NCCL one for device buffers;
+  ``communicator_choice``: the choice between them;
 - ``decomposition``: the base class of a decomposition; ``rows``,
   ``all_pairs``, ``slabs``: one per kind; ``decompositions``: them by kind;
 - ``epochs``: one epoch of a worker's ranks (the worker side); ``engine``:

@@ -333,7 +333,7 @@ def _worker_ranks(session, ranks, function, *args):
     """The ranks ``ranks`` of ``session`` on this worker, a thread each (as an epoch runs them); ``{rank: result}``."""
     from distributed import get_worker
 
-    from hpcgpu.partition.dask_comm import communicator
+    from hpcgpu.partition.dask_communicator import communicator
 
     worker, results = get_worker(), {}
 
