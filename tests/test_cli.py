@@ -154,7 +154,8 @@ def test_run_weather_on_a_local_cluster(tmp_path):
                  "--steps-per-task", "3", "--out", str(out), "--backend", "numba", "--no-progress")
     assert result.returncode == 0, result.stderr
     # a channel: the block at the south wall steps fewer halo rows, so it holds more rows
-    assert "2 workers, 2 partitions of [26, 22] rows, 3 steps per task" in result.stdout
+    assert ("2 workers, 2 partitions on a 1x2 process grid (blocks of [26, 22] rows x [32] columns), 3 steps per "
+            "task") in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["executor"] == "distributed" and summary["step"] == 24
     assert abs(summary["mass_relative_change"]) < 1e-12

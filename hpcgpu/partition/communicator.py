@@ -40,8 +40,8 @@ also counts its calls and rounds).
 
 Transports implement :meth:`~Communicator._post_send`,
 :meth:`~Communicator._post_receive` and :meth:`~Communicator.abort`:
-:class:`hpcgpu.partition.dask_comm.DaskCommunicator` rides on dask's comm
-layer (tcp, tls, ucx), :class:`hpcgpu.partition.nccl_comm.NcclCommunicator`
+:class:`hpcgpu.partition.dask_communicator.DaskCommunicator` rides on dask's comm
+layer (tcp, tls, ucx), :class:`hpcgpu.partition.nccl_communicator.NcclCommunicator`
 moves CuPy device buffers with NCCL.
 
 Examples

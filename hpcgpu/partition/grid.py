@@ -36,7 +36,7 @@ Examples
 >>> model = ShallowWater("unstable_jet", nx=64, ny=64, backend="numpy")
 >>> layout = GridDecomposition.build(model, 30.0, 4, None, None, False, grid=(2, 2))
 >>> layout.grid, layout.steps_per_task, layout.x_bounds
-((2, 2), 2, ((0, 32), (32, 64)))
+((2, 2), 1, ((0, 32), (32, 64)))
 """
 
 import math
