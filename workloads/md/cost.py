@@ -97,7 +97,7 @@ class MolecularDynamicsCost:
         return self.cutoff + self.skin
 
     def process_grid(self, partitions):
-        """The ``(px, py, pz)`` bricks of ``partitions`` ranks: least ghost surface, bricks at least the ghost radius thick.
+        """The ``(px, py, pz)`` bricks of ``partitions`` ranks: least ghost surface, at least the ghost radius thick.
 
         Raises
         ------

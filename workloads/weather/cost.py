@@ -112,7 +112,7 @@ class WeatherCost:
         return (west + east) / 2, (south + north) / 4
 
     def process_grid(self, partitions):
-        """The ``(px, py)`` grid of ``partitions`` ranks: least :meth:`grid_halo` surface, blocks that hold one step's halo.
+        """The ``(px, py)`` grid of ``partitions`` ranks: least :meth:`grid_halo` surface, blocks that hold a halo.
 
         Raises
         ------
