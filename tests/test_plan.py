@@ -117,11 +117,11 @@ def test_a_state_too_big_for_one_gpu_gives_the_minimum_gpu_count():
 
 
 def test_weather_blocks_thinner_than_the_halo_are_reported_not_planned():
-    # one step reads 6 points beyond a block along x and y: 24 x 24 cells hold at most 4 x 4 blocks
+    # one step reads 6 cells beyond a block along x and y: 24 x 24 cells hold at most 4 x 4 blocks
     result = plan("weather", nx=24, ny=24, steps=10, max_gpus=32)
     assert [r.feasible for r in result.rows] == [True, True, True, True, True, False]
     assert result.row(16).grid == (4, 4) and result.row(16).steps_per_task == 1
-    assert result.row(32).grid == () and "thinner than the 6-point halo" in result.row(32).note
+    assert result.row(32).grid == () and "thinner than the 6-cell frame" in result.row(32).note
     assert any("cannot split" in w for w in result.warnings)
     # a forced grid whose blocks cannot hold one step's halo
     assert not WeatherCost(24, 24, steps=1).cost(8, H100, LINKS["ndr"], SchedulerModel(), grid=(1, 8)).feasible
@@ -147,45 +147,48 @@ def test_weather_rows_halo_term_is_independent_of_the_rows_per_gpu_and_proportio
 def test_weather_2d_blocks_exchange_a_frame_with_corners_in_two_stages_and_step_it():
     weather = WeatherCost(4096, 4096, steps=1, steps_per_task=4)
     cost = weather.cost(16, H100, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4))
-    # blocks of 1024 x 1024 with 24 columns each side (x reach 2) and 24 + 12 rows (y reach 2 south, 1 north)
-    frame = (1024 + 48) * (1024 + 36) - 1024 * 1024
+    # blocks of 1024 x 1024 with frames of 24 west and south, 12 east and north (reach 2 and 1 per stage)
+    frame = (1024 + 36) * (1024 + 36) - 1024 * 1024
     assert cost.exchange_bytes == pytest.approx(frame * 3 * 4 / 4)
     assert cost.messages == pytest.approx(4 / 4) and cost.rounds == pytest.approx(2 / 4)
     latency = weather.cost(16, H100, LATENCY_ONLY, SchedulerModel(), grid=(4, 4))
     assert latency.exchange_s == pytest.approx(2 / 4 * 1e-3)
-    # the stepped points: the x frame whole, the y halo shrinking to half on average
+    # the stepped cells: the x frame whole, the y frame shrinking to half on average
     unit = WeatherCost(4096, 4096, steps=1, steps_per_task=1)
     one = unit.cost(1, H100, BANDWIDTH_ONLY, SchedulerModel()).compute_s - 3 * H100.launch_s
     stepped = (cost.compute_s - 3 * H100.launch_s) / one * 4096 * 4096
     copies = 2 * 2 * frame * 3 * 4 / H100.copy_bandwidth / 4 / (one / (4096 * 4096))
-    assert stepped - copies == pytest.approx((1024 + 48) * (1024 + 18), rel=1e-9)
+    # between walls the engine gives the blocks at a wall more rows for equal work: every block steps the mean
+    assert stepped - copies == pytest.approx((1024 + 36) * (4096 + (12 + 36 + 36 + 24) / 2) / 4, rel=1e-9)
+    periodic = WeatherCost(4096, 4096, steps=1, steps_per_task=4, periodic=True)
+    stepped = (periodic.cost(16, H100, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4)).compute_s
+               - 3 * H100.launch_s) / one * 4096 * 4096
+    assert stepped - copies == pytest.approx((1024 + 36) * (1024 + 18), rel=1e-9)
 
 
-def test_weather_grid_is_the_least_recomputed_surface_and_rows_for_two_ranks_when_ny_is_not_smaller():
-    for nx, ny in [(1024, 512), (512, 256), (16384, 16384), (512, 1024)]:
-        assert WeatherCost(nx, ny, steps=1).process_grid(2) == (1, 2)
-    weather = WeatherCost(16384, 16384, steps=1)
-    assert weather.process_grid(64) == (4, 16) and weather.process_grid(256) == (8, 32)
-    rows = plan(weather, device="h200", max_gpus=64).rows
-    assert [r.grid for r in rows] == [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (4, 16)]
-    assert "4x16" in plan(weather, device="h200", max_gpus=64).table()
-
-
-def test_weather_exchanges_with_one_neighbour_on_two_gpus_between_walls_and_none_on_one():
-    weather = WeatherCost(2048, 4096, steps=1, steps_per_task=4)
-    assert weather.cost(2, H100, LATENCY_ONLY, SchedulerModel()).messages == pytest.approx(1 / 4)
-    assert weather.cost(1, H100, LATENCY_ONLY, SchedulerModel()).exchange_s == 0.0
-
-
-def test_weather_k_defaults_to_the_engines_choice():
-    from hpcgpu.partition.rows import auto_steps_per_task
+@pytest.mark.parametrize("nx, ny, partitions", [
+    (1024, 512, 2), (512, 1024, 2), (16384, 16384, 64), (16384, 16384, 128), (4096, 1024, 16), (256, 256, 6),
+    (64, 1024, 16), (1024, 1024, 16),
+])
+def test_weather_grid_and_k_are_the_ones_the_engine_chooses(nx, ny, partitions):
+    from hpcgpu.partition.grid import GridDecomposition
     from hpcgpu.workloads.weather import ShallowWater
 
-    for ny, gpus in [(1024, 2), (1024, 16), (1024, 64), (16384, 32)]:
-        model = ShallowWater("unstable_jet", nx=64, ny=ny, backend="numpy")
-        weather = WeatherCost(64, ny, steps=1)
-        assert weather.process_grid(gpus) == (1, gpus)
-        assert weather.steps_per_exchange(gpus) == auto_steps_per_task(model, gpus)
+    model = ShallowWater("unstable_jet", nx=nx, ny=ny, backend="numpy")
+    layout = GridDecomposition.build(model, 30.0, partitions, None, None, False)
+    weather = WeatherCost(nx, ny, steps=1)
+    assert weather.process_grid(partitions) == layout.grid
+    assert weather.steps_per_exchange(partitions) == layout.steps_per_task
+    assert weather.cost(partitions, H100, LINKS["ndr"], SchedulerModel()).grid == layout.grid
+
+
+def test_weather_rows_go_to_two_ranks_when_ny_is_not_smaller_and_the_table_names_the_grid():
+    assert WeatherCost(512, 1024, steps=1).process_grid(2) == (1, 2)
+    assert WeatherCost(1024, 1024, steps=1).process_grid(2) == (1, 2)
+    assert WeatherCost(1024, 512, steps=1).process_grid(2) == (2, 1)
+    result = plan("weather", nx=16384, ny=16384, steps=10, device="h200", max_gpus=64)
+    assert [r.grid for r in result.rows] == [(1, 1), (1, 2), (1, 4), (2, 4), (4, 4), (4, 8), (8, 8)]
+    assert " 8x8 " in result.table()
 
 
 def test_weather_k_is_the_largest_whose_halo_is_a_quarter_of_the_block_on_every_split_axis():

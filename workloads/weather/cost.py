@@ -7,9 +7,9 @@ Examples
 --------
 >>> weather = WeatherCost(16384, 16384, steps=1000)
 >>> weather.process_grid(64), weather.steps_per_exchange(64)
-((4, 16), 16)
+((8, 8), 16)
 >>> weather.process_grid(2), WeatherCost(1024, 512, steps=1).process_grid(2)
-((1, 2), (1, 2))
+((1, 2), (2, 1))
 """
 
 import math
@@ -20,16 +20,7 @@ from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, step_cost
 from hpcgpu.validation import check_dtype, check_int
 
-__all__ = ["WeatherCost", "STAGE_REACH_X", "K_CHOICES"]
-
-STAGE_REACH_X = (2, 2)
-"""Columns ``(west, east)`` one tendency evaluation reads beyond the columns it
-updates. The C-grid kernels read 2 west and 1 east (the mirror of
-``STAGE_REACH`` in y); the block exchange is taken as symmetric, 2 each side
-(an assumption until the 2-D grid's stepper says otherwise)."""
-
-K_CHOICES = (16, 8, 4, 2)
-"""Steps per halo exchange the engine picks from (the largest whose halo is at most a quarter of a block), else 1."""
+__all__ = ["WeatherCost"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +36,18 @@ class WeatherCost:
     the Arakawa-Lamb coefficients recomputed where used, tendencies,
     viscosity and the Runge-Kutta update ~104).
 
-    The ranks form a process grid (:meth:`process_grid`, x periodic, y
-    walled unless ``periodic``). Every K steps a block receives a frame of
-    halo points on each split side, ``3 K`` times the stage's reach wide
-    (y: ``STAGE_REACH`` = 2 south, 1 north; x: :data:`STAGE_REACH_X`),
-    corners included, by a staged exchange (x, then y carrying the x
-    halos: 2 messages per split axis, one latency per stage since a
-    stage's two messages travel together), and advances the block with
-    its frame K steps. The rows it steps shrink stage by stage towards an
-    open y edge (half the y halo on average); the x frame is stepped whole.
-    K is the engine's rule (:meth:`steps_per_exchange`) unless
+    The ranks form the process grid the engine chooses
+    (:mod:`hpcgpu.partition.grid`; x periodic, y walled unless
+    ``periodic``). Every K steps a block receives a frame as wide as K
+    steps read on each side with a neighbour (the model's own
+    ``reach(K)``: 6 K cells west and south, 3 K east and north), corners
+    included, by a staged exchange (x, then y across the framed width: 2
+    messages per split axis, one latency per stage since a stage's two
+    messages travel together), and steps the block with its frame K steps.
+    The stepped rows shrink stage by stage towards an open y edge (half the
+    y frame on average); the x frame is stepped whole. The engine splits
+    each axis for equal stepping work, so every block costs the average.
+    K is the engine's (:meth:`steps_per_exchange`) unless
     ``steps_per_task`` is given.
     """
 
@@ -87,59 +80,52 @@ class WeatherCost:
         return f"weather {self.nx} x {self.ny} ({self.dtype}), {self.steps} steps, {k}"
 
     @staticmethod
-    def halo_rows(steps):
-        """Rows ``(south, north)`` that ``steps`` steps read beyond a block: 3 stages of ``STAGE_REACH`` each."""
-        from hpcgpu.workloads.weather.stepper import STAGE_REACH
+    def reach(steps):
+        """Cells ``(west, east, south, north)`` that ``steps`` steps read beyond a block (the model's own answer)."""
+        from hpcgpu.workloads.weather.grid_blocks import GridBlocks
 
-        return 3 * steps * STAGE_REACH[0], 3 * steps * STAGE_REACH[1]
-
-    @staticmethod
-    def halo_columns(steps):
-        """Columns ``(west, east)`` that ``steps`` steps read beyond a block: 3 stages of :data:`STAGE_REACH_X`."""
-        return 3 * steps * STAGE_REACH_X[0], 3 * steps * STAGE_REACH_X[1]
+        return GridBlocks.reach(None, steps)
 
     @classmethod
-    def grid_halo(cls):
-        """Halo widths ``(x, y)`` per side that the process grid is chosen by: the points one step recomputes.
+    def halo_rows(cls, steps):
+        """Rows ``(south, north)`` that ``steps`` steps read beyond a block."""
+        return cls.reach(steps)[2:]
 
-        The x frame is stepped whole; the stepped rows shrink stage by stage,
-        so a y halo costs half its rows on average. Blocks of whole rows are
-        therefore preferred (two ranks split a grid into rows whenever ``ny``
-        is at least 3/8 of ``nx``).
-        """
-        west, east = cls.halo_columns(1)
-        south, north = cls.halo_rows(1)
-        return (west + east) / 2, (south + north) / 4
+    def _choose(self, partitions, steps):
+        west, east, south, north = self.reach(steps)
+        widths = (max(west, east), max(south, north))
+        return choose_process_grid(partitions, (self.nx, self.ny), halo=widths, minimum=widths, tie="last")
 
     def process_grid(self, partitions):
-        """The ``(px, py)`` grid of ``partitions`` ranks: least :meth:`grid_halo` surface, blocks that hold a halo.
+        """The ``(px, py)`` grid the engine chooses for ``partitions`` ranks.
+
+        The least frame surface among the grids whose blocks hold the frame
+        of one step (of ``steps_per_task`` steps when given, lowered until
+        some grid holds it), as :class:`hpcgpu.partition.grid.GridDecomposition`
+        chooses it.
 
         Raises
         ------
         ConfigError
-            No grid of that many ranks has blocks as wide as one step's halo.
+            No grid of that many ranks has blocks as wide as one step's frame.
         """
-        minimum = (max(self.halo_columns(1)), max(self.halo_rows(1)))
-        return choose_process_grid(partitions, (self.nx, self.ny), halo=self.grid_halo(), minimum=minimum,
-                                   tie="last")
-
-    def _open_halos(self, grid, steps):
-        """Halo widths ``(west, east, south, north)`` of the slowest block (walled y edges have none)."""
-        px, py = grid
-        west, east = self.halo_columns(steps) if px > 1 else (0, 0)  # x is periodic
-        south, north = self.halo_rows(steps) if py > 1 else (0, 0)
-        if py == 2 and not self.periodic:
-            # each of the two blocks has one wall; the one that receives the wider halo is the slower
-            south, north = max(south, north), 0
-        return west, east, south, north
+        k = self.steps_per_task or 1
+        while True:
+            try:
+                return self._choose(partitions, k)
+            except ConfigError:
+                if k == 1:
+                    raise
+                k -= 1
 
     def steps_per_exchange(self, partitions, grid=None):
         """K on ``partitions`` blocks (``grid``: default :meth:`process_grid`).
 
-        The engine's rule: the largest of 16, 8, 4, 2 whose halo is at most
-        a quarter of a block along every split axis, else 1; a given
-        ``steps_per_task`` is lowered until the widest halo fits in a block.
-        Returns 0 when even one step's halo is wider than a block.
+        The engine's rule (:func:`hpcgpu.partition.grid.auto_grid_steps`):
+        the largest of 16, 8, 4, 2 whose frame is at most a quarter of a
+        block along every split axis, else 1; a given ``steps_per_task`` is
+        lowered until the frame fits in a block. Returns 0 when even one
+        step's frame is wider than a block.
 
         Examples
         --------
@@ -147,45 +133,60 @@ class WeatherCost:
         >>> weather.steps_per_exchange(16, grid=(1, 16)), weather.steps_per_exchange(16, grid=(4, 4))
         (8, 16)
         """
+        from hpcgpu.partition.grid import auto_grid_steps
+
         grid = self.process_grid(partitions) if grid is None else check_grid(grid, 2, partitions)
         if partitions == 1:
             return self.steps_per_task or 16
+        k = self.steps_per_task or auto_grid_steps(_GridShape(self.nx, self.ny, self.reach), grid)
         px, py = grid
         columns, rows = self.nx // px, self.ny // py
 
-        def widest(k):
-            return ((max(self.halo_columns(k)), columns) if px > 1 else (0, columns),
-                    (max(self.halo_rows(k)), rows) if py > 1 else (0, rows))
+        def fits(k):
+            west, east, south, north = self.reach(k)
+            return (px == 1 or max(west, east) <= columns) and (py == 1 or max(south, north) <= rows)
 
-        if self.steps_per_task is None:
-            k = next((k for k in K_CHOICES if all(4 * halo <= block for halo, block in widest(k))), 1)
-        else:
-            k = self.steps_per_task
-        while k > 0 and any(halo > block for halo, block in widest(k)):
+        while k > 0 and not fits(k):
             k -= 1
         return k
 
+    def _stepped(self, extent, count, periodic, low, high, shrink):
+        """Cells along one axis that a block steps: the engine splits for equal work, so the average block's.
+
+        Each block steps its own cells and the frame on each side with a
+        neighbour, all of it along x and half of it along y (the rows
+        shrink); returns ``(stepped, framed)``, the framed being the
+        widest block's cells with its whole frame (the arrays it keeps).
+        """
+        if count == 1:
+            return extent, extent
+        sides = [((p > 0 or periodic), (p < count - 1 or periodic)) for p in range(count)]
+        frames = [low * a + high * b for a, b in sides]
+        factor = 0.5 if shrink else 1.0
+        stepped = (extent + factor * sum(frames)) / count
+        return stepped, math.ceil(extent / count) + max(frames)
+
     def cost(self, partitions, device, link, scheduler, grid=None):
-        """The StepCost of the slowest block on ``partitions`` ranks (``grid``: default :meth:`process_grid`)."""
+        """The StepCost of a block on ``partitions`` ranks (``grid``: default :meth:`process_grid`)."""
         item = 4 if self.dtype == "float32" else 8
         if grid is None:
             try:
                 grid = self.process_grid(partitions)
             except ConfigError:
                 return infeasible_step(f"blocks of {self.nx} x {self.ny} cells over {partitions} ranks are thinner "
-                                       f"than the {max(self.halo_rows(1))}-point halo of one step")
+                                       f"than the {max(self.reach(1))}-cell frame of one step")
         grid = check_grid(grid, 2, partitions)
         px, py = grid
         k = self.steps_per_exchange(partitions, grid)
         if k == 0:
             return infeasible_step(f"blocks of {self.nx // px} x {self.ny // py} cells are thinner than the "
-                                   f"{max(self.halo_rows(1))}-point halo of one step", grid)
+                                   f"{max(self.reach(1))}-cell frame of one step", grid)
+        west, east, south, north = self.reach(k)
+        stepped_x, framed_x = self._stepped(self.nx, px, True, west, east, shrink=False)  # x is periodic
+        stepped_y, framed_y = self._stepped(self.ny, py, self.periodic, south, north, shrink=True)
+        computed = stepped_x * stepped_y
         columns, rows = math.ceil(self.nx / px), math.ceil(self.ny / py)
-        west, east, south, north = self._open_halos(grid, k)
-        wide = columns + west + east
-        extended = wide * (rows + south + north)
-        frame = extended - columns * rows  # halo points, corners included
-        computed = wide * (rows + (south + north) / 2)  # stepped rows shrink towards open y edges
+        frame = framed_x * framed_y - columns * rows  # the widest block's halo cells, corners included
         passes = self.field_passes_per_step["cpu" if device.kind == "cpu" else "gpu"]
         kernel_s, bound = kernel_time(passes * item * computed, self.flops_per_point_step * computed, device,
                                       "stencil", self.dtype)
@@ -194,10 +195,23 @@ class WeatherCost:
         copy_s, _ = kernel_time(2 * 2 * self.state_fields * item * frame, 0, device, "copy", self.dtype)
         # what a block sends its neighbours every K steps equals the frame it receives from them
         halo_bytes = self.state_fields * item * frame
+        x_messages = 0 if px == 1 else 2  # x is periodic
         y_messages = 0 if py == 1 else (1 if py == 2 and not self.periodic else 2)
-        messages = (2 if px > 1 else 0) + y_messages
-        stages = (px > 1) + (y_messages > 0)
-        # two generations of the block with its frame, and the stepper's nine work fields
-        memory = item * (2 * self.state_fields * extended + 3 * self.state_fields * extended)
-        return step_cost(scheduler, partitions, kernel_s + copy_s / k, messages / k, halo_bytes / k, link, memory,
-                         bound, k, rounds=stages / k, grid=grid)
+        stages = (x_messages > 0) + (y_messages > 0)
+        # two generations of the framed block, and the stepper's nine work fields
+        memory = item * 5 * self.state_fields * framed_x * framed_y
+        return step_cost(scheduler, partitions, kernel_s + copy_s / k, (x_messages + y_messages) / k,
+                         halo_bytes / k, link, memory, bound, k, rounds=stages / k, grid=grid)
+
+
+@dataclass(frozen=True)
+class _GridShape:
+    """What :func:`hpcgpu.partition.grid.auto_grid_steps` reads of a grid model."""
+
+    nx: int
+    ny: int
+    reach: object
+
+    @property
+    def shape(self):
+        return self.ny, self.nx
