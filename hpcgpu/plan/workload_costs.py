@@ -13,7 +13,9 @@ all-gathered positions; the process grid from
 
 ``compute``
     the kernels' rooflines, the halo copies, the redundant halo work and the
-    kernel launches;
+    time the device waits for kernel launches (:func:`launch_wait_s`: on a
+    GPU a launch is asynchronous and costs time only after a
+    synchronisation or behind a kernel shorter than itself);
 ``exchange``
     the messages a rank sends per step through the communicator, counted
     from the decomposition (a frame of halo points every K steps; every
@@ -25,8 +27,9 @@ all-gathered positions; the process grid from
     doubling: ``ceil(log2 P)`` rounds, :func:`collective_rounds`). The
     bytes of all messages share the link's bandwidth;
 ``scheduler``
-    the engine pays dask's scheduler once per epoch (one pinned task per
-    worker and one records task), spread over the steps of the epoch
+    what dask's scheduler adds per epoch (one pinned task per worker and one
+    records task): the hand-over between epochs, and the submission only
+    where it outlasts an epoch's work, spread over the steps of the epoch
     (:class:`hpcgpu.plan.SchedulerModel`).
 
 The counts are read off the kernels and the decompositions; where a number
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from hpcgpu.errors import ConfigError
 
 __all__ = ["StepCost", "WORKLOADS", "make_workload", "kernel_time", "exchange_time", "step_cost", "infeasible_step",
-           "collective_rounds", "format_grid"]
+           "collective_rounds", "format_grid", "launch_wait_s"]
 
 
 @dataclass(frozen=True)
@@ -140,16 +143,64 @@ def exchange_time(link, rounds, nbytes):
     return rounds * link.latency_s + nbytes / link.bandwidth
 
 
+def launch_wait_s(device, stretches):
+    """Seconds ``device`` waits for kernel launches in ``stretches`` of kernels, each after a synchronisation.
+
+    On a GPU a launch is asynchronous: the host enqueues kernel ``j`` of a
+    stretch ``launch_s`` after kernel ``j - 1`` and goes on, so a kernel
+    starts at ``max(its launch, the end of the one before)``. After a
+    synchronisation (the host waited for the stream: a halo exchange, a
+    scalar read) the queue is empty and the device waits for the first
+    launch; after that a kernel waits only while the host is behind, which
+    happens after kernels shorter than a launch. This computes that queue
+    exactly; what it returns is the stretches' time beyond their kernels'.
+    On a CPU (``device.kind == "cpu"``) a kernel is a parallel region the
+    host runs itself: every launch is paid in full.
+
+    Parameters
+    ----------
+    device : DeviceProfile
+    stretches : iterable of sequences of float
+        The kernels' seconds in launch order, one sequence per stretch
+        between two synchronisations.
+
+    Examples
+    --------
+    >>> from hpcgpu.plan.profiles import DEVICES
+    >>> h100 = DEVICES["h100"]  # 20 us per launch
+    >>> round(launch_wait_s(h100, [[1e-3, 1e-6, 1e-6]]) * 1e6)  # the first launch; the rest queue behind 1 ms
+    20
+    >>> round(launch_wait_s(h100, [[1e-6, 1e-6, 1e-6]]) * 1e6)  # short kernels: the host sets the pace
+    58
+    >>> round(launch_wait_s(DEVICES["cpu"], [[1e-3, 1e-6, 1e-6]]) * 1e6)  # 5 us per region, all paid
+    15
+    """
+    launch = device.launch_s
+    if device.kind == "cpu":
+        return sum(launch * len(kernels) for kernels in stretches)
+    waited = 0.0
+    for kernels in stretches:
+        issued = end = 0.0
+        for seconds in kernels:
+            issued += launch
+            end = max(issued, end) + seconds
+        waited += end - sum(kernels)
+    return waited
+
+
 def step_cost(scheduler, partitions, compute_s, messages, nbytes, link, memory, bound, steps_per_task=1, *,
               rounds=None, grid=()):
-    """The StepCost of a feasible step: the exchange at the link's figures, the epoch's cost spread over its steps.
+    """The StepCost of a feasible step: the exchange at the link's figures, the epoch's exposed scheduler cost
+    spread over its steps (:meth:`hpcgpu.plan.profiles.SchedulerModel.per_step_s`).
 
     ``rounds`` (default: one per message) are the latencies the exchange waits for per step.
     """
     rounds = messages if rounds is None else rounds
     exchange_s = exchange_time(link, rounds, nbytes)
-    steps = scheduler.steps_in_epoch(compute_s + exchange_s, steps_per_task)
-    return StepCost(compute_s, exchange_s, scheduler.epoch_s(partitions) / steps, memory, bound, steps_per_task,
+    step_s = compute_s + exchange_s
+    steps = scheduler.steps_in_epoch(step_s, steps_per_task)
+    return StepCost(compute_s, exchange_s, scheduler.per_step_s(partitions, step_s, steps_per_task), memory, bound,
+                    steps_per_task,
                     messages=messages, exchange_bytes=nbytes, steps_per_epoch=steps, rounds=rounds,
                     grid=tuple(grid))
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from hpcgpu.partition.process_grid import check_grid
-from hpcgpu.plan.workload_costs import collective_rounds, kernel_time, step_cost
+from hpcgpu.plan.workload_costs import collective_rounds, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_int
 
 __all__ = ["NBodyCost"]
@@ -58,6 +58,7 @@ class NBodyCost:
         messages = collective_rounds(partitions)
         nbytes = (partitions - 1) * 4 * item * owned
         memory = item * (3 * self.state_values_per_body * owned + 8 * n + 4 * owned)
-        force_s += self.launches_per_step * device.launch_s
+        # one stretch of launches per step, after the allgather: forces (the long one), kick, drift
+        force_s += launch_wait_s(device, [[force_s, copy_s / 2, copy_s / 2]])
         return step_cost(scheduler, partitions, force_s + copy_s, messages, nbytes, link, memory, bound,
                          grid=(partitions,) if grid is None else check_grid(grid, 1, partitions))

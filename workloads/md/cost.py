@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, step_cost
+from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_float, check_int
 
 __all__ = ["MolecularDynamicsCost"]
@@ -108,6 +108,45 @@ class MolecularDynamicsCost:
         return choose_process_grid(partitions, (self.box_side,) * 3, halo=(radius,) * 3, minimum=(radius,) * 3,
                                    tie="first")
 
+    def launch_stretches(self, step_s, pair_share, copy_s, stages, copies_launch=True):
+        """The kernels of one step (seconds, launch order) between its synchronisations.
+
+        As the engine's domains run a step
+        (:meth:`hpcgpu.partition.slabs.SlabDecomposition.advance`): each
+        stage of the ghost exchange cuts the ghosts for its two neighbours
+        (a ``take`` each, from the atoms the earlier stages brought) and
+        sends them, which needs them done; after the last stage the
+        ghosts are joined (one copy), and the forces, the kick, the drift,
+        the rebuild test and the reductions queue behind the forces until
+        the host reads the rebuild progress (a synchronisation). The
+        neighbour build of a rebuild step (every ``rebuild_every`` steps)
+        is not counted. Without ``copies_launch`` (a CPU) only the
+        :attr:`launches_per_step` kernels count.
+
+        Parameters
+        ----------
+        step_s : float
+            Seconds of the step's force and streaming kernels.
+        pair_share : float
+            The forces' share of ``step_s`` (the rest: five streaming kernels).
+        copy_s : float
+            Seconds of the ghosts' cuts and joining.
+        stages : int
+            Split axes: stages of the exchange.
+
+        Examples
+        --------
+        >>> stretches = MolecularDynamicsCost(10 ** 6, steps=1).launch_stretches(1e-3, 0.9, 3e-6, 1)
+        >>> [len(s) for s in stretches], [round(t * 1e6) for t in stretches[1][:3]]
+        ([2, 7], [1, 900, 20])
+        """
+        streaming = [step_s * (1 - pair_share) / (self.launches_per_step - 1)] * (self.launches_per_step - 1)
+        if not copies_launch:
+            return [[step_s * pair_share] + streaming]
+        copy = copy_s / (2 * stages + 1) if stages else 0.0
+        cuts = [[copy, copy] for _ in range(stages)]
+        return cuts + [[copy] * bool(stages) + [step_s * pair_share] + streaming]
+
     def cost(self, partitions, device, link, scheduler, grid=None):
         """The StepCost of the fullest brick on ``partitions`` ranks (``grid``: default :meth:`process_grid`)."""
         item = 4 if self.dtype == "float32" else 8
@@ -132,7 +171,8 @@ class MolecularDynamicsCost:
         ghosts = min(self.atoms - owned, shell * self.density)
         faces = sum(2 * math.prod(brick[:a] + brick[a + 1:]) for a, s in enumerate(split) if s)
         pairs = self.pairs_per_atom
-        force_bytes = owned * (pairs * (4 + 3 * item) + self.stream_values_per_atom * item + 48)
+        pair_bytes = owned * pairs * (4 + 3 * item)
+        force_bytes = pair_bytes + owned * (self.stream_values_per_atom * item + 48)
         force_s, bound = kernel_time(force_bytes, owned * pairs * self.flops_per_pair, device, "md", self.dtype)
         candidates = min(self.atoms, 27 * self.density * radius ** 3)
         capacity = math.ceil(1.3 * pairs) + 16
@@ -150,6 +190,7 @@ class MolecularDynamicsCost:
         nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / self.rebuild_every
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item
                   + 2 * ghosts * 3 * item + (owned + ghosts) * 16)
-        force_s += self.launches_per_step * device.launch_s
+        force_s += launch_wait_s(device, self.launch_stretches(force_s, pair_bytes / force_bytes, copy_s, stages,
+                                                               device.kind != "cpu"))
         return step_cost(scheduler, partitions, force_s + build_s / self.rebuild_every + copy_s, messages, nbytes,
                          link, memory, bound, rounds=rounds, grid=grid)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, step_cost
+from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_int
 
 __all__ = ["WeatherCost"]
@@ -62,7 +62,7 @@ class WeatherCost:
     field_passes_per_step = {"gpu": 24, "cpu": 6}
     flops_per_point_step = 390
     state_fields = 3
-    launches_per_step = 3  # one fused kernel per Runge-Kutta stage
+    launches_per_step = 3  # one fused kernel per Runge-Kutta stage (launch_stretches adds the halo copies)
 
     def __post_init__(self):
         check_int("nx", self.nx, minimum=4)
@@ -166,6 +166,49 @@ class WeatherCost:
         stepped = (extent + factor * sum(frames)) / count
         return stepped, math.ceil(extent / count) + max(frames)
 
+    def launch_stretches(self, step_s, copy_s, steps, x_messages, y_messages, copies_launch=True):
+        """The kernels of one superstep (seconds, launch order) between the synchronisations of its exchange.
+
+        As :meth:`hpcgpu.partition.grid.GridDecomposition.fill_frames` and
+        ``advance`` run them: the x stage sends the cut x halos (one
+        contiguous copy per field and message, which needs them done) and
+        writes the received x frames (one copy per field and message);
+        the y stage sends whole rows, frames included, so it waits for those
+        writes; its own writes, the ``3 K`` stage kernels of the K steps
+        and the next superstep's x cuts then queue without a wait. Without
+        ``copies_launch`` (a CPU: NumPy copies the frames, no kernel) only
+        the stage kernels count.
+
+        Parameters
+        ----------
+        step_s : float
+            The stage kernels' seconds per step (three equal kernels).
+        copy_s : float
+            Seconds of all the halo cuts and frame writes of a superstep.
+        steps : int
+            K, steps per superstep.
+        x_messages, y_messages : int
+            Messages a block receives along x and along y.
+
+        Examples
+        --------
+        >>> stretches = WeatherCost(64, 64, steps=1).launch_stretches(3e-3, 1.2e-4, 2, 2, 2)
+        >>> [len(s) for s in stretches], round(stretches[0][0] * 1e6), round(stretches[1][6] * 1e6)
+        ([6, 18], 5, 1000)
+        """
+        fields = self.state_fields
+        copies = fields * 2 * (x_messages + y_messages)  # each message's fields: cut, then written
+        copy = copy_s / copies if copies else 0.0
+        stage_kernels = [step_s / 3] * (3 * steps)
+        if not copies_launch:
+            return [stage_kernels]
+        cuts_x, writes_x, writes_y = ([copy] * (fields * m) for m in (x_messages, x_messages, y_messages))
+        if x_messages and y_messages:
+            return [writes_x, writes_y + stage_kernels + cuts_x]
+        if x_messages:
+            return [writes_x + stage_kernels + cuts_x]
+        return [writes_y + stage_kernels]
+
     def cost(self, partitions, device, link, scheduler, grid=None):
         """The StepCost of a block on ``partitions`` ranks (``grid``: default :meth:`process_grid`)."""
         item = 4 if self.dtype == "float32" else 8
@@ -190,7 +233,6 @@ class WeatherCost:
         passes = self.field_passes_per_step["cpu" if device.kind == "cpu" else "gpu"]
         kernel_s, bound = kernel_time(passes * item * computed, self.flops_per_point_step * computed, device,
                                       "stencil", self.dtype)
-        kernel_s += self.launches_per_step * device.launch_s
         # cutting the halos to send and writing the received ones into the frame around the block
         copy_s, _ = kernel_time(2 * 2 * self.state_fields * item * frame, 0, device, "copy", self.dtype)
         # what a block sends its neighbours every K steps equals the frame it receives from them
@@ -198,6 +240,8 @@ class WeatherCost:
         x_messages = 0 if px == 1 else 2  # x is periodic
         y_messages = 0 if py == 1 else (1 if py == 2 and not self.periodic else 2)
         stages = (x_messages > 0) + (y_messages > 0)
+        kernel_s += launch_wait_s(device, self.launch_stretches(kernel_s, copy_s, k, x_messages, y_messages,
+                                                                device.kind != "cpu")) / k
         # two generations of the framed block, and the stepper's nine work fields
         memory = item * 5 * self.state_fields * framed_x * framed_y
         return step_cost(scheduler, partitions, kernel_s + copy_s / k, (x_messages + y_messages) / k,
