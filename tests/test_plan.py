@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hpcgpu.plan import USABLE_MEMORY_FRACTION, SchedulerModel, plan
 from hpcgpu.plan.check import fit_link
 from hpcgpu.plan.devices import device_profile, measured_device
 from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, link_profile
-from hpcgpu.plan.workload_costs import MolecularDynamicsCost, NBodyCost, WeatherCost
+from hpcgpu.plan.workload_costs import MolecularDynamicsCost, NBodyCost, WeatherCost, launch_wait_s
 
 HPCGPU = [sys.executable, "-P", "-m", "hpcgpu.cli"]
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -31,6 +32,7 @@ def feasible(rows):
 
 
 H100 = DEVICES["h100"]
+NO_LAUNCH = replace(H100, launch_s=0.0)
 BANDWIDTH_ONLY = LinkProfile("bandwidth only", bandwidth=1e9, latency_s=0.0)
 LATENCY_ONLY = LinkProfile("latency only", bandwidth=1e30, latency_s=1e-3)
 
@@ -146,7 +148,7 @@ def test_weather_rows_halo_term_is_independent_of_the_rows_per_gpu_and_proportio
 
 def test_weather_2d_blocks_exchange_a_frame_with_corners_in_two_stages_and_step_it():
     weather = WeatherCost(4096, 4096, steps=1, steps_per_task=4)
-    cost = weather.cost(16, H100, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4))
+    cost = weather.cost(16, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4))
     # blocks of 1024 x 1024 with frames of 24 west and south, 12 east and north (reach 2 and 1 per stage)
     frame = (1024 + 36) * (1024 + 36) - 1024 * 1024
     assert cost.exchange_bytes == pytest.approx(frame * 3 * 4 / 4)
@@ -155,14 +157,13 @@ def test_weather_2d_blocks_exchange_a_frame_with_corners_in_two_stages_and_step_
     assert latency.exchange_s == pytest.approx(2 / 4 * 1e-3)
     # the stepped cells: the x frame whole, the y frame shrinking to half on average
     unit = WeatherCost(4096, 4096, steps=1, steps_per_task=1)
-    one = unit.cost(1, H100, BANDWIDTH_ONLY, SchedulerModel()).compute_s - 3 * H100.launch_s
-    stepped = (cost.compute_s - 3 * H100.launch_s) / one * 4096 * 4096
+    one = unit.cost(1, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel()).compute_s
+    stepped = cost.compute_s / one * 4096 * 4096
     copies = 2 * 2 * frame * 3 * 4 / H100.copy_bandwidth / 4 / (one / (4096 * 4096))
     # between walls the engine gives the blocks at a wall more rows for equal work: every block steps the mean
     assert stepped - copies == pytest.approx((1024 + 36) * (4096 + (12 + 36 + 36 + 24) / 2) / 4, rel=1e-9)
     periodic = WeatherCost(4096, 4096, steps=1, steps_per_task=4, periodic=True)
-    stepped = (periodic.cost(16, H100, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4)).compute_s
-               - 3 * H100.launch_s) / one * 4096 * 4096
+    stepped = periodic.cost(16, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4)).compute_s / one * 4096 * 4096
     assert stepped - copies == pytest.approx((1024 + 36) * (1024 + 18), rel=1e-9)
 
 
@@ -270,7 +271,8 @@ def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
     scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4)
     weather = WeatherCost(4096, 4096, steps=1, steps_per_task=8)
     cost = weather.cost(4, H100, LINKS["ndr"], scheduler)
-    assert cost.scheduler_s == pytest.approx((2e-3 + 5 * 1e-4) / cost.steps_per_epoch)
+    # an epoch's 5 tasks are submitted while earlier epochs step: only the hand-over is exposed
+    assert cost.scheduler_s == pytest.approx((2e-3 + 0.2 * 5 * 1e-4) / cost.steps_per_epoch)
     # the engine gathers whole supersteps until an epoch holds EPOCH_SECONDS of work
     step = cost.compute_s + cost.exchange_s
     assert cost.steps_per_epoch % 8 == 0
@@ -280,6 +282,73 @@ def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
     fixed = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=0.0, steps_per_epoch=100)
     for workload in (weather, MolecularDynamicsCost(1_000_000, steps=1), NBodyCost(100_000, steps=1)):
         assert workload.cost(4, H100, LINKS["ndr"], fixed).scheduler_s == pytest.approx(2e-5)
+
+
+@pytest.mark.parametrize("work", [0.0, 0.01, 0.05, 0.0655, 0.5])
+def test_the_submission_is_exposed_only_where_it_outlasts_the_epochs_work(work):
+    scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4, handover_share=0.2)
+    partitions = 1023  # 1024 tasks: 81.92 ms of submission, 20.48 ms of hand-over
+    submission, handover = 0.8 * 1024 * 1e-4, 2e-3 + 0.2 * 1024 * 1e-4
+    assert scheduler.submission_s(partitions) == pytest.approx(submission)
+    assert scheduler.handover_s(partitions) == pytest.approx(handover)
+    assert scheduler.exposed_epoch_s(partitions, work) == pytest.approx(handover + max(0.0, submission - work))
+    # all of it is paid once, whatever hides it
+    assert scheduler.epoch_s(partitions) == pytest.approx(submission + handover)
+
+
+def test_the_scheduler_per_step_follows_the_engines_epochs_of_work():
+    scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-3)
+    # 1 ms steps: 500 steps per epoch hide 0.8 x 1025 ms = 820 ms of submission only in part
+    exposed = 2e-3 + 0.2 * 1025e-3 + (0.8 * 1025e-3 - 0.5)
+    assert scheduler.per_step_s(1024, 1e-3) == pytest.approx(exposed / 500)
+    # 10 ms steps: the epoch's 500 ms hide the 4 ms of submission of 4 workers
+    assert scheduler.per_step_s(4, 1e-2) == pytest.approx((2e-3 + 0.2 * 5e-3) / 50)
+    # the old model charged the whole epoch: the new is never more
+    assert scheduler.per_step_s(4, 1e-2) < scheduler.epoch_s(4) / 50
+
+
+# -- kernel launches ----------------------------------------------------------------------
+
+def test_a_gpu_waits_for_the_first_launch_after_a_sync_and_behind_short_kernels_only():
+    launch = H100.launch_s
+    assert launch_wait_s(H100, [[1e-3] * 48]) == pytest.approx(launch)  # the host stays ahead
+    assert launch_wait_s(H100, [[1e-3] * 48] * 3) == pytest.approx(3 * launch)  # once per stretch
+    assert launch_wait_s(H100, [[1e-6] * 10]) == pytest.approx(10 * launch - 9e-6)  # host-bound
+    # behind one long kernel the host catches up: the short kernels queued during it do not wait
+    assert launch_wait_s(H100, [[1e-6, 1e-3, 1e-6, 1e-6]]) == pytest.approx(2 * launch - 1e-6)
+    # a CPU runs each region itself: every launch is paid
+    cpu = DEVICES["cpu"]
+    assert launch_wait_s(cpu, [[1e-3] * 4, [1e-3] * 2]) == pytest.approx(6 * cpu.launch_s)
+
+
+def test_weather_on_gpus_pays_the_launches_after_its_two_exchange_stages_per_superstep():
+    weather = WeatherCost(16384, 16384, steps=1)
+    cost = weather.cost(64, DEVICES["h200"], BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    free = weather.cost(64, replace(DEVICES["h200"], launch_s=0.0), BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    k, launch = cost.steps_per_task, DEVICES["h200"].launch_s
+    assert k == 16
+    # per superstep: the 6 x-frame writes (3 fields x 2 sides) after the x stage, the 6 y-frame writes
+    # and the first of the 48 stage kernels after the y stage: 13 launches, less the 11 short copies' own
+    # time (each well under a launch), over K = 16 steps
+    assert cost.compute_s - free.compute_s == pytest.approx(13 * launch / k, rel=0.03)
+    assert cost.compute_s - free.compute_s < 13 * launch / k
+    assert cost.compute_s - free.compute_s < launch  # the old model charged 3 launches a step
+    # on a CPU the three stages of every step are paid, as plan --check measures them
+    cpu = DEVICES["cpu"]
+    on_cpu = weather.cost(64, cpu, BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    cpu_free = weather.cost(64, replace(cpu, launch_s=0.0), BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    assert on_cpu.compute_s - cpu_free.compute_s == pytest.approx(3 * cpu.launch_s)
+
+
+def test_md_on_gpus_pays_the_ghost_cuts_of_each_stage_and_the_first_launch_after_them():
+    md, h200 = MolecularDynamicsCost(10 ** 8, steps=1), DEVICES["h200"]
+    launch = h200.launch_s
+    for grid, stages in (((8, 8, 4), 3), ((16, 16, 1), 2)):
+        paid = md.cost(256, h200, BANDWIDTH_ONLY, SchedulerModel(), grid=grid).compute_s
+        free = md.cost(256, replace(h200, launch_s=0.0), BANDWIDTH_ONLY, SchedulerModel(), grid=grid).compute_s
+        # each stage's two cuts (short kernels), the joined ghosts and the forces behind them; the
+        # kick, drift, rebuild test and reductions queue behind the forces
+        assert paid - free == pytest.approx((2 * stages + 2) * launch, rel=0.05)
 
 
 def test_a_link_is_fitted_from_two_round_trips():

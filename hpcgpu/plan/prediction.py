@@ -2,7 +2,7 @@
 
 :func:`plan` asks the workload's cost model (:mod:`hpcgpu.plan.workload_costs`)
 for one step on 1, 2, 4, ... GPUs of a device over an interconnect, with
-dask's scheduler paid once per epoch (:mod:`hpcgpu.plan.profiles`), and
+what dask's scheduler adds per epoch (:mod:`hpcgpu.plan.profiles`), and
 turns the costs into times to solution, memory per GPU, parallel
 efficiencies and the warnings a user should read first. How the three terms
 of a step are modelled is told in :mod:`hpcgpu.plan`.
@@ -100,7 +100,8 @@ class Plan:
                 f"{d.copy_bandwidth / 1e12:.3g} TB/s copy, {d.peak(w.dtype) / 1e12:.3g} TFLOP/s {w.dtype}) "
                 f"over {link.name} ({link.bandwidth / 1e9:.3g} GB/s, {link.latency_s * 1e6:.3g} us per message, "
                 f"{link.basis}); scheduler {s.epoch_overhead_s * 1e3:.3g} ms + {s.task_overhead_s * 1e3:.3g} ms "
-                f"per task per epoch of ~{s.epoch_seconds:g} s")
+                f"per task per epoch of ~{s.epoch_seconds:g} s (a task's work {s.handover_share:g} at the hand-over, "
+                f"the rest while earlier epochs run)")
 
     def table(self):
         """A human-readable table, the header and the warnings."""
@@ -142,6 +143,7 @@ class Plan:
                     "interconnect_basis": self.link.basis, "interconnect_source": self.link.source,
                     "epoch_overhead_s": self.scheduler.epoch_overhead_s,
                     "task_overhead_s": self.scheduler.task_overhead_s,
+                    "handover_share": self.scheduler.handover_share,
                     "epoch_seconds": self.scheduler.epoch_seconds,
                     "scheduler_basis": self.scheduler.basis, "scheduler_source": self.scheduler.source,
                     "assumed": self.assumptions()})
@@ -223,7 +225,8 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
         Largest GPU count (powers of two up to it are planned).
     scheduler : SchedulerModel, optional
         The scheduler's cost per epoch (default: 2 ms + 0.2 ms per task, over
-        epochs of about 0.5 s of work).
+        epochs of about 0.5 s of work; the hand-over's share of it shows, the
+        submission only where it outlasts an epoch's work).
     efficiency_threshold : float
         Below this efficiency a GPU count is reported as too many.
     memory_gb : float, optional
@@ -245,7 +248,7 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
     --------
     >>> result = plan("nbody", bodies=100_000, steps=100, device="h100", max_gpus=8)
     >>> result.rows[0].bound, [round(row.parallel_efficiency, 2) for row in result.rows]
-    ('compute', [1.0, 0.98, 0.93, 0.84])
+    ('compute', [1.0, 0.98, 0.95, 0.87])
     >>> [plan("md", atoms=10**8, steps=10, device="h200", max_gpus=256).row(p).grid for p in (64, 256)]
     [(4, 4, 4), (8, 8, 4)]
     """

@@ -242,7 +242,7 @@ class SchedulerModel:
         return (1.0 - self.handover_share) * (partitions + 1) * self.task_overhead_s
 
     def exposed_epoch_s(self, partitions, epoch_work_s):
-        """Seconds an epoch of ``epoch_work_s`` seconds of work adds to the run: ``handover + max(0, submission - work)``."""
+        """Seconds an epoch of ``epoch_work_s`` seconds of work adds: ``handover + max(0, submission - work)``."""
         return self.handover_s(partitions) + max(0.0, self.submission_s(partitions) - epoch_work_s)
 
     def steps_in_epoch(self, step_s, steps_per_task=1):
