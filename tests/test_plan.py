@@ -305,6 +305,12 @@ def test_the_scheduler_per_step_follows_the_engines_epochs_of_work():
     assert scheduler.per_step_s(4, 1e-2) == pytest.approx((2e-3 + 0.2 * 5e-3) / 50)
     # the old model charged the whole epoch: the new is never more
     assert scheduler.per_step_s(4, 1e-2) < scheduler.epoch_s(4) / 50
+    # a plan's rows use it: MD on 1024 GPUs, 1025 tasks an epoch
+    row = plan("md", atoms=1e8, steps=1, device="h200", max_gpus=1024).row(1024)
+    default = SchedulerModel()
+    assert row.steps_per_epoch == default.steps_in_epoch(row.compute_s + row.exchange_s)
+    assert row.scheduler_s == pytest.approx(default.per_step_s(1024, row.compute_s + row.exchange_s))
+    assert row.scheduler_s == pytest.approx(default.handover_s(1024) / row.steps_per_epoch)  # submission hidden
 
 
 # -- kernel launches ----------------------------------------------------------------------
