@@ -15,6 +15,7 @@ these read the model's public attributes (grid, params, backend,
 import numpy as np
 
 from hpcgpu.exact_sums import exact_partial
+from hpcgpu.workloads.sums import exact_total
 
 __all__ = ["block_sums", "combine_sums"]
 
@@ -82,7 +83,7 @@ def block_sums(model, state, where):
 def combine_sums(model, parts):
     """Mass, energy and potential enstrophy (dict of floats) from the :func:`block_sums` of all rows."""
     # exact partials add exactly: one correctly rounded total for any split into blocks
-    total = {key: sum(p[key] for p in parts) if key == "cells" else float(sum(p[key] for p in parts))
+    total = {key: sum(p[key] for p in parts) if key == "cells" else exact_total([p[key] for p in parts])
              for key in parts[0]}
     area = model.grid.cell_area
     offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
