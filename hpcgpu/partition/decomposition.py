@@ -112,3 +112,7 @@ class Decomposition:
         """This rank's part of the diagnostics."""
         return context.model.block_sums(self.model_state(carried), 0, None)
 
+    def block_health(self, context, carried):
+        """This rank's part of the health check (a decomposition whose check reads neighbours overrides it)."""
+        return context.model.block_health(self.model_state(carried))
+

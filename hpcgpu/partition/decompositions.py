@@ -7,7 +7,9 @@
 - ``"bodies"``: :class:`~hpcgpu.partition.all_pairs.AllPairsDecomposition`
   (all-pairs forces; :class:`~hpcgpu.partition.protocols.AllPairsModel`);
 - ``"domains"``: :class:`~hpcgpu.partition.slabs.SlabDecomposition` (short-range
-  particles; :class:`~hpcgpu.partition.protocols.SlabModel`).
+  particles; :class:`~hpcgpu.partition.protocols.SlabModel`);
+- ``"spectral"``: :class:`~hpcgpu.partition.spectral.SpectralDecomposition` (row
+  blocks with a global FFT solve per stage; :class:`~hpcgpu.partition.protocols.SpectralModel`).
 """
 
 from hpcgpu.errors import ConfigError
@@ -15,16 +17,17 @@ from hpcgpu.partition.all_pairs import AllPairsDecomposition
 from hpcgpu.partition.grid import GridDecomposition
 from hpcgpu.partition.rows import RowDecomposition
 from hpcgpu.partition.slabs import SlabDecomposition
+from hpcgpu.partition.spectral import SpectralDecomposition
 
 __all__ = ["DECOMPOSITIONS", "decomposition_for"]
 
 DECOMPOSITIONS = {"rows": RowDecomposition, "grid": GridDecomposition, "bodies": AllPairsDecomposition,
-                  "domains": SlabDecomposition}
+                  "domains": SlabDecomposition, "spectral": SpectralDecomposition}
 """The class of each kind of decomposition (``model.decomposition``; a model without one is ``"rows"``)."""
 
 
 def decomposition_for(model):
-    """The decomposition class for ``model.decomposition`` (``rows``, ``bodies``, ``domains``)."""
+    """The decomposition class for ``model.decomposition`` (``rows``, ``grid``, ``bodies``, ``domains``, ``spectral``)."""
     kind = getattr(model, "decomposition", "rows")
     if kind not in DECOMPOSITIONS:
         raise ConfigError(f"model decomposition must be one of {sorted(DECOMPOSITIONS)}; got {kind!r}")

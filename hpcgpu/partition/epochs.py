@@ -87,7 +87,7 @@ def _run_program(context, carried, program):
             carried = decomposition.advance(context, carried, value)
             steps += value
         elif op == "health":
-            parts = comm.allgather(model.block_health(decomposition.model_state(carried)))
+            parts = comm.allgather(decomposition.block_health(context, carried))
             bad, cfl = model.combine_health(parts, context.dt)
             if context.rank == 0:
                 records.append(("health", value, (bad, cfl)))

@@ -5,7 +5,8 @@ what the driver needs of every model; :class:`Partitionable` what every
 decomposition needs of a block of the state; :class:`RowModel`,
 :class:`AllPairsModel` and :class:`SlabModel` what the grid-row, all-pairs
 and slab decompositions need on top (``model.decomposition`` names which:
-``"rows"``, ``"bodies"`` or ``"domains"``). A model on the distributed
+``"rows"``, ``"bodies"`` or ``"domains"``); :class:`SpectralModel` what the
+row blocks with a global spectral solve per stage need (``"spectral"``). A model on the distributed
 structured grid (``"grid"``) describes only its local physics
 (:class:`GridPhysics`, six methods) and gets the rest from
 :class:`~hpcgpu.partition.grid_model.GridModelBase`. The models of
@@ -25,7 +26,7 @@ Examples
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["AllPairsModel", "GridModel", "GridPhysics", "Partitionable", "PROTOCOLS", "RowModel", "SlabModel",
-           "SteppedModel", "missing_methods"]
+           "SpectralModel", "SteppedModel", "missing_methods"]
 
 
 @runtime_checkable
@@ -167,7 +168,42 @@ class GridModel(GridPhysics, Protocol):
     def with_backend(self, backend): """The same model on another backend (``"auto"`` resolves on a worker)."""
 
 
-PROTOCOLS = {"rows": RowModel, "grid": GridModel, "bodies": AllPairsModel, "domains": SlabModel}
+@runtime_checkable
+class SpectralModel(Protocol):
+    """A grid model whose every stage ends in a global solve diagonal in Fourier modes (:mod:`hpcgpu.partition.spectral`).
+
+    The barotropic vorticity model is one: each Runge-Kutta stage updates
+    the vorticity locally, then inverts a Laplacian for the streamfunction.
+    ``shape`` is ``(ny, nx)``, ``periodic`` ``(x, y)`` (x must wrap: rows
+    are transformed whole), ``stages`` the stages of a step and
+    ``spectral_fields`` the names of the field a stage updates and of the
+    field solved from it. A block is whole rows, with the frames
+    ``reach(1)`` asks for filled before every stage; ``where`` is its
+    :class:`~hpcgpu.partition.block_region.BlockRegion`.
+    """
+
+    shape: Any
+    periodic: Any
+    stages: int
+    spectral_fields: Any
+    backend: Any
+
+    def reach(self, steps): """``(x, y)`` cells a stage reads beyond a block (called with 1)."""
+    def stage_block(self, state, start, stage, dt, where):
+        """The updated field on the owned rows after stage ``stage`` (``start``: the owned rows at the step's start)."""
+    def forward_lines(self, rows, where): """The x transform of the owned rows of the updated field."""
+    def solve_columns(self, columns, first, stop): """The solve on whole columns ``first:stop`` of the x transform."""
+    def inverse_lines(self, spectra, where): """The solved field on the owned rows, from their x transform."""
+    def block_sums(self, state, where): """Partial sums of the diagnostics over the owned rows (frames filled)."""
+    def combine_sums(self, parts): """The diagnostics (dict of floats) from every block's partial sums."""
+    def block_health(self, state, where=None): """A block's part of the health check (frames filled)."""
+    def combine_health(self, parts, dt): """``(bad_fields, cfl)`` from every block's part."""
+    def to_host(self, state): """The state with NumPy arrays."""
+    def with_backend(self, backend): """The same model on another backend (``"auto"`` resolves on a worker)."""
+
+
+PROTOCOLS = {"rows": RowModel, "grid": GridModel, "bodies": AllPairsModel, "domains": SlabModel,
+             "spectral": SpectralModel}
 """The protocol of each ``model.decomposition``."""
 
 

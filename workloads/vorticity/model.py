@@ -10,10 +10,16 @@ with ``u = -d psi/dy``, ``v = d psi/dx``. Space: the Arakawa (1966) Jacobian,
 which conserves the energy, the enstrophy and (doubly periodic) the circulation in
 space, centred differences for the beta term and the five-point Laplacian.
 Time: SSP-RK3 (Shu and Osher 1988), with a Poisson solve for ``psi`` after
-every stage, by FFT (``solver="fft"``) or by Jacobi-preconditioned
+every stage, by FFT (``solver="fft"``: line transforms along x and y,
+:mod:`hpcgpu.workloads.vorticity.blocks`) or by Jacobi-preconditioned
 conjugate gradient (``solver="cg"``, :func:`hpcgpu.kernels.matrix.conjugate_gradient`
 on the matrix-free :class:`~hpcgpu.kernels.matrix.PoissonOperator`); both
 invert the same discrete Laplacian and agree to the CG tolerance.
+
+Partitioned (``Simulation(model, client=..., partitions=P)``), the model
+runs on blocks of whole rows with a slab-FFT solve per stage
+(:mod:`hpcgpu.partition.spectral`), bitwise the one-process run, fields and
+diagnostics; the CG solver runs in one process only.
 
 Domains are doubly periodic (``psi`` has zero mean: the gauge of the
 singular problem) or a zonal channel, ``("periodic", "wall")``, with
@@ -36,18 +42,14 @@ Examples
 1.0
 """
 
-import math
 from dataclasses import dataclass, fields
-
-import numpy as np
 
 from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.matrix import PoissonOperator, conjugate_gradient
-from hpcgpu.kernels import stencil
-from hpcgpu.kernels.stencil import SSP_RK3_STAGES
+from hpcgpu.partition.block_region import whole_grid
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
-from hpcgpu.workloads.vorticity import cases
+from hpcgpu.workloads.vorticity import blocks, cases
 from hpcgpu.workloads.weather.cases import check_case_parameters
 from hpcgpu.workloads.weather.grid import Grid
 
@@ -58,10 +60,7 @@ CASES = cases.CASES
 SOLVERS = ("fft", "cg")
 BOUNDARIES = (("periodic", "periodic"), ("periodic", "wall"))
 
-# SSP-RK3 is stable for imaginary eigenvalues up to |lambda dt| = sqrt(3) (centred
-# advection and Rossby waves) and for real ones down to about -2.51 (viscosity).
-RK3_CFL_LIMIT = math.sqrt(3.0)
-_RK3_REAL_LIMIT = 2.51
+RK3_CFL_LIMIT = blocks.RK3_CFL_LIMIT
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,9 @@ class BarotropicVorticity:
     :meth:`tendency` (Arakawa's Jacobian, whose NumPy reference is
     :func:`hpcgpu.kernels.stencil.arakawa_jacobian` on ``backend="numpy"``),
     :meth:`streamfunction` (the Poisson solve) and
-    :class:`VorticityStepper` (the RK3 stages).
+    :class:`VorticityStepper` (the RK3 stages), on blocks of rows in
+    :mod:`hpcgpu.workloads.vorticity.blocks`. Partitioned as ``"spectral"``
+    (:class:`~hpcgpu.partition.protocols.SpectralModel`).
 
     Parameters
     ----------
@@ -175,8 +176,10 @@ class BarotropicVorticity:
 
     name = "vorticity"
     state_type = VorticityState  # the class of its states
-    decomposition = "global"  # a Poisson solve per stage couples every point: no row blocks
+    decomposition = "spectral"  # row blocks with a slab-FFT Poisson solve per stage (hpcgpu.partition.spectral)
     field_names = ("zeta", "psi")
+    spectral_fields = ("zeta", "psi")  # the field a stage updates, the field solved from it
+    stages = len(blocks.SSP_RK3_STAGES)
     cfl_limit = RK3_CFL_LIMIT
     # units of the time axis and of the diagnostics, for the files they are written to (ZarrWriter)
     diagnostic_units = {"time": "s", "energy": "m4 s-2", "enstrophy": "m2 s-2", "circulation": "m2 s-1",
@@ -212,6 +215,7 @@ class BarotropicVorticity:
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
         self._spec = spec
         self._operator = None
+        self._inverse = None
 
     # -- set-up ------------------------------------------------------------------
     @property
@@ -222,6 +226,16 @@ class BarotropicVorticity:
             self._operator = PoissonOperator(g.shape, dx=g.dx, dy=g.dy, boundary=g.boundary,
                                              dtype=self.dtype, backend=self.backend)
         return self._operator
+
+    @property
+    def shape(self):
+        """The grid's ``(ny, nx)`` points."""
+        return self.grid.shape
+
+    @property
+    def periodic(self):
+        """``(x, y)``: whether each axis wraps (y does not in a channel)."""
+        return (True, not self.grid.wall_y)
 
     def initial_state(self):
         """The case's initial condition: ``zeta = lap_h psi`` of the case's streamfunction."""
@@ -257,8 +271,62 @@ class BarotropicVorticity:
             CG did not reach ``solver_tol`` (see :func:`~hpcgpu.kernels.matrix.conjugate_gradient`).
         """
         if self.solver == "fft":
-            return self.poisson.solve_fft(zeta)
+            where = whole_grid(self.shape, self.periodic)
+            columns = self.forward_lines(self._field("zeta", zeta), where)
+            return self.inverse_lines(self.solve_columns(columns, 0, columns.shape[1]), where)
         return conjugate_gradient(self.poisson, -zeta, x0=guess, tol=self.solver_tol).x
+
+    # -- on blocks of rows: what one process and each rank of a partitioned run compute -------------------
+    def reach(self, steps):
+        """``(x, y)``: a stage reads one row beyond a block (rows are whole: none beyond in x)."""
+        return (0, steps)
+
+    def check_partitions(self, partitions):
+        """ConfigError unless this model can run on ``partitions`` ranks: the CG solver runs in one process."""
+        if self.solver != "fft":
+            raise ConfigError(f"solver={self.solver!r} runs in one process only; a partitioned run (partitions="
+                              f"{partitions}) solves by FFT: use solver='fft'")
+
+    def stage_block(self, state, start, stage, dt, where):
+        """Vorticity on the owned rows after SSP-RK3 stage ``stage`` (:func:`~.blocks.stage_block`)."""
+        return blocks.stage_block(self, state, start, stage, dt, where)
+
+    def forward_lines(self, rows, where):
+        """``rfft`` along x of owned rows of ``zeta`` (:func:`~.blocks.forward_lines`)."""
+        return blocks.forward_lines(self, rows, where)
+
+    def solve_columns(self, columns, first, stop):
+        """Columns ``first:stop`` of the x transform solved along y (:func:`~.blocks.solve_columns`)."""
+        if self._inverse is None:
+            self._inverse = self.backend.asarray(blocks.inverse_symbol(self))
+        return blocks.solve_columns(self, columns, first, stop, self._inverse)
+
+    def inverse_lines(self, spectra, where):
+        """``psi`` on the owned rows from their x transform (:func:`~.blocks.inverse_lines`)."""
+        return blocks.inverse_lines(self, spectra, where)
+
+    def block_sums(self, state, where):
+        """Exact partial sums of the diagnostics over a block's owned rows (:func:`~.blocks.block_sums`)."""
+        return blocks.block_sums(self, state, where)
+
+    def combine_sums(self, parts):
+        """Energy, enstrophy and circulation from every block's partial sums (:func:`~.blocks.combine_sums`)."""
+        return blocks.combine_sums(self, parts)
+
+    def block_health(self, state, where=None):
+        """A block's non-finite fields and largest velocities (``where=None``: the whole grid)."""
+        return blocks.block_health(self, state, whole_grid(self.shape, self.periodic) if where is None else where)
+
+    def combine_health(self, parts, dt):
+        """``(bad_fields, cfl)`` from every block's :meth:`block_health`."""
+        return blocks.combine_health(self, parts, dt)
+
+    def _field(self, name, array):
+        """``array`` on this backend, or a ConfigError unless it is a grid field of the model's dtype."""
+        if not hasattr(array, "dtype") or array.dtype != self.dtype or array.shape != self.shape:
+            raise ConfigError(f"{name} must be an array of shape {self.shape} and dtype {self.dtype} (the model's); "
+                              f"got {getattr(array, 'shape', None)}, {getattr(array, 'dtype', type(array).__name__)}")
+        return self.backend.asarray(array)
 
     # -- time stepping ---------------------------------------------------------------
     def tendency(self, zeta, psi):
@@ -268,17 +336,7 @@ class BarotropicVorticity:
         cells; :func:`hpcgpu.kernels.stencil.arakawa_jacobian`, zero beyond
         the walls of a channel); the tendency is zero on the south wall.
         """
-        g = self.grid
-        out = stencil.arakawa_jacobian(psi, zeta, dx=g.dx, dy=g.dy, scale=-1.0, backend=self.backend,
-                                       boundary=("periodic", "dirichlet" if g.wall_y else "periodic"))
-        if self.params.beta != 0:
-            xp = self.backend.xp
-            out -= (xp.roll(psi, -1, axis=1) - xp.roll(psi, 1, axis=1)) * (self.params.beta / (2.0 * g.dx))
-        if self.params.viscosity != 0:
-            out += self.params.viscosity * self.poisson.laplacian(zeta)
-        if g.wall_y:
-            out[0, :] = 0
-        return out
+        return blocks.tendency_block(self, VorticityState(zeta, psi), whole_grid(self.shape, self.periodic))
 
     def _pad(self, field):
         """One ghost point each side: wrapped, or zero beyond a wall."""
@@ -326,21 +384,7 @@ class BarotropicVorticity:
         where ``omega_beta`` is the fastest discrete Rossby-wave frequency;
         the scheme is stable below :data:`RK3_CFL_LIMIT`. NaN for a non-finite state.
         """
-        xp = self.backend.xp
-        u, v = self.velocities(state)
-        speed = float(xp.abs(u).max()) / self.grid.dx + float(xp.abs(v).max()) / self.grid.dy
-        if not math.isfinite(speed) or not bool(xp.isfinite(state.zeta).all()):
-            return math.nan
-        g, p = self.grid, self.params
-        diffusion = 4 * p.viscosity * (1 / g.dx**2 + 1 / g.dy**2) * RK3_CFL_LIMIT / _RK3_REAL_LIMIT
-        return dt * (speed + self._rossby_rate() + diffusion)
-
-    def _rossby_rate(self):
-        g = self.grid
-        theta = 2 * np.pi * np.arange(1, g.nx // 2 + 1) / g.nx
-        across = 4 * math.sin(0.5 * math.pi / g.ny) ** 2 / g.dy**2 if g.wall_y else 0.0
-        rates = np.sin(theta) / g.dx / (4 * np.sin(0.5 * theta) ** 2 / g.dx**2 + across)
-        return abs(self.params.beta) * float(rates.max())
+        return self.combine_health([self.block_health(state)], dt)[1]
 
     def bad_fields(self, state):
         """Names of the fields holding NaN/inf."""
@@ -358,18 +402,10 @@ class BarotropicVorticity:
         invariants of the inviscid semi-discrete scheme on both domains; the
         circulation is one on the doubly periodic domain (where it is zero),
         not in a channel, whose free-slip walls (``zeta = 0`` there, the odd
-        reflection) exchange vorticity with the flow near them.
+        reflection) exchange vorticity with the flow near them. The sums are
+        exact (correctly rounded), so a partitioned run reports the same numbers.
         """
-        xp = self.backend.xp
-        g = self.grid
-        zeta = state.zeta.astype(np.float64)
-        P = self._pad(state.psi.astype(np.float64))
-        grad_x = (P[1:-1, 2:] - P[1:-1, 1:-1]) / g.dx
-        grad_y = (P[2:, 1:-1] - P[1:-1, 1:-1]) / g.dy
-        area = g.cell_area
-        out = {"energy": 0.5 * float(xp.sum(grad_x * grad_x) + xp.sum(grad_y * grad_y)) * area,
-               "enstrophy": 0.5 * float(xp.sum(zeta * zeta)) * area,
-               "circulation": float(xp.sum(zeta)) * area}
+        out = self.combine_sums([self.block_sums(state, whole_grid(self.shape, self.periodic))])
         if dt is not None:
             out["max_cfl"] = self.cfl(state, dt)
         return out
@@ -421,12 +457,12 @@ class BarotropicVorticity:
         other = object.__new__(BarotropicVorticity)
         other.__dict__.update(self.__dict__)
         other.backend = get_backend(backend)
-        other._operator = None
+        other._operator = other._inverse = None
         return other
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_operator"] = None  # its FFT symbols stay on their device
+        state["_operator"] = state["_inverse"] = None  # FFT symbols stay on their device
         return state
 
     def _repr_html_(self):
@@ -470,13 +506,10 @@ class VorticityStepper:
         """Return the state ``steps`` time steps later."""
         steps = check_int("steps", steps, minimum=0)
         model, dt = self.model, self.dt
-        zeta0, psi0 = state.zeta, state.psi
+        where = whole_grid(model.shape, model.periodic)
         for _ in range(steps):
-            zeta, psi = zeta0, psi0
-            for a, b, c in SSP_RK3_STAGES:
-                update = zeta + (c * dt) * model.tendency(zeta, psi) if a == 0 else \
-                    zeta0 + b * (zeta - zeta0) + (c * dt) * model.tendency(zeta, psi)
-                psi = model.streamfunction(update, guess=psi)
-                zeta = update
-            zeta0, psi0 = zeta, psi
-        return VorticityState(zeta0, psi0)
+            start = state
+            for stage in range(model.stages):
+                zeta = model.stage_block(state, start, stage, dt, where)
+                state = VorticityState(zeta, model.streamfunction(zeta, guess=state.psi))
+        return state
