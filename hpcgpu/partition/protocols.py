@@ -179,7 +179,9 @@ class SpectralModel(Protocol):
     ``spectral_fields`` the names of the field a stage updates and of the
     field solved from it. A block is whole rows, with the frames
     ``reach(1)`` asks for filled before every stage; ``where`` is its
-    :class:`~hpcgpu.partition.block_region.BlockRegion`.
+    :class:`~hpcgpu.partition.block_region.BlockRegion`. An optional
+    ``check_partitions(partitions)`` raises ConfigError for a split the
+    model cannot take (the vorticity model's CG solver).
     """
 
     shape: Any

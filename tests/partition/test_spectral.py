@@ -58,6 +58,19 @@ def test_partitioned_vorticity_equals_one_process_bitwise(client, partitions, bo
     sim.close()
 
 
+def test_weighted_blocks_and_a_given_grid_give_the_same_answer(client):
+    model = _model("channel")
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    reference = Simulation(model, state, dt=dt, stop_steps=5, progress=False, diagnostics=1).run()
+    sim = Simulation(model, state, dt=dt, stop_steps=5, progress=False, diagnostics=1, client=client, grid=(1, 2),
+                     weights=[1.0, 3.0]).run()
+    rows = sim.summary()["block_rows"]
+    assert rows[1] > 2 * rows[0] and sum(rows) == 31
+    _assert_same(sim, reference)
+    sim.close()
+
+
 def test_a_checkpoint_resumes_on_another_partition_count_bitwise(client, tmp_path):
     model = _model("channel")
     state = model.initial_state()
