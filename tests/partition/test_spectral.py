@@ -58,6 +58,19 @@ def test_partitioned_vorticity_equals_one_process_bitwise(client, partitions, bo
     sim.close()
 
 
+def test_float32_on_numba_is_bitwise_too(client):
+    model = BarotropicVorticity("rossby_wave", nx=24, ny=20, dtype="float32", backend="numba",
+                                boundary=("periodic", "wall"))
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    reference = Simulation(model, state, dt=dt, stop_steps=6, progress=False, diagnostics=2).run()
+    sim = Simulation(model, state, dt=dt, stop_steps=6, progress=False, diagnostics=2, client=client,
+                     partitions=3).run()
+    assert sim.state.zeta.dtype == np.float32
+    _assert_same(sim, reference)
+    sim.close()
+
+
 def test_weighted_blocks_and_a_given_grid_give_the_same_answer(client):
     model = _model("channel")
     state = model.initial_state()
