@@ -18,7 +18,7 @@ from hpcgpu import Simulation
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
-from hpcgpu.partition.dask_comm import communicator
+from hpcgpu.partition.dask_communicator import communicator
 from hpcgpu.partition.dask_session import close_session, open_session
 from hpcgpu.partition.protocols import SpectralModel, missing_methods
 from hpcgpu.partition.spectral import SpectralDecomposition
