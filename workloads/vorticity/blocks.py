@@ -21,8 +21,8 @@ run these functions, so their results are bitwise the same:
   either would need a global sum per solve, and only differences of
   ``psi`` enter the tendency, the velocities and the energy;
 - :func:`block_sums` / :func:`combine_sums` (diagnostics as exact partial
-  sums, :func:`hpcgpu.exact_sums.exact_partial`: the same totals for any
-  split) and :func:`block_health` / :func:`combine_health` (the CFL number
+  sums, :func:`hpcgpu.exact_sums.exact_partial`, added by
+  :func:`hpcgpu.workloads.sums.exact_total`: the same totals for any split) and :func:`block_health` / :func:`combine_health` (the CFL number
   from each block's largest velocities).
 
 A block is described by a :class:`~hpcgpu.partition.block_region.BlockRegion`:
@@ -39,6 +39,7 @@ from hpcgpu.exact_sums import exact_partial
 from hpcgpu.kernels.stencil import SSP_RK3_STAGES
 from hpcgpu.kernels.stencil.arakawa import jacobian
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC
+from hpcgpu.workloads.sums import exact_total
 
 __all__ = ["block_health", "block_sums", "combine_health", "combine_sums", "forward_lines", "inverse_lines",
            "inverse_symbol", "padded_rows", "solve_columns", "stage_block", "tendency_block"]
@@ -164,7 +165,7 @@ def block_sums(model, state, where):
 def combine_sums(model, parts):
     """Energy, enstrophy and circulation (dict of floats) from every block's :func:`block_sums`."""
     area = model.grid.cell_area
-    total = {key: float(sum(p[key] for p in parts)) for key in parts[0]}
+    total = {key: exact_total([p[key] for p in parts]) for key in parts[0]}
     return {"energy": 0.5 * total["gradient2"] * area, "enstrophy": 0.5 * total["zeta2"] * area,
             "circulation": total["zeta"] * area}
 
