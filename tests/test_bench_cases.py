@@ -62,7 +62,7 @@ def _model_facts():
 
 
 def _kernel_names(tree):
-    """Names a module binds to hpcgpu's kernels (``from hpcgpu.kernels import md``, ``from hpcgpu.kernels.x import f``)."""
+    """Names bound to hpcgpu's kernels (``from hpcgpu.kernels import md``, ``from hpcgpu.kernels.x import f``)."""
     bound = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hpcgpu.kernels"):

@@ -195,7 +195,7 @@ def test_the_summary_and_time_come_from_the_declaration():
 
 
 def test_core_builds_a_model_by_name_through_its_declaration():
-    # core code that builds a model by name does so this way (the benchmarks through BenchmarkCase): core imports no workload
+    # core code that builds a model by name does so (benchmarks use a BenchmarkCase): core imports no workload
     assert registry.get("weather").model_class().__name__ == "ShallowWater"
     assert registry.get_plan("nbody").model_class() is registry.get("astro").model_class()
     model = registry.get("md").model_class()(3, backend="numpy")

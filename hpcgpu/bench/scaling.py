@@ -1,7 +1,13 @@
-"""``hpcgpu bench scaling weather``: strong and weak scaling on a dask cluster.
+"""``hpcgpu bench scaling WORKLOAD``: strong and weak scaling on a dask cluster.
 
-For 1..N workers (N: the cores here, or the GPUs), each worker gets one
-core (or one GPU). Lines (metric):
+The model is the workload's ``"scaling"`` benchmark case
+(:class:`hpcgpu.registry.BenchmarkCase`; for weather, balanced eddies
+everywhere, so that every block does the same work). For 1..N workers (N:
+the cores here, or the GPUs), each worker gets one core (or one GPU). Every
+line names the ``workload`` and its ``model_case``; the engine's lines carry
+the problem's size in the case's unit (``problem_size``) and, when the
+engine splits the problem on a process grid, that grid (``grid``). Lines
+(metric):
 
 ``seconds_per_step``
     wall time per time step, split by what the ranks report of their
