@@ -48,7 +48,6 @@ __all__ = ["run_acceptance", "estimate_seconds", "measure_transfers", "task_roun
            "WORKLOADS"]
 
 
-
 def scaled_workloads():
     """The names (``hpcgpu plan``'s where there is one) of the workloads that declare a ``"scaling"`` case."""
     from hpcgpu import registry

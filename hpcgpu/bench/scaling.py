@@ -62,7 +62,7 @@ import numpy as np
 from hpcgpu.partition.engine import PartitionedExecutor
 from hpcgpu.partition.engine import on_worker as _on_worker
 
-__all__ = ["run", "scaling_case", "time_engine", "median_run", "EngineRun"]
+__all__ = ["run", "scaling_case", "time_engine", "median_run", "process_grid", "EngineRun"]
 
 BALANCE_SLOWDOWN = 2.0
 """How much slower the slow worker of the ``balance`` case is."""
@@ -266,8 +266,7 @@ def time_engine(client, model, workers, steps_per_task, supersteps, repeats=3, *
     executor.advance(steps_per_task)  # compiles the kernels on every worker
     executor.synchronize()
     bystanders = _BystanderCPU(client)
-    grid = executor.describe().get("grid")  # the lead's 2-D grids: (px, py); row blocks have none
-    grid = list(grid) if grid is not None else None
+    grid = process_grid(executor.describe())
     runs = []
     for _ in range(repeats):
         done = len(executor.epoch_stats)
@@ -282,6 +281,23 @@ def time_engine(client, model, workers, steps_per_task, supersteps, repeats=3, *
                               wall, grid))
     executor.close()
     return runs
+
+
+def process_grid(described):
+    """The process grid an executor's ``describe()`` reports, as a list (``[px, py]``), or None when it has none.
+
+    Read as given: ``"grid"`` (a sequence) or ``"process_grid"`` (``"4x2"``);
+    row blocks and particle slabs report neither.
+
+    Examples
+    --------
+    >>> process_grid({"grid": (4, 2)}), process_grid({"process_grid": "2x2x1"}), process_grid({"partitions": 2})
+    ([4, 2], [2, 2, 1], None)
+    """
+    grid = described.get("grid", described.get("process_grid"))
+    if grid is None:
+        return None
+    return [int(n) for n in (grid.split("x") if isinstance(grid, str) else grid)]
 
 
 def median_run(runs):
