@@ -131,7 +131,7 @@ class BenchmarkCase:
 
         def diffusion_case(size, *, dtype, backend, scale):
             from my_package.model import Diffusion
-            nx, ny = (size, size) if isinstance(size, int) else size
+            nx, ny = size if isinstance(size, (tuple, list)) else (size, size)
             return Diffusion(nx=nx, ny=ny * scale, dtype=dtype, backend=backend)
 
         CASE = BenchmarkCase("square", diffusion_case, "cells per side", size=1024, min_size=16)
