@@ -96,12 +96,15 @@ def scaling_case(workload):
 
 
 def _split_by_rows(model):
-    """Whether the engine splits ``model`` into row blocks (the map_overlap baseline and K > 1 need it)."""
-    return getattr(model, "decomposition", "rows") == "rows"
+    """Whether ``model`` steps row blocks with halos (the rows protocol), which the map_overlap baseline, the
+    balance case and the choice of K here need; a model may offer it beside another decomposition."""
+    return all(callable(getattr(model, name, None)) for name in ("halo_rows", "advance_rows", "periodic_rows"))
 
 
 def _steps_per_task(model, steps, partitions):
-    """K on ``partitions`` row blocks: ``steps`` when its halo fits half a block, else 1 (and 1 for other models)."""
+    """K on ``partitions`` row blocks: ``steps`` when its halo fits half a block, else 1 (and 1 for other models).
+    (A process grid's blocks are at least that tall; the engine refuses a K whose halo is wider than a block.)
+    """
     if not _split_by_rows(model):
         return 1
     return steps if min(model.halo_rows(steps)) * 2 <= model.decomposition_size() // partitions else 1
