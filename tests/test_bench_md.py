@@ -114,7 +114,9 @@ def test_too_small_a_box_is_a_clear_error():
 
 
 def test_n_cells_for_rounds_the_cube_root():
-    assert [md.n_cells_for(n) for n in (32000, 256, 300, 1_000_000, 1_048_576)] == [20, 4, 4, 63, 64]
+    from hpcgpu.workloads.md.workload import n_cells_for
+
+    assert [n_cells_for(n) for n in (32000, 256, 300, 1_000_000, 1_048_576)] == [20, 4, 4, 63, 64]
 
 
 def test_slab_case_on_two_workers_reports_its_rate_beside_the_one_process_rate():

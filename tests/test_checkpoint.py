@@ -139,7 +139,7 @@ def test_soak_benchmark_reports_restarts_and_a_matching_final_state():
     from hpcgpu.bench.soak import run_soak
 
     stream = io.StringIO()
-    report = run_soak(0.1, kill_every=2.5, nx=128, ny=128, stream=stream)
+    report = run_soak(0.1, kill_every=2.5, size=128, stream=stream)
     assert json.loads(stream.getvalue()) == report
     assert report["kills"] >= 1 and report["restarts"] >= 1 and report["steps"] > 0
     assert report["final_state_matches_reference"] is True

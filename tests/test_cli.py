@@ -171,7 +171,7 @@ def test_bench_scaling_prints_efficiency_and_baseline():
     assert ("strong-scaling", "parallel_efficiency") in metrics
     assert ("map_overlap-baseline", "speedup_vs_map_overlap") in metrics
     baselines = {r["scaling"]: r for r in lines if r["case"] == "map_overlap-baseline"}
-    assert {k: r["grid"] for k, r in baselines.items()} == {"weak": [64, 128], "strong": [64, 64]}
+    assert {k: r["problem_size"] for k, r in baselines.items()} == {"weak": [64, 128], "strong": [64, 64]}
     timed_strong = next(r for r in lines if r["case"] == "strong-scaling" and r["metric"] == "seconds_per_step")
     strong = baselines["strong"]
     assert strong["value"] == pytest.approx(strong["map_overlap_seconds_per_step"] / timed_strong["value"])

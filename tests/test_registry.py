@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from hpcgpu.plan.workload_costs import kernel_time, step_cost
-from hpcgpu.registry import PlanOption, Workload
+from hpcgpu.registry import BenchmarkCase, PlanOption, Workload
 
 HELP = "a toy model (decay of one number)"
 DESCRIPTION = "Decay x' = -x for --steps steps."
@@ -62,9 +62,22 @@ class ToyCost:
         return step_cost(scheduler, partitions, seconds, 0, 0, link, 8 * owned, bound)
 
 
+class ToyModel:
+    name = "toy"
+
+    def __init__(self, cells, dtype, backend):
+        self.cells, self.dtype, self.backend = cells, dtype, backend
+
+
+def build_toy(size, *, dtype, backend, scale):
+    return ToyModel(size * scale, dtype, backend)
+
+
+DECAY = BenchmarkCase("decay", build_toy, "cells", size=64, min_size=4)
+
 WORKLOAD = Workload(name="toy", cli="hpcgpu_toy", plan="hpcgpu_toy:ToyCost", plan_sizes=("cells",),
                     plan_options=(PlanOption("cells", float, "toy: cells", count=True),), time_unit="s",
-                    conserved=("x",))
+                    conserved=("x",), benchmarks={"scaling": DECAY}, plan_parameters=lambda m: {"cells": m.cells})
 '''
 
 
@@ -122,6 +135,17 @@ def test_an_unknown_workload_is_named_with_the_valid_ones():
         registry.get_plan("astro")
 
 
+def test_a_plugin_is_benchmarked_through_the_case_it_declares(plugins):
+    # cluster acceptance scales every workload with a scaling case: the user's one too, built by its own builder
+    code = ("from hpcgpu import registry; from hpcgpu.bench import acceptance; "
+            "declared, case = registry.benchmark_case('scaling', 'toy'); model = case.model(8, scale=3); "
+            "print(list(acceptance.WORKLOADS), case.name, model.cells, model.dtype, declared.plan_parameters(model))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    assert out.split("\n")[0] == "['nbody', 'md', 'weather', 'toy'] decay 24 float64 {'cells': 24}"
+
+
 def test_a_model_no_one_registered_has_no_declaration():
     class Model:
         name = "somebody_elses"
@@ -171,7 +195,7 @@ def test_the_summary_and_time_come_from_the_declaration():
 
 
 def test_core_builds_a_model_by_name_through_its_declaration():
-    # the benchmarks build the models they time this way: core imports no workload
+    # core code that builds a model by name does so (benchmarks use a BenchmarkCase): core imports no workload
     assert registry.get("weather").model_class().__name__ == "ShallowWater"
     assert registry.get_plan("nbody").model_class() is registry.get("astro").model_class()
     model = registry.get("md").model_class()(3, backend="numpy")

@@ -5,11 +5,13 @@ each worker of an attached dask cluster, measures worker-to-worker
 transfers for every ordered pair along both paths data takes (dask tasks,
 through the scheduler; and the partitioned engine's communicator, rank to
 rank, with :mod:`hpcgpu.bench.comm`) and the communicator's allreduce and
-barrier latency over all workers, runs strong and weak scaling of the
-weather, molecular-dynamics and N-body models over 1..N workers through the
-partitioned engine (each weak line beside what copies of the one-worker
-run reach side by side with no engine: the hardware's own limit), and
-checks the results against :class:`Thresholds`.
+barrier latency over all workers, runs strong and weak scaling over 1..N
+workers through the partitioned engine of every registered workload that
+declares a ``"scaling"`` benchmark case (:class:`hpcgpu.registry.BenchmarkCase`;
+hpcgpu's own: the N-body, molecular-dynamics and weather models), each weak
+line beside what copies of the one-worker run reach side by side with no
+engine (the hardware's own limit), and checks the results against
+:class:`Thresholds`.
 Every result is one JSON-able dict (``"suite": "acceptance"``, ``"kind"``
 says what it is); :mod:`hpcgpu.bench.report` turns them into HTML.
 
@@ -42,9 +44,19 @@ from hpcgpu.bench.comm import task_round_trips
 from hpcgpu.bench.report import Thresholds
 from hpcgpu.cluster import worker_info
 
-__all__ = ["run_acceptance", "estimate_seconds", "measure_transfers", "task_round_trips", "WORKLOADS"]
+__all__ = ["run_acceptance", "estimate_seconds", "measure_transfers", "task_round_trips", "scaled_workloads",
+           "WORKLOADS"]
 
-WORKLOADS = ("weather", "md", "nbody")
+
+def scaled_workloads():
+    """The names (``hpcgpu plan``'s where there is one) of the workloads that declare a ``"scaling"`` case."""
+    from hpcgpu import registry
+
+    return tuple(w.plan_name or w.name for w in registry.benchmarked("scaling").values())
+
+
+WORKLOADS = scaled_workloads()
+"""The workloads acceptance scales by default, read from the registry when this module is imported."""
 # Rough seconds per worker for the single-worker probes, and per scaling run (quick, full).
 _PROBE_S = {True: 8.0, False: 40.0}
 _SCALING_RUN_S = {True: 4.0, False: 12.0}
@@ -335,31 +347,23 @@ def _side_by_side(client, workload, workers, largest, quick, steps):
 
 
 def _scaling_case(workload, mode, count, largest, quick):
-    """``(model, state, dt, steps, steps_per_task, size)`` of a scaling run on ``count`` workers."""
+    """``(model, state, dt, steps, steps_per_task, size)`` of a scaling run on ``count`` workers.
+
+    The model is the workload's ``"scaling"`` benchmark case, ``count``
+    times one worker's share (weak) or ``largest`` times (strong); K is the
+    engine's own default; ``steps`` (whole supersteps, at least 20) time the
+    run's speed before its timed runs are sized.
+    """
     from hpcgpu import registry
+    from hpcgpu.partition.rows import auto_steps_per_task
 
-    if workload not in WORKLOADS:
-        raise ValueError(workload)
-    share = count if mode == "weak" else largest
-    model_class = registry.get_plan(workload).model_class()  # hpcgpu plan's names: "nbody" is astro
-    if workload == "weather":
-        from hpcgpu.partition.rows import auto_steps_per_task
-
-        side = 512 if quick else 1024
-        model = model_class("turbulence", nx=side, ny=side * share, backend="auto", dtype="float32",
-                            Lx=1e6, Ly=1e6 * share)
-        state = model.initial_state()
-        k = auto_steps_per_task(model, count)  # the engine's own default
-        return model, state, model.suggested_dt(state), 4 * k, k, [side, side * share]
-    if workload == "md":
-        # 6,912 atoms a worker (quick): a step's forces well above the few messages it sends
-        cells = 12 if quick else 16
-        model = model_class((cells, cells, cells * share), temperature=1.44, backend="auto")
-        return model, model.initial_state(), 0.005, 20, 1, model.n
-    # nbody
-    n = int((2048 if quick else 16384) * math.sqrt(share))  # weak: work N^2 grows with the workers
-    model = model_class("plummer", n=n, backend="auto")
-    return model, model.initial_state(), 0.001, 20 if quick else 50, 1, n
+    _, case = registry.benchmark_case("scaling", workload)
+    size = case.default_size(quick)
+    model = case.model(size, backend="auto", scale=count if mode == "weak" else largest)
+    state = model.initial_state()
+    k = auto_steps_per_task(model, count)  # the engine's own default
+    steps = k * max(4, math.ceil(20 / k))
+    return model, state, case.dt(model, state), steps, k, case.recorded_size(model, size)
 
 
 def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS, stream=None,

@@ -17,7 +17,9 @@ the accelerations on the first :data:`NUMPY_TARGETS` bodies only (from all
 the JSON line says so (``targets_timed``, ``note``).
 
 Case ``direct_blocks`` (with ``--workers N``, N >= 2): whole leapfrog steps
-of a Plummer sphere of ``N`` bodies on a local dask cluster of N workers
+of the N-body workload's ``"step"`` benchmark case
+(:class:`hpcgpu.registry.BenchmarkCase`: a Plummer sphere) of ``N`` bodies
+on a local dask cluster of N workers
 (one core or one GPU each), the bodies in N blocks
 (:mod:`hpcgpu.partition.all_pairs`: each step every block takes all
 positions). The partitions are set up and warmed up once; each timed call
@@ -31,7 +33,10 @@ import numpy as np
 
 from hpcgpu.bench.harness import measure, measure_partitioned, one_process_rate
 
-__all__ = ["run", "NUMPY_TARGETS", "FLOPS_PER_INTERACTION"]
+__all__ = ["run", "NUMPY_TARGETS", "FLOPS_PER_INTERACTION", "WORKLOAD"]
+
+WORKLOAD = "nbody"
+"""The workload whose ``"step"`` case the ``direct_blocks`` lines time (hpcgpu plan's name of astro)."""
 
 NUMPY_TARGETS = 512
 """Targets the numpy reference is timed on (against all N sources)."""
@@ -75,8 +80,10 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
 def _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers):
     from hpcgpu import registry
 
-    model = registry.get("astro").model_class()("plummer", n=n, dtype=dtype, backend=backend.name, seed=4)
-    durations = measure_partitioned(backend, workers, model, model.initial_state(), model.case_dt, steps,
+    _, case = registry.benchmark_case("step", WORKLOAD)
+    model = case.model(n, dtype=dtype, backend=backend.name)
+    initial = model.initial_state()
+    durations = measure_partitioned(backend, workers, model, initial, case.dt(model, initial), steps,
                                     name="bench-nbody-blocks", budget_s=budget_s)
     median = float(np.median(durations))
     rate = n * n * steps / median
@@ -84,7 +91,7 @@ def _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers):
     recorder.add(case="direct_blocks", backend=backend.name, dtype=np.dtype(dtype).name, size=n,
                  metric="interactions_per_s", value=rate, unit="1/s", durations=durations,
                  gflops=FLOPS_PER_INTERACTION * rate / 1e9, steps_per_call=steps, seconds_per_step=median / steps,
-                 workers=workers, partitions=workers,
+                 workers=workers, partitions=workers, model_case=case.name,
                  ratio_to_one_process=None if one_process is None else rate / one_process,
                  note="the partitions are set up once; each call advances them and waits for the last step")
 

@@ -11,7 +11,8 @@ Numba on the CPU) and returns plain dicts, so only small results travel.
   its roofline floor (memory-bound kernels against the copy bandwidth,
   compute-bound ones against the GEMM rate) and a correctness check against
   the ``numpy`` reference on fresh random input, on the worker.
-* :func:`energy_per_step`: joules per shallow-water step from NVML (GPUs) or
+* :func:`energy_per_step`: joules per step of a workload's ``"energy"``
+  benchmark case (hpcgpu's own: the weather model) from NVML (GPUs) or
   RAPL (Intel CPUs), or why it is not available.
 
 :func:`set_throttle` is a test-only hook that makes one worker's timed
@@ -245,18 +246,24 @@ def _poisson(side):
     return CSRMatrix(data, columns.ravel(), np.arange(0, 5 * side * side + 1, 5), shape=(side * side,) * 2)
 
 
-def energy_per_step(backend="auto", quick=False):
-    """Joules per shallow-water step on this worker's device, or ``{"available": False, "why": ...}``."""
+def energy_per_step(backend="auto", quick=False, workload=None):
+    """Joules per step on this worker's device, or ``{"available": False, "why": ...}``.
+
+    The model is the ``"energy"`` benchmark case of ``workload``
+    (:class:`hpcgpu.registry.BenchmarkCase`; default the first registered
+    workload that declares one), at its quick size when ``quick``.
+    """
     from hpcgpu import registry
 
     b = _backend(backend)
     meter = _energy_meter(b)
     if isinstance(meter, str):
         return {"available": False, "why": meter}
-    nx = (2048 if b.on_gpu else 512) // (2 if quick else 1)
-    model = registry.get("weather").model_class()("unstable_jet", nx=nx, ny=nx // 2, backend=b, dtype="float32")
+    declared, case = registry.benchmark_case("energy", workload)
+    size = case.default_size(quick)
+    model = case.model(size, backend=b)
     state = model.initial_state()
-    dt = model.suggested_dt(state)
+    dt = case.dt(model, state)
     state = model.step(state, dt, 2)
     b.synchronize()
     steps = 0
@@ -267,8 +274,8 @@ def energy_per_step(backend="auto", quick=False):
         steps += 10
     joules = meter() - joules0
     return {"available": True, "source": "NVML" if b.on_gpu else "RAPL", "joules_per_step": joules / steps,
-            "steps": steps, "grid": [nx, nx // 2], "seconds": time.perf_counter() - start,
-            "watts": joules / (time.perf_counter() - start)}
+            "steps": steps, "workload": declared.name, "case": case.name, "size": case.recorded_size(model, size),
+            "seconds": time.perf_counter() - start, "watts": joules / (time.perf_counter() - start)}
 
 
 def _energy_meter(b):

@@ -1,7 +1,13 @@
-"""``hpcgpu bench scaling weather``: strong and weak scaling on a dask cluster.
+"""``hpcgpu bench scaling WORKLOAD``: strong and weak scaling on a dask cluster.
 
-For 1..N workers (N: the cores here, or the GPUs), each worker gets one
-core (or one GPU). Lines (metric):
+The model is the workload's ``"scaling"`` benchmark case
+(:class:`hpcgpu.registry.BenchmarkCase`; for weather, balanced eddies
+everywhere, so that every block does the same work). For 1..N workers (N:
+the cores here, or the GPUs), each worker gets one core (or one GPU). Every
+line names the ``workload`` and its ``model_case``; the engine's lines carry
+the problem's size in the case's unit (``problem_size``) and, when the
+engine splits the problem on a process grid, that grid (``grid``). Lines
+(metric):
 
 ``seconds_per_step``
     wall time per time step, split by what the ranks report of their
@@ -56,7 +62,7 @@ import numpy as np
 from hpcgpu.partition.engine import PartitionedExecutor
 from hpcgpu.partition.engine import on_worker as _on_worker
 
-__all__ = ["run"]
+__all__ = ["run", "scaling_case", "time_engine", "median_run", "process_grid", "EngineRun"]
 
 BALANCE_SLOWDOWN = 2.0
 """How much slower the slow worker of the ``balance`` case is."""
@@ -76,21 +82,36 @@ def _cluster(workers, gpus):
                          quiet=True)
 
 
-def _model(nx, ny, dtype, backend):
-    """Balanced eddies everywhere, so every block does the same work.
+def scaling_case(workload):
+    """``(Workload, BenchmarkCase)``: the model ``workload`` declares for scaling (:mod:`hpcgpu.registry`).
 
-    (A jet in a wide channel leaves far-field blocks with tiny values whose
-    float32 products go subnormal, which slows CPUs many times over and
-    would make equal blocks unequal.)
+    Raises
+    ------
+    ConfigError
+        ``workload`` is unknown or declares no ``"scaling"`` case.
     """
     from hpcgpu import registry
 
-    return registry.get("weather").model_class()("turbulence", nx=nx, ny=ny, dtype=dtype, backend=backend, Lx=2.0e4 * nx,
-                        Ly=2.0e4 * ny, peak_wavenumber=max(6.0, ny / 64))
+    return registry.benchmark_case("scaling", workload)
+
+
+def _split_by_rows(model):
+    """Whether ``model`` steps row blocks with halos (the rows protocol), which the map_overlap baseline, the
+    balance case and the choice of K here need; a model may offer it beside another decomposition."""
+    return all(callable(getattr(model, name, None)) for name in ("halo_rows", "advance_rows", "periodic_rows"))
+
+
+def _steps_per_task(model, steps, partitions):
+    """K on ``partitions`` row blocks: ``steps`` when its halo fits half a block, else 1 (and 1 for other models).
+    (A process grid's blocks are at least that tall; the engine refuses a K whose halo is wider than a block.)
+    """
+    if not _split_by_rows(model):
+        return 1
+    return steps if min(model.halo_rows(steps)) * 2 <= model.decomposition_size() // partitions else 1
 
 
 class EngineRun(NamedTuple):
-    """One timed run of the engine (:func:`_time_engine`); runs sort by their time per step."""
+    """One timed run of the engine (:func:`time_engine`); runs sort by their time per step."""
 
     seconds_per_step: float
     compute_s: float          # the busiest rank's time outside message waits, per superstep
@@ -99,6 +120,7 @@ class EngineRun(NamedTuple):
     bystander_cpu_s: float    # CPU seconds per step of the client, scheduler, nannies and helpers
     rank_cpu_share: float     # the busiest rank's thread CPU over its compute time
     wall_s: float             # the whole timed run
+    grid: list = None         # the process grid, when the executor's describe() has one
 
 
 def _split(stats, wall, supersteps):
@@ -145,12 +167,12 @@ def _rank_compute_times(stats):
     return [sum(epoch["ranks"][r][0] - epoch["ranks"][r][1] for epoch in stats) for r in range(ranks)]
 
 
-def _balance(recorder, per_worker, dtype, steps_per_task, supersteps):
+def _balance(recorder, case, per_worker, dtype, steps_per_task, supersteps):
     """Equal vs calibrated blocks on a fast + slow worker pair."""
     client = _mixed_cluster(BALANCE_SLOWDOWN)
     try:
         client.wait_for_workers(2)
-        model = _model(per_worker, 2 * per_worker, dtype, "numba")
+        model = case.model(per_worker, dtype=dtype, backend="numba", scale=2)
         state = model.initial_state()
         dt = model.suggested_dt(state, 0.4)
         for weights in (None, "calibrate"):
@@ -203,21 +225,51 @@ class _BystanderCPU:
         return total
 
 
-def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
-    """``repeats`` timed runs of ``supersteps`` supersteps.
+def time_engine(client, model, workers, steps_per_task, supersteps, repeats=3, *, time_step=None):
+    """``repeats`` timed runs of ``supersteps`` supersteps of ``model`` split over ``workers`` partitions.
 
-    Returns one :class:`EngineRun` per run: seconds per step, the critical
-    compute and halo time per superstep, the share outside the epochs, the
-    CPU seconds per step of the client, scheduler and nannies
-    (:class:`_BystanderCPU`), and the busiest rank's CPU share.
+    The kernels are compiled on every worker by one untimed superstep first.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    model
+        The model (built through its workload's benchmark case).
+    workers : int
+        Partitions, one per worker.
+    steps_per_task : int
+        K, steps per exchange.
+    supersteps : int
+        Supersteps (of K steps) per timed run.
+    repeats : int
+        Timed runs.
+    time_step : callable, optional
+        ``time_step(model, state) -> dt`` (a benchmark case's ``dt``);
+        default ``model.suggested_dt(state, 0.4)``.
+
+    Returns
+    -------
+    list of EngineRun
+        One per run: seconds per step, the critical compute and halo time
+        per superstep, the share outside the epochs, the CPU seconds per
+        step of the client, scheduler and nannies (:class:`_BystanderCPU`),
+        the busiest rank's CPU share, and the process grid when the
+        executor describes one.
+
+    Examples
+    --------
+    >>> runs = time_engine(client, model, 2, 4, 3)  # doctest: +SKIP
+    >>> median_run(runs).seconds_per_step > 0  # doctest: +SKIP
+    True
     """
     state = model.initial_state()
-    dt = model.suggested_dt(state, 0.4)
+    dt = model.suggested_dt(state, 0.4) if time_step is None else time_step(model, state)
     executor = PartitionedExecutor(client, model, state, dt, partitions=workers, steps_per_task=steps_per_task,
                                    name="bench-scaling")
     executor.advance(steps_per_task)  # compiles the kernels on every worker
     executor.synchronize()
     bystanders = _BystanderCPU(client)
+    grid = process_grid(executor.describe())
     runs = []
     for _ in range(repeats):
         done = len(executor.epoch_stats)
@@ -229,14 +281,37 @@ def _time_engine(client, model, workers, steps_per_task, supersteps, repeats=3):
         steps = steps_per_task * supersteps
         compute, halo, share, rank_cpu = _split(executor.epoch_stats[done:], wall, supersteps)
         runs.append(EngineRun(wall / steps, compute, halo, share, (bystanders.seconds() - cpu) / steps, rank_cpu,
-                              wall))
+                              wall, grid))
     executor.close()
     return runs
 
 
-def _median_run(runs):
+def process_grid(described):
+    """The process grid an executor's ``describe()`` reports, as a list (``[px, py]``), or None when it has none.
+
+    Read as given: ``"grid"`` (a sequence) or ``"process_grid"`` (``"4x2"``);
+    row blocks and particle slabs report neither.
+
+    Examples
+    --------
+    >>> process_grid({"grid": (4, 2)}), process_grid({"process_grid": "2x2x1"}), process_grid({"partitions": 2})
+    ([4, 2], [2, 2, 1], None)
+    """
+    grid = described.get("grid", described.get("process_grid"))
+    if grid is None:
+        return None
+    return [int(n) for n in (grid.split("x") if isinstance(grid, str) else grid)]
+
+
+def median_run(runs):
     """The run whose time is the median (the upper one of an even count), so
-    that its split belongs to the time reported."""
+    that its split belongs to the time reported.
+
+    Examples
+    --------
+    >>> median_run([EngineRun(3.0, 0, 0, 0, 0, 1, 3.0), EngineRun(1.0, 0, 0, 0, 0, 1, 1.0)]).seconds_per_step
+    3.0
+    """
     return sorted(runs)[len(runs) // 2]
 
 
@@ -289,20 +364,30 @@ def _time_map_overlap(client, model, workers, steps, repeats=3):
     return runs
 
 
-def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, budget_s=20.0,
-        workload="weather", max_workers=None, supersteps=3, balance=True, repeats=2, rounds=2):
-    """Run the scaling suite; ``sizes`` are points per side per worker, ``steps`` is K.
+def run(recorder, backends, *, workload, sizes=(2048,), dtypes=("float32",), steps=16, budget_s=20.0,
+        max_workers=None, supersteps=3, balance=True, repeats=2, rounds=2):
+    """Run the scaling suite on ``workload``'s ``"scaling"`` benchmark case (:mod:`hpcgpu.registry`).
 
+    ``sizes`` are each worker's share in the case's unit (cells per side of
+    a worker's block for a grid), ``steps`` is K where the model's halo
+    allows it. Weak scaling builds the case ``workers`` times larger
+    (``scale``), strong scaling one worker's size split ``workers`` ways.
     Every worker count gets a fresh cluster once per round, rounds taking the
     counts in turn (1, 2, ..., 1, 2, ...), so that a slow spell of this
     shared machine falls on both sides of a ratio rather than on one. Each
     timing is the median of ``rounds`` x ``repeats`` runs of ``supersteps``
-    supersteps.
-    """
-    if workload != "weather":
-        from hpcgpu.errors import ConfigError
+    supersteps. A line carries ``grid``, the process grid, when the engine
+    describes one. The map_overlap baseline, the balance case and the
+    contention ceiling run for models split into row blocks.
 
-        raise ConfigError(f"workload must be 'weather' for the scaling suite; got {workload!r}")
+    Raises
+    ------
+    ConfigError
+        ``workload`` declares no scaling case, or a size below its smallest.
+    """
+    declared, case = scaling_case(workload)
+    for per_worker in sizes:
+        case.check_size(per_worker)
     backend = backends[0] if backends else None
     gpus = backend is not None and backend.on_gpu and not backend.simulated
     if gpus:
@@ -317,54 +402,57 @@ def run(recorder, backends, *, sizes=(2048,), dtypes=("float32",), steps=16, bud
               f"scaling to {top}", file=sys.stderr)
     backend_name = "auto" if backend is None else backend.name
     counts = sorted({1, top} | ({2} if top >= 2 else set()))
+    named = dict(workload=declared.name, model_case=case.name)
     for per_worker in sizes:
         for dtype in dtypes:
-            timings, overlap = {}, {"weak": [], "strong": []}
+            timings, overlap, shapes = {}, {"weak": [], "strong": []}, {}
             for _ in range(rounds):
                 for workers in counts:
-                    _time_cluster(timings, overlap, workers, top, gpus, per_worker, dtype, backend_name, steps,
-                                  supersteps, repeats)
+                    _time_cluster(timings, overlap, shapes, case, workers, top, gpus, per_worker, dtype,
+                                  backend_name, steps, supersteps, repeats)
             weak, strong = {}, {}
             for (kind, workers, k), runs in timings.items():
-                median = _median_run(runs)
+                median = median_run(runs)
                 seconds, compute, halo, bystander = (median.seconds_per_step, median.compute_s, median.halo_s,
                                                      median.bystander_cpu_s)
                 if k == steps or (kind, workers, steps) not in timings:
                     (weak if kind == "weak" else strong)[workers] = seconds
+                process_grid = {} if median.grid is None else {"grid": median.grid}
                 recorder.add(case=f"{kind}-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="seconds_per_step", value=seconds, unit="s",
-                             durations=[run.wall_s for run in runs], workers=workers,
-                             grid=[per_worker, per_worker * workers if kind == "weak" else per_worker],
+                             durations=[run.wall_s for run in runs], workers=workers, **named,
+                             problem_size=shapes[(kind, workers)], **process_grid,
                              steps_per_task=k, compute_s=compute / k, halo_s=halo / k,
                              scheduler_share=median.scheduler_share, bystander_cpu_s=bystander,
                              bystander_core_share=bystander / (seconds * workers),
                              rank_cpu_share=median.rank_cpu_share)
             strong[1] = weak[1]
-            for kind, engine, ny in (("weak", weak, per_worker * top), ("strong", strong, per_worker)):
+            for kind, engine in (("weak", weak), ("strong", strong)):
                 runs = overlap[kind]
                 if not runs:
-                    continue  # one worker: the grids are the same
-                baseline = _median_run(runs)
+                    continue  # one worker, or a model not split into rows
+                baseline = median_run(runs)
                 recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="speedup_vs_map_overlap", value=baseline / engine[top], unit="x",
-                             durations=runs, workers=top, grid=[per_worker, ny], scaling=kind,
+                             durations=runs, workers=top, **named, problem_size=shapes[(kind, top)], scaling=kind,
                              map_overlap_seconds_per_step=baseline, map_overlap_runs_s_per_step=runs,
                              hpcgpu_seconds_per_step=engine[top])
+            rows = _split_by_rows(case.model(per_worker, dtype=dtype, backend="numpy"))
             for workers in counts[1:]:
                 efficiency = weak[1] / weak[workers]
                 # on CPUs, beside the machine's own ceiling and the share of it the engine reaches
-                extra = {} if gpus else _contention_ceiling(recorder, workers, per_worker, dtype, backend)
+                extra = _contention_ceiling(recorder, workers, per_worker, dtype, backend) if rows and not gpus else {}
                 if extra:
                     extra["efficiency_vs_ceiling"] = efficiency / extra["ceiling"]
                 recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=efficiency, unit="1",
-                             durations=[weak[workers]], workers=workers, **extra)
+                             durations=[weak[workers]], workers=workers, **named, **extra)
                 recorder.add(case="strong-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=strong[1] / (workers * strong[workers]),
-                             unit="1", durations=[strong[workers]], workers=workers)
-            if balance and not gpus:
-                k = steps if min(_model(per_worker, per_worker, dtype, "numba").halo_rows(steps)) * 2 <= per_worker else 1
-                _balance(recorder, per_worker, dtype, k, supersteps)
+                             unit="1", durations=[strong[workers]], workers=workers, **named)
+            if balance and rows and not gpus:
+                k = _steps_per_task(case.model(per_worker, dtype=dtype, backend="numba"), steps, 1)
+                _balance(recorder, case, per_worker, dtype, k, supersteps)
     return recorder.results
 
 
@@ -382,29 +470,31 @@ def _contention_ceiling(recorder, workers, per_worker, dtype, backend):
     return {"ceiling": result["efficiency"]}
 
 
-def _time_cluster(timings, overlap, workers, top, gpus, per_worker, dtype, backend_name, steps, supersteps,
-                  repeats):
+def _time_cluster(timings, overlap, shapes, case, workers, top, gpus, per_worker, dtype, backend_name, steps,
+                  supersteps, repeats):
     """One round on a fresh cluster of ``workers``: adds its engine runs to
-    ``timings`` (keyed by scaling kind, workers and K) and, on the largest
-    cluster, the map_overlap baseline's runs on the weak and strong grids to
-    ``overlap``."""
+    ``timings`` (keyed by scaling kind, workers and K), the problem's size to
+    ``shapes`` and, on the largest cluster, the map_overlap baseline's runs
+    on the weak and strong problems to ``overlap`` (row models only)."""
     client = _cluster(workers, gpus)
     try:
         ks, models = {}, {}
-        for kind, ny in (("weak", per_worker * workers), ("strong", per_worker)):
+        for kind, scale in (("weak", workers), ("strong", 1)):
             if kind == "strong" and workers == 1:
                 continue  # the same run as weak on one worker
-            model = models[kind] = _model(per_worker, ny, dtype, backend_name)
-            k = ks[kind] = steps if min(model.halo_rows(steps)) * 2 <= ny // workers else 1
+            model = models[kind] = case.model(per_worker, dtype=dtype, backend=backend_name, scale=scale)
+            shapes[(kind, workers)] = case.recorded_size(model, per_worker)
+            k = ks[kind] = _steps_per_task(model, steps, workers)
             timings.setdefault((kind, workers, k), []).extend(
-                _time_engine(client, model, workers, k, supersteps, repeats))
+                time_engine(client, model, workers, k, supersteps, repeats, time_step=case.dt))
         if workers != top:
             return
         if ks["weak"] > 1:  # the same grid one step per exchange, as many steps: what K saves
             timings.setdefault(("weak", workers, 1), []).extend(
-                _time_engine(client, models["weak"], workers, 1, supersteps * ks["weak"], repeats))
+                time_engine(client, models["weak"], workers, 1, supersteps * ks["weak"], repeats,
+                            time_step=case.dt))
         for kind, model in models.items():
-            if workers > 1 or kind == "weak":
+            if (workers > 1 or kind == "weak") and _split_by_rows(model):
                 overlap[kind] += _time_map_overlap(client, model, workers, max(OVERLAP_STEPS, supersteps),
                                                    repeats)
     finally:

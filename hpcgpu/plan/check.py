@@ -14,14 +14,21 @@ spot, every figure the model takes from the machine:
   :func:`hpcgpu.bench.comm.measure`, the measurement of ``hpcgpu bench
   comm``; and its scalar allreduce, for the record;
 - the engine's cost per epoch on 1 and on 2 workers: epochs that only
-  check the health of a tiny grid, submitted and waited for one at a time;
+  check the health of the smallest model of the case, submitted and waited
+  for one at a time;
 
 keeps the kernel's fraction of its roofline from ``docs/benchmarks.md``
-(the named ``cpu`` profile: the fused step's share of the flop peak),
-predicts the seconds per step of the weather model on 1 and 2 workers, then
-runs that model on the engine, one epoch of ``supersteps`` supersteps at a
-time as the prediction assumes, and reports the relative error of each
-prediction.
+(the named ``cpu`` profile of the kernel family the workload's cost model
+declares, ``Workload.plan_kernel``), predicts the seconds per step on 1
+and 2 workers, then runs the model on the engine, one epoch of
+``supersteps`` supersteps at a time as the prediction assumes, and reports
+the relative error of each prediction.
+
+The model is the ``"plan_check"`` benchmark case of the workload
+(:class:`hpcgpu.registry.BenchmarkCase`; hpcgpu's own: the weather model),
+built and timed with :mod:`hpcgpu.bench`'s public functions; the cost model
+is given the parameters the workload reads off that model
+(``Workload.plan_parameters``).
 """
 
 import os
@@ -31,6 +38,7 @@ from dataclasses import replace
 import numpy as np
 
 from hpcgpu.cluster import worker_info
+from hpcgpu.errors import ConfigError
 from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, SchedulerModel
 from hpcgpu.plan.workload_costs import make_workload
 
@@ -99,14 +107,14 @@ def _measure_link(client, workers, repeats=_COMM_REPEATS):
         "allreduce_s": float(np.median(measured["allreduce"]))}
 
 
-def _epoch_overhead(client, partitions, dtype, repeats=_EPOCH_REPEATS):
-    """Median seconds of an epoch that does almost nothing (a health check of a tiny grid), waited for at once."""
-    from hpcgpu.bench.scaling import _model
+def _epoch_overhead(client, case, partitions, dtype, repeats=_EPOCH_REPEATS):
+    """Median seconds of an epoch that does almost nothing (a health check of the case's smallest model), waited
+    for at once."""
     from hpcgpu.partition.engine import PartitionedExecutor
 
-    model = _model(32, 64, dtype, "numba")
+    model = case.model(case.min_size, dtype=dtype, backend="numba", scale=partitions)
     state = model.initial_state()
-    executor = PartitionedExecutor(client, model, state, model.suggested_dt(state, 0.4), partitions=partitions,
+    executor = PartitionedExecutor(client, model, state, case.dt(model, state), partitions=partitions,
                                    steps_per_task=1, name="plan-check-epoch")
     try:
         executor.health()  # the first epoch loads the model on the workers
@@ -125,42 +133,65 @@ def _relative_error(predicted, measured):
     return (predicted - measured) / measured
 
 
-def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="float32", supersteps=12, repeats=3):
-    """Predicted vs measured seconds per step of the weather model on 1 and 2 local CPU workers.
+def check_against_this_machine(workload=None, *, steps_per_task=8, dtype="float32", supersteps=12, repeats=3,
+                               **sizes):
+    """Predicted vs measured seconds per step of a workload on 1 and 2 local CPU workers.
 
     Parameters
     ----------
-    nx, ny : int
-        Grid (the whole grid: strong scaling from 1 to 2 workers).
+    workload : str, optional
+        A workload with a cost model that declares a ``"plan_check"``
+        benchmark case (its name or ``hpcgpu plan`` name); default the
+        first registered one (hpcgpu's own: weather).
     steps_per_task : int
-        K, steps per halo exchange.
+        K, steps per exchange, where the cost model takes one.
     dtype : str
     supersteps : int
         Supersteps per timed epoch.
     repeats : int
         Timed epochs per worker count (the median is reported).
+    **sizes
+        The workload's ``hpcgpu plan`` sizes (``Workload.plan_sizes``: the
+        grid's two sides for weather): the whole problem (strong scaling
+        from 1 to 2 workers); a size not given is the case's.
 
     Returns
     -------
     dict
-        ``profile`` (what was measured, and ``implied_stencil_fraction``:
-        the kernel fraction that would have predicted the 1-worker run's
-        compute), ``rows`` (one dict per worker count with the predicted and
-        measured seconds per step, their parts and ``relative_error``), and
-        the predicted and measured efficiency.
+        ``workload``, ``case``, ``size`` (the cost model's parameters of
+        the run), ``profile`` (what was measured, and
+        ``implied_kernel_fraction``: the kernel fraction that would have
+        predicted the 1-worker run's compute), ``rows`` (one dict per worker
+        count with the predicted and measured seconds per step, their parts
+        and ``relative_error``), and the predicted and measured efficiency.
+
+    Raises
+    ------
+    ConfigError
+        A workload without a cost model or ``"plan_check"`` case, a size
+        that is not one of its plan sizes or out of range (before any
+        cluster starts).
 
     Examples
     --------
-    >>> result = check_against_this_machine(nx=256, ny=128)  # doctest: +SKIP
+    >>> result = check_against_this_machine()  # doctest: +SKIP
     >>> abs(result["rows"][0]["relative_error"]) < 1  # doctest: +SKIP
     True
     """
-    from hpcgpu.bench.scaling import _median_run, _model, _time_engine
+    from hpcgpu import registry
+    from hpcgpu.bench.scaling import median_run, time_engine
     from hpcgpu.cluster import start_cluster
 
-    model = _model(nx, ny, dtype, "numba")
-    workload = make_workload("weather", nx=nx, ny=ny, steps=1, dtype=dtype, steps_per_task=steps_per_task,
-                             periodic=model.periodic_rows())
+    declared, case = registry.benchmark_case("plan_check", workload)
+    if declared.plan is None or declared.plan_parameters is None:
+        raise ConfigError(f"workload {declared.name!r} needs a cost model and Workload.plan_parameters for "
+                          "hpcgpu plan --check")
+    plan_name = declared.plan_name or declared.name
+    model = case.model(_case_size(declared, case, sizes), dtype=dtype, backend="numba")
+    parameters = declared.plan_parameters(model)
+    cost_model = make_workload(plan_name, **parameters, steps=1, dtype=dtype,
+                               **_if_taken(declared, steps_per_task=steps_per_task))
+    family = declared.plan_kernel or "copy"
     load_before = os.getloadavg()[0]
     client = start_cluster(workers=2, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", quiet=True)
     try:
@@ -169,26 +200,28 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
         link, comm = _measure_link(client, workers)
         rows = []
         profile = {"link_latency_s": link.latency_s, "link_bytes_per_s": link.bandwidth, **comm,
-                   "stencil_fraction": DEVICES["cpu"].fraction("stencil", dtype),
-                   "stencil_fraction_source": DEVICES["cpu"].sources["stencil"]}
+                   "kernel_family": family, "kernel_fraction": DEVICES["cpu"].fraction(family, dtype),
+                   "kernel_fraction_source": DEVICES["cpu"].sources.get(family, "")}
         for partitions in (1, 2):
             bandwidth = _copy_bandwidth(client, workers[:partitions], COPY_WORKING_SET)
-            overhead = _epoch_overhead(client, partitions, dtype)
+            overhead = _epoch_overhead(client, case, partitions, dtype)
             profile[f"copy_bytes_per_s_{partitions}_workers"] = bandwidth
             profile[f"epoch_overhead_s_{partitions}_workers"] = overhead
             device = replace(DEVICES["cpu"], name="cpu (measured here)", bandwidth=bandwidth, copy_fraction=1.0)
-            k = workload.steps_per_exchange(partitions)
+            k = cost_model.steps_per_exchange(partitions) if hasattr(cost_model, "steps_per_exchange") else 1
             epoch = k * supersteps
             scheduler = SchedulerModel(overhead, 0.0, steps_per_epoch=epoch,
                                        source="measured: hpcgpu plan --check (an epoch waited for at once)")
-            predicted = workload.cost(partitions, device, link, scheduler)
-            named = workload.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"],
-                                  SchedulerModel(steps_per_epoch=epoch))
-            median = _median_run(_time_engine(client, model, partitions, k, supersteps, repeats=repeats))
+            predicted = cost_model.cost(partitions, device, link, scheduler)
+            named = cost_model.cost(partitions, DEVICES["cpu"], LINKS["tcp-local"],
+                                    SchedulerModel(steps_per_epoch=epoch))
+            median = median_run(time_engine(client, model, partitions, k, supersteps, repeats=repeats,
+                                            time_step=case.dt))
             seconds, compute, wait, share = median.seconds_per_step, median.compute_s, median.halo_s, \
                 median.scheduler_share
             rows.append({
                 "workers": partitions, "steps_per_task": k, "steps_per_epoch": epoch,
+                **({} if median.grid is None else {"grid": median.grid}),
                 "predicted_s_per_step": predicted.seconds_per_step, "measured_s_per_step": seconds,
                 "relative_error": _relative_error(predicted.seconds_per_step, seconds),
                 "predicted_compute_s": predicted.compute_s, "measured_compute_s": float(compute) / k,
@@ -202,21 +235,41 @@ def check_against_this_machine(*, nx=1024, ny=512, steps_per_task=8, dtype="floa
         local.close()
     one, two = rows
     # what the 1-worker run says of the kernel: the fraction that would have predicted its compute
-    profile["implied_stencil_fraction"] = (profile["stencil_fraction"] * one["predicted_compute_s"]
-                                           / one["measured_compute_s"])
-    return {"workload": "weather", "case": "turbulence", "grid": [nx, ny], "dtype": dtype,
+    profile["implied_kernel_fraction"] = (profile["kernel_fraction"] * one["predicted_compute_s"]
+                                          / one["measured_compute_s"])
+    return {"workload": plan_name, "case": case.name, "size": parameters, "dtype": dtype,
             "profile": profile, "rows": rows,
             "predicted_efficiency": one["predicted_s_per_step"] / (2 * two["predicted_s_per_step"]),
             "measured_efficiency": one["measured_s_per_step"] / (2 * two["measured_s_per_step"]),
             "load_average": [load_before, os.getloadavg()[0]], "cores": len(os.sched_getaffinity(0))}
 
 
+def _case_size(declared, case, sizes):
+    """The case's size from the plan sizes given (``Workload.plan_sizes``), the case's own where none is given."""
+    unknown = sorted(set(sizes) - set(declared.plan_sizes))
+    if unknown:
+        raise ConfigError(f"unknown size(s) {unknown} for hpcgpu plan --check of {declared.name!r}; valid: "
+                          f"{list(declared.plan_sizes)}")
+    default = case.size if isinstance(case.size, (tuple, list)) else (case.size,) * len(declared.plan_sizes)
+    size = tuple(sizes[name] if sizes.get(name) is not None else default[i]
+                 for i, name in enumerate(declared.plan_sizes))
+    for name, value in zip(declared.plan_sizes, size):
+        case.check_size(value, parameter=name)
+    return size if len(size) > 1 else size[0]
+
+
+def _if_taken(declared, **options):
+    """The ``options`` that the workload's cost model takes (K, say, only where there is an exchange to space)."""
+    fields = declared.cost_model().__dataclass_fields__
+    return {k: v for k, v in options.items() if k in fields}
+
+
 def format_check(result):
     """The check as a human-readable table."""
     p = result["profile"]
-    nx, ny = result["grid"]
+    size = " ".join(f"{k}={v}" for k, v in result["size"].items())
     small, large = MESSAGE_SIZES
-    lines = [f"hpcgpu plan --check: weather ({result['case']}) {nx} x {ny} {result['dtype']}, strong scaling "
+    lines = [f"hpcgpu plan --check: {result['workload']} ({result['case']}) {size} {result['dtype']}, strong scaling "
              f"on 1 and 2 local CPU workers ({result['cores']} cores, load average "
              f"{result['load_average'][0]:.2f} before, {result['load_average'][1]:.2f} after)",
              f"measured here: copy {p['copy_bytes_per_s_1_workers'] / 1e9:.3g} GB/s (1 worker), "
@@ -227,8 +280,8 @@ def format_check(result):
              f"(allreduce {p['allreduce_s'] * 1e3:.3g} ms); an epoch waited for at once "
              f"{p['epoch_overhead_s_1_workers'] * 1e3:.3g} ms (1 worker), "
              f"{p['epoch_overhead_s_2_workers'] * 1e3:.3g} ms (2); "
-             f"kernel at {p['stencil_fraction']:.2f} of its roofline (docs/benchmarks.md; the 1-worker run's "
-             f"compute implies {p['implied_stencil_fraction']:.2f})",
+             f"{p['kernel_family']} kernel at {p['kernel_fraction']:.2f} of its roofline (docs/benchmarks.md; the "
+             f"1-worker run's compute implies {p['implied_kernel_fraction']:.2f})",
              f"{'workers':>7} {'K':>3} {'epoch':>5} {'predicted s/step':>17} {'measured s/step':>16} {'error':>7}   "
              "predicted compute/exchange/scheduler | measured compute/wait/outside epochs (ms/step)"]
     for r in result["rows"]:

@@ -2,12 +2,15 @@
 
 Registered in pyproject.toml (``[project.entry-points."hpcgpu.workloads"]``).
 Imports nothing of the model: the registry imports the modules named here
-when they are needed.
+when they are needed, and the benchmark case's builder imports the model
+class when it is called.
 """
 
-from hpcgpu.registry import PlanOption, Workload
+from dataclasses import replace
 
-__all__ = ["WORKLOAD"]
+from hpcgpu.registry import BenchmarkCase, PlanOption, Workload
+
+__all__ = ["WORKLOAD", "TURBULENCE", "build_turbulence", "grid_points", "plan_parameters"]
 
 
 def grid_points(model):
@@ -15,11 +18,50 @@ def grid_points(model):
     return model.grid.nx * model.grid.ny
 
 
+def plan_parameters(model):
+    """The ``hpcgpu plan weather`` options that describe ``model``: its grid and whether rows wrap around."""
+    return {"nx": model.grid.nx, "ny": model.grid.ny, "periodic": bool(model.periodic_rows())}
+
+
+def build_turbulence(size, *, dtype, backend, scale):
+    """Balanced eddies everywhere, ``size`` cells per side (or ``(nx, ny)``), ``ny`` grown ``scale`` times.
+
+    Every block of a split grid then does the same work. (A jet in a wide
+    channel leaves far-field blocks with tiny values whose float32 products
+    go subnormal, which slows CPUs many times over and would make equal
+    blocks unequal.) Cells are 20 km wide whatever the grid, and the eddies'
+    peak wavenumber grows with ``ny``, so a larger grid is more of the same
+    flow, not the same flow finer.
+
+    Examples
+    --------
+    >>> model = build_turbulence((64, 32), dtype="float32", backend="numpy", scale=2)
+    >>> model.grid.nx, model.grid.ny, model.grid.Lx
+    (64, 64, 1280000.0)
+    """
+    from hpcgpu.workloads.weather.model import ShallowWater
+
+    nx, ny = size if isinstance(size, (tuple, list)) else (size, size)
+    ny *= scale
+    return ShallowWater("turbulence", nx=nx, ny=ny, dtype=dtype, backend=backend, Lx=2.0e4 * nx, Ly=2.0e4 * ny,
+                        peak_wavenumber=max(6.0, ny / 64))
+
+
+def _cfl_04(model, state):
+    return model.suggested_dt(state, 0.4)
+
+
+TURBULENCE = BenchmarkCase(
+    name="turbulence", build=build_turbulence, size_unit="cells per side", size=1024, quick_size=512, min_size=16,
+    dtype="float32", time_step=_cfl_04, size_of=lambda model: (model.grid.nx, model.grid.ny))
+"""The benchmark case of every weather benchmark (sizes differ by purpose, the flow does not)."""
+
 WORKLOAD = Workload(
     name="weather",
     cli="hpcgpu.workloads.weather.cli",
     model="hpcgpu.workloads.weather.model:ShallowWater",
     plan="hpcgpu.workloads.weather.cost:WeatherCost",
+    plan_kernel="stencil",
     plan_sizes=("nx", "ny"),
     plan_options=(
         PlanOption("nx", int, "weather: grid cells along x"),
@@ -31,4 +73,14 @@ WORKLOAD = Workload(
     conserved=("mass", "energy", "enstrophy"),
     grid_points=grid_points,
     diagnostics=("mass", "energy", "enstrophy", "max_cfl"),
+    benchmarks={
+        "step": TURBULENCE,
+        "scaling": TURBULENCE,
+        # long runs with kills: a small grid keeps each restart short
+        "soak": replace(TURBULENCE, size=256, quick_size=128),
+        "energy": replace(TURBULENCE, size=(1024, 512), quick_size=(512, 256)),
+        # strong scaling over 1 and 2 local workers: halos of ~0.9 MB, blocks of 256 rows
+        "plan_check": replace(TURBULENCE, size=(1024, 512), quick_size=(512, 256)),
+    },
+    plan_parameters=plan_parameters,
 )
