@@ -4,18 +4,18 @@
   follows :class:`~hpcgpu.partition.protocols.RowModel`);
 - ``"bodies"``: :class:`~hpcgpu.partition.all_pairs.AllPairsDecomposition`
   (all-pairs forces; :class:`~hpcgpu.partition.protocols.AllPairsModel`);
-- ``"domains"``: :class:`~hpcgpu.partition.slabs.SlabDecomposition` (short-range
+- ``"domains"``: :class:`~hpcgpu.partition.bricks.BrickDecomposition` (short-range
   particles; :class:`~hpcgpu.partition.protocols.SlabModel`).
 """
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.all_pairs import AllPairsDecomposition
+from hpcgpu.partition.bricks import BrickDecomposition
 from hpcgpu.partition.rows import RowDecomposition
-from hpcgpu.partition.slabs import SlabDecomposition
 
 __all__ = ["DECOMPOSITIONS", "decomposition_for"]
 
-DECOMPOSITIONS = {"rows": RowDecomposition, "bodies": AllPairsDecomposition, "domains": SlabDecomposition}
+DECOMPOSITIONS = {"rows": RowDecomposition, "bodies": AllPairsDecomposition, "domains": BrickDecomposition}
 """The class of each kind of decomposition (``model.decomposition``; a model without one is ``"rows"``)."""
 
 
