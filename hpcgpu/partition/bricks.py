@@ -182,8 +182,8 @@ class BrickDecomposition(Decomposition):
             try:
                 grid = choose_process_grid(partitions, box, halo=(radius,) * 3, minimum=(needed,) * 3, tie="first")
             except ConfigError as error:
-                raise ConfigError(f"partitions={partitions} cannot cut the box ({', '.join(f'{b:.4g}' for b in box)}) "
-                                  f"into bricks at least {what} = {needed:.4g} thick: {error}") from None
+                raise ConfigError(f"{error} (bricks of {model.name} must be at least {what} = {needed:.4g} thick "
+                                  f"so that ghosts and migrating atoms come from the adjacent bricks only)") from None
         grid = check_grid(grid, 3, partitions)
         bricks = Bricks.weighted(grid, box, weights)
         try:

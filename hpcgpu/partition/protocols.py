@@ -99,7 +99,7 @@ class AllPairsModel(Partitionable, Protocol):
 
 @runtime_checkable
 class SlabModel(Partitionable, Protocol):
-    """Short-range particles in slabs of a periodic box (:mod:`hpcgpu.partition.slabs`); ``box`` its sides."""
+    """Short-range particles in bricks of a periodic box (:mod:`hpcgpu.partition.bricks`); ``box`` its sides."""
 
     box: Any
 

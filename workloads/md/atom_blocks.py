@@ -1,4 +1,4 @@
-"""The Lennard-Jones model's steps in two halves, and its atoms in blocks: what :mod:`hpcgpu.partition.slabs` needs.
+"""The Lennard-Jones model's steps in two halves, and its atoms in blocks: what :mod:`hpcgpu.partition.bricks` needs.
 
 :class:`AtomBlocks` is the part of :class:`~hpcgpu.workloads.md.LennardJones`
 that implements :class:`hpcgpu.partition.protocols.SlabModel`: the half of a
@@ -98,7 +98,7 @@ class AtomBlocks:
         return replace(state, velocities=velocities, forces=forces, energies=energies, virials=virials,
                        neighbors=neighbors, rebuilds=rebuilds)
 
-    # the slab decomposition's side (hpcgpu.partition.slabs), held in self.slabs
+    # the brick decomposition's side (hpcgpu.partition.bricks), held in self.slabs
     def ghost_radius(self):
         return self.slabs.ghost_radius()
 

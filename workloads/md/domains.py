@@ -1,4 +1,4 @@
-"""What the slab decomposition (:mod:`hpcgpu.partition.slabs`) asks of the Lennard-Jones model.
+"""What the brick decomposition (:mod:`hpcgpu.partition.bricks`) asks of the Lennard-Jones model.
 
 :class:`SlabDomains` is an object a :class:`hpcgpu.workloads.md.LennardJones`
 holds (``model.slabs``) and delegates to: the ghost radius and migration

@@ -102,7 +102,7 @@ class LennardJones(AtomBlocks):
     and :meth:`kick_block` (forces, last half kick).
 
     The model holds two parts and delegates to them: ``slabs``, a
-    :class:`~hpcgpu.workloads.md.domains.SlabDomains` (what the slab
+    :class:`~hpcgpu.workloads.md.domains.SlabDomains` (what the brick
     decomposition asks of it), and ``thermo``, a
     :class:`~hpcgpu.workloads.md.diagnostics.Thermodynamics` (the diagnostics).
 
@@ -160,7 +160,7 @@ class LennardJones(AtomBlocks):
 
     name = "md"
     state_type = MDState  # the class of its states
-    decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.partition.slabs
+    decomposition = "domains"  # bricks of space with ghost atoms: hpcgpu.partition.bricks
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
     # units of the time axis and of the diagnostics (reduced Lennard-Jones units: sigma, epsilon, mass 1)
