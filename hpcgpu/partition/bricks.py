@@ -313,7 +313,9 @@ class BrickDecomposition(Decomposition):
             if carried:
                 rebuild = heard
             ghosts = _ghosts_of(xp, own, parts)
-        if rebuild:
+        if rebuild and len(self.bricks.split_axes) == 1:  # slabs: migrants and ghosts in one message
+            state, sends, ghosts = self._settle_slab(context, state)
+        elif rebuild:
             state = self._migrate(context, state)
             sends, ghosts = self._borders(context, state)
         state = model.kick_with_ghosts(state, ghosts, self.dt, rebuild, None if rebuild else inner)
@@ -322,30 +324,74 @@ class BrickDecomposition(Decomposition):
             split = self._inner_split(model, state, p, model.block_positions(state))
         return Domain(state, sends, model.drift_block(state, self.dt), split)
 
+    def _leaving(self, context, state, axis):
+        """Each atom's layer along ``axis``, the rank's and its neighbours'; raises if an atom went past them."""
+        model, p, bricks = context.model, context.rank, self.bricks
+        layer = bricks.index(model.backend.xp, model.block_positions(state)[axis], axis)
+        here = bricks.coords(p)[axis]
+        targets = [bricks.coords(q)[axis] for q in bricks.neighbours(p, axis)]
+        kept = int((layer == here).sum()) + sum(int((layer == t).sum()) for t in targets)
+        if kept != model.block_size(state):
+            host = model.backend.to_host(layer)
+            strays = [int(i) for i in model.backend.to_host(model.atom_ids(state))[
+                ~np.isin(host, [here, *targets])][:5]]
+            raise UnstableSimulation(
+                f"atoms {strays} left partition {p} for a brick beyond its neighbours along {'xyz'[axis]} within "
+                f"one neighbour-list period: they moved faster than the decomposition allows (reduce dt, or use "
+                f"fewer partitions)", step=int(getattr(state, "step", -1)), field="positions", cfl=math.nan)
+        return layer, here, targets
+
     def _migrate(self, context, state):
         """The rank's atoms after those that left its brick went to the neighbours (staged x, y, z)."""
         model, comm, p, bricks = context.model, context.comm, context.rank, self.bricks
         xp = model.backend.xp
         for axis in bricks.split_axes:
-            neighbours = bricks.neighbours(p, axis)
-            layer = bricks.index(xp, model.block_positions(state)[axis], axis)
-            here = bricks.coords(p)[axis]
-            targets = [bricks.coords(q)[axis] for q in neighbours]
-            kept = int((layer == here).sum()) + sum(int((layer == t).sum()) for t in targets)
-            if kept != model.block_size(state):
-                host = model.backend.to_host(layer)
-                strays = [int(i) for i in model.backend.to_host(model.atom_ids(state))[
-                    ~np.isin(host, [here, *targets])][:5]]
-                raise UnstableSimulation(
-                    f"atoms {strays} left partition {p} for a brick beyond its neighbours along "
-                    f"{'xyz'[axis]} within one neighbour-list period: they moved faster than the decomposition "
-                    f"allows (reduce dt, or use fewer partitions)",
-                    step=int(getattr(state, "step", -1)), field="positions", cfl=math.nan)
-            outgoing = [(q, model.select_atoms(state, xp.nonzero(layer == t)[0])) for q, t in zip(neighbours, targets)]
+            layer, here, targets = self._leaving(context, state, axis)
+            outgoing = [(q, model.select_atoms(state, xp.nonzero(layer == t)[0]))
+                        for q, t in zip(bricks.neighbours(p, axis), targets)]
             arrivals, _ = _swap(comm, outgoing, ("migrants", axis))
             staying = model.select_atoms(state, xp.nonzero(layer == here)[0])
             state = model.concat_blocks([staying, *arrivals])
         return state
+
+    def _settle_slab(self, context, state):
+        """Migration and new ghosts in one message per neighbour, when one axis is cut (slabs).
+
+        Each neighbour gets the atoms that moved into its layer and the
+        positions of the staying atoms near it; its ghosts from this rank
+        are then those followed by the atoms it sent here, whose positions
+        it has (an atom that came from the other side cannot be near it
+        while layers are at least ``cutoff + 2 skin`` thick: checked).
+        Returns the settled state, the send lists and the ghosts.
+        """
+        model, comm, p, bricks = context.model, context.comm, context.rank, self.bricks
+        xp, radius = model.backend.xp, model.ghost_radius()
+        (axis,) = bricks.split_axes
+        neighbours = bricks.neighbours(p, axis)
+        layer, here, targets = self._leaving(context, state, axis)
+        staying = model.select_atoms(state, xp.nonzero(layer == here)[0])
+        kept = model.block_positions(staying)
+        near = [xp.nonzero(bricks.near(xp, kept[axis], axis, t, radius))[0] for t in targets]
+        movers = [model.select_atoms(state, xp.nonzero(layer == t)[0]) for t in targets]
+        offers = [(q, (moving, xp.take(kept, index, axis=1))) for q, moving, index in zip(neighbours, movers, near)]
+        received, _ = _swap(comm, offers, ("settle", axis))
+        arrivals = [moving for moving, _ in received]
+        state = model.concat_blocks([staying, *arrivals])
+        stage, start = [], model.block_size(staying)
+        for k, (q, batch) in enumerate(zip(neighbours, arrivals)):
+            count = model.block_size(batch)
+            for other, (source, later) in enumerate(zip(neighbours, arrivals)):
+                if other != k and bool(bricks.near(xp, model.block_positions(later)[axis], axis, targets[k],
+                                                   radius).any()):
+                    raise UnstableSimulation(
+                        f"partition {p}: an atom from partition {source} came within the ghost radius of partition "
+                        f"{q} in one neighbour-list period (it crossed a whole brick): reduce dt, or use fewer "
+                        f"partitions", step=int(getattr(state, "step", -1)), field="positions", cfl=math.nan)
+            stage.append((q, xp.concatenate([near[k], xp.arange(start, start + count, dtype=near[k].dtype)])))
+            start += count
+        parts = [xp.concatenate([near_here, model.block_positions(moving)], axis=1)
+                 for (_, near_here), moving in zip(received, movers)]
+        return state, ((axis, tuple(stage)),), _ghosts_of(xp, kept, parts)
 
     def _borders(self, context, state):
         """New send lists cut from the current positions, and the ghosts they bring (staged x, y, z)."""
