@@ -196,7 +196,8 @@ class BrickDecomposition(Decomposition):
 
     # -- the client's side -----------------------------------------------------------------------------------
     def split_state(self, model, state):
-        return self.split(model, model.to_host(state), model.listed_positions(state))
+        listed = getattr(model, "listed_positions", None)
+        return self.split(model, model.to_host(state), None if listed is None else listed(state))
 
     def split(self, model, host_state, listed=None):
         """Each rank's atoms, and with ``listed`` (where the atoms were when their list was built) its ghosts.
@@ -209,13 +210,13 @@ class BrickDecomposition(Decomposition):
         is built from them and the run rebuilds at the steps one process would.
         """
         bricks = self.bricks
-        object.__setattr__(self, "order", np.asarray(model.atom_ids(host_state)).copy())
-        where = np.asarray(model.block_positions(host_state) if listed is None else listed)
+        object.__setattr__(self, "order", np.asarray(host_state.ids).copy())
+        where = np.asarray(host_state.positions if listed is None else listed)
         layer = [bricks.index(np, where[axis], axis) for axis in range(3)]
         rank_of = layer[0] + bricks.grid[0] * (layer[1] + bricks.grid[1] * layer[2])
         owned = [np.nonzero(rank_of == p)[0] for p in range(bricks.count)]
         blocks = [model.select_atoms(host_state, index) for index in owned]
-        object.__setattr__(self, "counts", tuple(model.block_size(block) for block in blocks))
+        object.__setattr__(self, "counts", tuple(block.size for block in blocks))
         if listed is None:
             return [Domain(block) for block in blocks]
         held = list(owned)  # per rank: global indices of its atoms, then its ghosts so far
@@ -241,7 +242,7 @@ class BrickDecomposition(Decomposition):
     def join(self, model, host_blocks):
         """The atoms of every brick in the order of the state that was split (id order if none was)."""
         state = model.concat_blocks(host_blocks)
-        ids = np.asarray(model.atom_ids(state))
+        ids = np.asarray(state.ids)
         by_id = np.argsort(ids, kind="stable")
         if self.order is None or len(self.order) != len(ids):
             return model.select_atoms(state, by_id)
@@ -259,7 +260,7 @@ class BrickDecomposition(Decomposition):
         if domain.listed is not None:  # the list of the split state, rebuilt for this brick (not a new build)
             state = model.relist(state, domain.listed)
             split = self._inner_split(model, state, context.rank,
-                                      model.backend.asarray(domain.listed[:, :model.block_size(state)]))
+                                      model.backend.asarray(domain.listed[:, :state.size]))
         return Domain(state, sends, model.drift_block(state, self.dt), split)
 
     def model_state(self, domain):
@@ -272,7 +273,7 @@ class BrickDecomposition(Decomposition):
 
     def _inner_split(self, model, state, rank, positions):
         """The list cut into the rows of atoms within the ghost radius of a face and the others (GPUs)."""
-        if not self.bricks.split_axes or not _speculates(model):
+        if not self.bricks.split_axes or not _speculates(model) or not hasattr(model, "split_neighbors"):
             return None
         inner = self.bricks.inside(model.backend.xp, positions, rank, model.ghost_radius())
         return model.split_neighbors(state, ~inner)
@@ -291,7 +292,7 @@ class BrickDecomposition(Decomposition):
         else:  # decided after the ghosts (their flags) or now (the allreduce; no ghosts sent on a rebuild)
             rebuild = None if carried else bool(comm.allreduce(needs, op="any"))
         if not rebuild:
-            own = model.block_positions(state)
+            own = state.positions
             held, parts, heard = own, [], needs
             for number, (axis, stage) in enumerate(sends):
                 # take, not held[:, index]: C-ordered ghosts (see the model's select_atoms)
@@ -321,19 +322,19 @@ class BrickDecomposition(Decomposition):
         state = model.kick_with_ghosts(state, ghosts, self.dt, rebuild, None if rebuild else inner)
         split = domain.split
         if rebuild:
-            split = self._inner_split(model, state, p, model.block_positions(state))
+            split = self._inner_split(model, state, p, state.positions)
         return Domain(state, sends, model.drift_block(state, self.dt), split)
 
     def _leaving(self, context, state, axis):
         """Each atom's layer along ``axis``, the rank's and its neighbours'; raises if an atom went past them."""
         model, p, bricks = context.model, context.rank, self.bricks
-        layer = bricks.index(model.backend.xp, model.block_positions(state)[axis], axis)
+        layer = bricks.index(model.backend.xp, state.positions[axis], axis)
         here = bricks.coords(p)[axis]
         targets = [bricks.coords(q)[axis] for q in bricks.neighbours(p, axis)]
         kept = int((layer == here).sum()) + sum(int((layer == t).sum()) for t in targets)
-        if kept != model.block_size(state):
+        if kept != state.size:
             host = model.backend.to_host(layer)
-            strays = [int(i) for i in model.backend.to_host(model.atom_ids(state))[
+            strays = [int(i) for i in model.backend.to_host(state.ids)[
                 ~np.isin(host, [here, *targets])][:5]]
             raise UnstableSimulation(
                 f"atoms {strays} left partition {p} for a brick beyond its neighbours along {'xyz'[axis]} within "
@@ -370,18 +371,18 @@ class BrickDecomposition(Decomposition):
         neighbours = bricks.neighbours(p, axis)
         layer, here, targets = self._leaving(context, state, axis)
         staying = model.select_atoms(state, xp.nonzero(layer == here)[0])
-        kept = model.block_positions(staying)
+        kept = staying.positions
         near = [xp.nonzero(bricks.near(xp, kept[axis], axis, t, radius))[0] for t in targets]
         movers = [model.select_atoms(state, xp.nonzero(layer == t)[0]) for t in targets]
         offers = [(q, (moving, xp.take(kept, index, axis=1))) for q, moving, index in zip(neighbours, movers, near)]
         received, _ = _swap(comm, offers, ("settle", axis))
         arrivals = [moving for moving, _ in received]
         state = model.concat_blocks([staying, *arrivals])
-        stage, start = [], model.block_size(staying)
+        stage, start = [], staying.size
         for k, (q, batch) in enumerate(zip(neighbours, arrivals)):
-            count = model.block_size(batch)
+            count = batch.size
             for other, (source, later) in enumerate(zip(neighbours, arrivals)):
-                if other != k and bool(bricks.near(xp, model.block_positions(later)[axis], axis, targets[k],
+                if other != k and bool(bricks.near(xp, later.positions[axis], axis, targets[k],
                                                    radius).any()):
                     raise UnstableSimulation(
                         f"partition {p}: an atom from partition {source} came within the ghost radius of partition "
@@ -389,7 +390,7 @@ class BrickDecomposition(Decomposition):
                         f"partitions", step=int(getattr(state, "step", -1)), field="positions", cfl=math.nan)
             stage.append((q, xp.concatenate([near[k], xp.arange(start, start + count, dtype=near[k].dtype)])))
             start += count
-        parts = [xp.concatenate([near_here, model.block_positions(moving)], axis=1)
+        parts = [xp.concatenate([near_here, moving.positions], axis=1)
                  for (_, near_here), moving in zip(received, movers)]
         return state, ((axis, tuple(stage)),), _ghosts_of(xp, kept, parts)
 
@@ -397,7 +398,7 @@ class BrickDecomposition(Decomposition):
         """New send lists cut from the current positions, and the ghosts they bring (staged x, y, z)."""
         model, comm, p, bricks = context.model, context.comm, context.rank, self.bricks
         xp = model.backend.xp
-        own = model.block_positions(state)
+        own = state.positions
         held, parts, sends = own, [], []
         for axis in bricks.split_axes:
             stage = plan_ghosts(bricks, xp, held, p, axis, model.ghost_radius())

@@ -76,6 +76,20 @@ def test_bricks_equal_one_process_with_atoms_crossing_faces_edges_and_corners(cl
         assert (axes_changed == crossed).sum() >= 1, crossed
 
 
+def test_bricks_from_a_state_without_a_list_build_their_own_on_the_first_step(client):
+    model, state = _corner_rush((4, 4, 4), (2, 2, 2))
+    state = replace(state, neighbors=None)  # split by position; every rank builds at its first step
+    reference = model.step(state, 0.005, 40)
+    run = PartitionedExecutor(client, model, state, 0.005, grid=(2, 2, 2))
+    try:
+        run.advance(40)
+        final = run.global_state()
+    finally:
+        run.close()
+    np.testing.assert_allclose(final.positions, reference.positions, rtol=1e-12, atol=1e-12 * max(model.box))
+    assert final.rebuilds == reference.rebuilds
+
+
 def test_sixteen_bricks_on_two_workers_end_at_the_energy_of_one_partition(client):
     """``hpcgpu run md --workers 2 --partitions 16`` at a smaller size: the grid it picks, to 1e-10."""
     model = LennardJones(8, temperature=1.0, backend="numba", seed=2)  # box side 13.4: at most 4 bricks per axis

@@ -105,12 +105,6 @@ class AtomBlocks:
     def migration_margin(self):
         return self.slabs.migration_margin()
 
-    def block_positions(self, state):
-        return self.slabs.block_positions(state)
-
-    def atom_ids(self, state):
-        return self.slabs.atom_ids(state)
-
     def select_atoms(self, state, index):
         return self.slabs.select_atoms(state, index)
 
@@ -137,10 +131,6 @@ class AtomBlocks:
 
     def decomposition_size(self):
         return self.n
-
-    def block_size(self, state):
-        """Atoms of a block."""
-        return state.size
 
     random_state_description = ("counter-based: the Langevin noise is a pure function of (seed, step, atom id); "
                                 "the seed is in the model and the step in the state")

@@ -69,12 +69,6 @@ class SlabDomains:
         """How far (sigma) an atom may stray from its domain before the lists are rebuilt (the skin)."""
         return self.model.skin
 
-    def block_positions(self, state):
-        return state.positions
-
-    def atom_ids(self, state):
-        return state.ids
-
     def select_atoms(self, state, index):
         """The atoms ``index`` (an integer array) of a block, as independent arrays (no neighbour list).
 
