@@ -225,7 +225,7 @@ def test_inner_forces_then_the_edge_atoms_equal_the_forces_in_one_pass(liquid, b
     model = model.with_backend(backend) if backend != "numba" else model
     bricks = _slabs(model, (2.0, 9.0))
     block, ghosts = _brick_and_ghosts(model, model.to_host(state), bricks, 1)
-    *_, neighbors, _ = model.slabs.forces_with_ghosts(block, ghosts, rebuild=True)
+    *_, neighbors, _ = model.forces_with_ghosts(block, ghosts, rebuild=True)
     block = replace(block, neighbors=neighbors)
     edge = ~bricks.inside(np, block.positions, 1, model.ghost_radius())
     assert 0 < edge.sum() < block.size
@@ -238,12 +238,12 @@ def test_inner_forces_then_the_edge_atoms_equal_the_forces_in_one_pass(liquid, b
     rng = np.random.default_rng(7)
     block = replace(block, positions=block.positions + rng.uniform(-0.05, 0.05, block.positions.shape))
     ghosts = ghosts + rng.uniform(-0.05, 0.05, ghosts.shape)
-    whole = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False)
+    whole = model.forces_with_ghosts(block, ghosts, rebuild=False)
     split = model.split_neighbors(block, edge)
     np.testing.assert_array_equal(np.asarray(split.inner.counts) + np.asarray(split.edge.counts),
                                   np.asarray(neighbors.counts))
     inner = model.inner_forces(block, split)
-    in_two = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False, inner=(split, inner))
+    in_two = model.forces_with_ghosts(block, ghosts, rebuild=False, inner=(split, inner))
     for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
         if backend == "numba":  # each row summed in the same order: bitwise
             np.testing.assert_array_equal(two, one, err_msg=name)
@@ -251,7 +251,7 @@ def test_inner_forces_then_the_edge_atoms_equal_the_forces_in_one_pass(liquid, b
             np.testing.assert_allclose(two, one, rtol=1e-12, atol=1e-12, err_msg=name)
     assert in_two[3] is neighbors
     with pytest.raises(ConfigError, match="the ghosts changed without a neighbour-list rebuild"):
-        model.slabs.forces_with_ghosts(block, ghosts[:, 1:], rebuild=False, inner=(split, inner))
+        model.forces_with_ghosts(block, ghosts[:, 1:], rebuild=False, inner=(split, inner))
 
 
 def test_md_bricks_overlap_their_ghosts_and_match_the_run_that_does_not(liquid, monkeypatch):
@@ -259,17 +259,17 @@ def test_md_bricks_overlap_their_ghosts_and_match_the_run_that_does_not(liquid, 
     where a run that never overlaps ends."""
     from distributed import Client, LocalCluster
 
-    from hpcgpu.workloads.md.domains import SlabDomains
+    from hpcgpu.workloads.md.local_steps import LocalSteps
 
     model, state = liquid(8, "none")  # two bricks of 6.7: inner atoms in the middle of each
     calls = []
-    original = SlabDomains.inner_forces
+    original = LocalSteps.inner_forces
 
     def counted(self, block, split):
         calls.append(block.size)
         return original(self, block, split)
 
-    monkeypatch.setattr(SlabDomains, "inner_forces", counted)
+    monkeypatch.setattr(LocalSteps, "inner_forces", counted)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         finals = []
@@ -301,14 +301,14 @@ def test_every_backend_splits_the_forces_into_inner_and_edge_atoms_as_one_pass(f
     host_block, host_ghosts = _brick_and_ghosts(reference, melted, bricks, 1)
     block = model.concat_blocks([host_block])
     ghosts = fast_backend.asarray(host_ghosts)
-    *_, neighbors, _ = model.slabs.forces_with_ghosts(block, ghosts, rebuild=True)
+    *_, neighbors, _ = model.forces_with_ghosts(block, ghosts, rebuild=True)
     block = replace(block, neighbors=neighbors)
     edge = ~bricks.inside(np, host_block.positions, 1, model.ghost_radius())
     assert 0 < edge.sum() < block.size
-    whole = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False)
+    whole = model.forces_with_ghosts(block, ghosts, rebuild=False)
     split = model.split_neighbors(block, fast_backend.asarray(edge))
     inner = (split, model.inner_forces(block, split))
-    in_two = model.slabs.forces_with_ghosts(block, ghosts, rebuild=False, inner=inner)
+    in_two = model.forces_with_ghosts(block, ghosts, rebuild=False, inner=inner)
     for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
         np.testing.assert_array_equal(fast_backend.to_host(two), fast_backend.to_host(one), err_msg=name)
 
