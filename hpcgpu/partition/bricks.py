@@ -115,19 +115,13 @@ def plan_ghosts(bricks, xp, held, rank, axis, radius):
                  for q in bricks.neighbours(rank, axis))
 
 
-def _swap(comm, outgoing, tag, flag=None):
-    """Send each ``(rank, payload)`` and receive one payload from each of those ranks, in their order.
-
-    With ``flag`` (a bool) it rides with every payload; returns the payloads
-    and the "any" of the flags heard and ``flag``.
-    """
+def _swap(comm, outgoing, tag):
+    """Send each ``(rank, payload)`` and receive one payload from each of those ranks, in their order."""
     incoming = [comm.irecv(q, tag) for q, _ in outgoing]
-    posted = [comm.isend(payload if flag is None else (payload, flag), q, tag) for q, payload in outgoing]
+    posted = [comm.isend(payload, q, tag) for q, payload in outgoing]
     received = comm.waitall(incoming)
     comm.waitall(posted)
-    if flag is None:
-        return received, None
-    return [payload for payload, _ in received], bool(flag or any(heard for _, heard in received))
+    return received
 
 
 def _joined(xp, own, parts):
@@ -350,7 +344,7 @@ class BrickDecomposition(Decomposition):
             layer, here, targets = self._leaving(context, state, axis)
             outgoing = [(q, model.select_atoms(state, xp.nonzero(layer == t)[0]))
                         for q, t in zip(bricks.neighbours(p, axis), targets)]
-            arrivals, _ = _swap(comm, outgoing, ("migrants", axis))
+            arrivals = _swap(comm, outgoing, ("migrants", axis))
             staying = model.select_atoms(state, xp.nonzero(layer == here)[0])
             state = model.concat_blocks([staying, *arrivals])
         return state
@@ -375,7 +369,7 @@ class BrickDecomposition(Decomposition):
         near = [xp.nonzero(bricks.near(xp, kept[axis], axis, t, radius))[0] for t in targets]
         movers = [model.select_atoms(state, xp.nonzero(layer == t)[0]) for t in targets]
         offers = [(q, (moving, xp.take(kept, index, axis=1))) for q, moving, index in zip(neighbours, movers, near)]
-        received, _ = _swap(comm, offers, ("settle", axis))
+        received = _swap(comm, offers, ("settle", axis))
         arrivals = [moving for moving, _ in received]
         state = model.concat_blocks([staying, *arrivals])
         stage, start = [], staying.size
@@ -402,7 +396,7 @@ class BrickDecomposition(Decomposition):
         held, parts, sends = own, [], []
         for axis in bricks.split_axes:
             stage = plan_ghosts(bricks, xp, held, p, axis, model.ghost_radius())
-            received, _ = _swap(comm, [(q, xp.take(held, index, axis=1)) for q, index in stage], ("borders", axis))
+            received = _swap(comm, [(q, xp.take(held, index, axis=1)) for q, index in stage], ("borders", axis))
             parts.extend(received)
             sends.append((axis, stage))
             held = _joined(xp, own, parts)

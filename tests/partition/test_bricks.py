@@ -10,7 +10,7 @@ import pytest
 from _support import small
 
 from hpcgpu import Simulation
-from hpcgpu.errors import ConfigError
+from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition import bricks as brick_module
 from hpcgpu.partition.brick_geometry import Bricks
 from hpcgpu.partition.bricks import BrickDecomposition, plan_ghosts
@@ -346,3 +346,119 @@ def test_md_brick_weights_are_checked_and_named(client, weights, match):
     model = LennardJones(5, temperature=1.0, backend="numpy")  # box side 8.4: two bricks per axis at most
     with pytest.raises(ConfigError, match=match):
         Simulation(model, dt=0.005, client=client, partitions=2, weights=weights)
+
+
+class _ThreadComm:
+    """Ranks in threads of this process, messages through queues (enough for one rebuild exchange)."""
+
+    def __init__(self, boxes, rank, size):
+        self.boxes, self.rank, self.size = boxes, rank, size
+
+    def _box(self, source, dest, tag):
+        import queue
+
+        return self.boxes.setdefault((source, dest, str(tag)), queue.Queue())
+
+    def isend(self, obj, dest, tag):
+        self._box(self.rank, dest, tag).put(obj)
+        return None
+
+    def irecv(self, source, tag):
+        return self._box(source, self.rank, tag)
+
+    def waitall(self, requests):
+        return [None if r is None else r.get(timeout=2) for r in requests]  # a peer that raised: queue.Empty
+
+
+def _rebuild_on_threads(decomposition, model, states):
+    """Every rank's rebuild exchange run at once (threads): ``(state, sends, ghosts)`` or the error, per rank."""
+    import threading
+    from types import SimpleNamespace
+
+    boxes, results = {}, [None] * len(states)
+
+    def rank(p):
+        context = SimpleNamespace(model=model, rank=p, comm=_ThreadComm(boxes, p, len(states)))
+        try:
+            if len(decomposition.bricks.split_axes) == 1:
+                results[p] = decomposition._settle_slab(context, states[p])
+            else:
+                settled = decomposition._migrate(context, states[p])
+                results[p] = (settled, *decomposition._borders(context, settled))
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            results[p] = error
+
+    threads = [threading.Thread(target=rank, args=(p,)) for p in range(len(states))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def _atoms_at(model, points, ids):
+    block = model.select_atoms(model.initial_state(), np.arange(len(points)))
+    return replace(block, positions=np.ascontiguousarray(np.asarray(points, dtype=float).T), ids=np.asarray(ids))
+
+
+def _slab_states(model, heights):
+    """Per rank, atoms at x = y = 1 and the given z, numbered across the ranks."""
+    first = np.cumsum([0] + [len(h) for h in heights])
+    return [_atoms_at(model, [(1.0, 1.0, z) for z in h], np.arange(first[p], first[p + 1]))
+            for p, h in enumerate(heights)]
+
+
+def _check_send_lists_give_the_ghosts(decomposition, results):
+    """Each rank's ghosts are, neighbour by neighbour, the atoms each neighbour's send list picks."""
+    bricks = decomposition.bricks
+    for p, (state, sends, ghosts) in enumerate(results):
+        assert len(set(state.ids.tolist())) == state.size
+        expected = []
+        for axis, stage in sends:
+            for q in bricks.neighbours(p, axis):
+                q_state, q_sends, q_ghosts = results[q]
+                held = np.concatenate([q_state.positions, q_ghosts], axis=1)
+                expected.append(held[:, dict(dict(q_sends)[axis])[p]])
+        np.testing.assert_array_equal(ghosts, np.concatenate(expected, axis=1) if expected else ghosts)
+        for axis in bricks.split_axes:  # every atom settled in its brick
+            assert (bricks.index(np, state.positions[axis], axis) == bricks.coords(p)[axis]).all()
+
+
+def test_a_slab_rebuild_sends_migrants_and_ghosts_in_one_message_and_refuses_atoms_that_crossed_a_slab():
+    model = LennardJones(4, temperature=1.0, backend="numpy")  # ghost radius 2.5 + 0.3
+    box = (30.0, 30.0, 30.0)
+    decomposition = BrickDecomposition(Bricks(((0.0, 30.0), (0.0, 30.0), (0.0, 10.0, 20.0, 30.0)), box), (1.0,) * 3,
+                                       0.005)
+    z = [[5.0, 10.2, 8.5, 29.0], [10.5, 19.5, 15.0, 12.0, 9.9, 20.1], [25.0, 20.5, 19.8, 1.0]]
+    results = _rebuild_on_threads(decomposition, model, _slab_states(model, z))
+    _check_send_lists_give_the_ghosts(decomposition, results)
+    assert [r[0].size for r in results] == [4, 6, 4]
+    # an atom of partition 2 that reached 11.0 went into slab 1 within reach of slab 0: slab 0 cannot know it
+    z[2][1] = 11.0
+    errors = [r for r in _rebuild_on_threads(decomposition, model, _slab_states(model, z))
+              if isinstance(r, Exception)]
+    assert len(errors) == 1 and "partition 1: an atom from partition 2 came within the ghost radius of partition 0" \
+        in str(errors[0])
+    # four slabs: an atom of slab 0 found in slab 2 crossed a whole slab
+    four = BrickDecomposition(Bricks(((0.0, 40.0), (0.0, 40.0), (0.0, 10.0, 20.0, 30.0, 40.0)), (40.0,) * 3),
+                              (1.0,) * 4, 0.005)
+    errors = [r for r in _rebuild_on_threads(four, model, _slab_states(model, [[5.0, 25.0], [15.0], [25.0], [35.0]]))
+              if isinstance(r, UnstableSimulation)]
+    assert len(errors) == 1 and "atoms [1] left partition 0 for a brick beyond its neighbours along z" in str(errors[0])
+
+
+def test_a_staged_rebuild_settles_every_atom_and_sends_the_ghosts_its_lists_name():
+    model = LennardJones(4, temperature=1.0, backend="numpy")
+    box = (12.0, 9.0, 7.0)
+    bricks = Bricks.weighted((3, 2, 1), box)
+    decomposition = BrickDecomposition(bricks, (1.0,) * 6, 0.005)
+    rng = np.random.default_rng(5)
+    points = rng.uniform(0.0, 1.0, (600, 3)) * np.asarray(box)
+    owner = np.array([bricks.rank(c) for c in _layers(bricks, points.T).T])
+    # each rank holds its atoms, some of them moved up to 0.3 across its faces (migrants)
+    moved = (points + rng.uniform(-0.3, 0.3, points.shape)) % np.asarray(box)
+    states = [_atoms_at(model, moved[owner == p], np.nonzero(owner == p)[0]) for p in range(bricks.count)]
+    results = _rebuild_on_threads(decomposition, model, states)
+    assert not any(isinstance(r, Exception) for r in results)
+    _check_send_lists_give_the_ghosts(decomposition, results)
+    assert sorted(np.concatenate([r[0].ids for r in results]).tolist()) == list(range(600))
