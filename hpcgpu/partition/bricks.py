@@ -22,7 +22,8 @@ the last build (the Verlet criterion of one process). The flag rides in
 the ghost messages, each stage forwarding the "any" of what it has heard:
 after the z stage a rank has heard every rank within one layer on each
 axis, which is every rank when no axis has more than 3 layers. With more,
-the ranks take an allreduce of the flags instead, before the ghosts.
+the ranks take an allreduce of the flags while the first stage travels,
+and on a rebuild send no later stage.
 
 A step on rank p:
 
@@ -281,11 +282,9 @@ class BrickDecomposition(Decomposition):
         carried = max(self.bricks.grid) <= MAX_LAYERS_CARRIED
         speculate = domain.split is not None and progress < SPECULATE_BELOW ** 2
         inner = None
-        if sends is None:  # the first step after a split without lists: every rank builds its own
-            rebuild = True
-        else:  # decided after the ghosts (their flags) or now (the allreduce; no ghosts sent on a rebuild)
-            rebuild = None if carried else bool(comm.allreduce(needs, op="any"))
-        if not rebuild:
+        # decided by the flags riding with the ghosts, or by an allreduce while the first stage travels
+        rebuild = True if sends is None else None  # no lists yet (a split without them): every rank builds
+        if rebuild is None:
             own = state.positions
             held, parts, heard = own, [], needs
             for number, (axis, stage) in enumerate(sends):
@@ -294,11 +293,15 @@ class BrickDecomposition(Decomposition):
                 incoming = [comm.irecv(q, ("ghosts", axis)) for q, _ in outgoing]
                 posted = [comm.isend((payload, heard) if carried else payload, q, ("ghosts", axis))
                           for q, payload in outgoing]
+                if number == 0 and not carried:
+                    rebuild = bool(comm.allreduce(needs, op="any"))
                 if number == 0 and speculate and not rebuild:
                     # while the ghosts travel: the atoms that need none (discarded if a rank rebuilds)
                     inner = (domain.split, model.inner_forces(state, domain.split))
                 received = comm.waitall(incoming)
                 comm.waitall(posted)
+                if rebuild:  # every rank knows it now: the later stages are not sent
+                    break
                 if carried:
                     heard = bool(heard or any(flag for _, flag in received))
                     received = [payload for payload, _ in received]
