@@ -61,7 +61,23 @@ def add_cluster_arguments(parser, partitions_help):
     group.add_argument("--workers", type=int, help="start a local dask cluster with N workers")
     group.add_argument("--scheduler", metavar="ADDRESS", help="use the dask scheduler at ADDRESS (tcp://host:8786)")
     group.add_argument("--partitions", type=int, help=partitions_help)
+    group.add_argument("--grid", metavar="PXxPY[xPZ]", type=_grid_option,
+                       help="the process grid: ranks along x and y (4x2), or x, y and z for MD bricks (2x2x2); "
+                            "default: the one of least halo surface for the partitions")
     return group
+
+
+def _grid_option(text):
+    """``--grid 4x2`` as ``(4, 2)``; argparse reports a bad one with the option's name."""
+    import argparse
+
+    from hpcgpu.errors import ConfigError
+    from hpcgpu.partition.process_grid import parse_grid
+
+    try:
+        return parse_grid(text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("grid must", "must")) from None
 
 
 def open_client(args):
@@ -71,7 +87,7 @@ def open_client(args):
     """
     if args.workers is None and args.scheduler is None:
         # these options shape a cluster run; without one they would change nothing
-        given = [f"--{name.replace('_', '-')}" for name in ("partitions", "steps_per_task", "weights")
+        given = [f"--{name.replace('_', '-')}" for name in ("partitions", "steps_per_task", "weights", "grid")
                  if getattr(args, name, None) is not None]
         if given:
             from hpcgpu.errors import ConfigError
@@ -205,7 +221,8 @@ def start(args, make, client, **kwargs):
         sim = make()
         return sim, sim.stop_steps
     sim = Simulation.resume(args.resume, client=client, progress=False if args.no_progress else None,
-                            partitions=getattr(args, "partitions", None), **kwargs)
+                            partitions=getattr(args, "partitions", None), grid=getattr(args, "grid", None),
+                            **kwargs)
     planned = sim.stop_steps
     # None unless given on this command line (the CLIs fill in their defaults for new runs only)
     steps, stop_time = getattr(args, "steps", None), getattr(args, "stop_time", None)

@@ -22,6 +22,10 @@ Examples
 >>> client = hpcgpu.start_cluster(workers=2, quiet=True)   # doctest: +SKIP
 >>> client.close()   # also stops the workers it started   # doctest: +SKIP
 
+The dask settings a new cluster starts with are in :mod:`hpcgpu.cluster_config`;
+making and closing its client, so that a failure leaves dask as it was, in
+:mod:`hpcgpu.cluster_clients`.
+
 Until this release the function was ``hpcgpu.cluster``, which hid this
 module; ``hpcgpu.cluster(...)`` still works for one release, with a
 :class:`DeprecationWarning`.
@@ -31,42 +35,16 @@ import os
 import sys
 import types
 import warnings
-import weakref
 
+from hpcgpu.cluster_clients import close_client, connect, own_client, warn_if_one_is_running
+from hpcgpu.cluster_config import LOCAL_CLUSTER_CONFIG, worker_config, worker_environment
 from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_float, check_int
 
-LOCAL_CLUSTER_CONFIG = {
-    # the workers' stack sampler for the dashboard's profile page (dask:
-    # 10 ms): 2% of the step rate of two busy single-core workers on 2 cores
-    # at 10 ms; at 100 ms the page still fills over any run worth profiling
-    "distributed.worker.profile.interval": "100ms",
-    # every server (scheduler, nannies, workers) wakes its event loop this
-    # often only to measure how late the wake-up was (dask: 20 ms); each
-    # wake-up takes a core from a kernel for a moment
-    "distributed.admin.tick.interval": "200ms",
-    # CPU, memory and network samples for the dashboard's system pages (dask: 500 ms)
-    "distributed.admin.system-monitor.interval": "2s",
-    # how often workers and nannies read their memory use to spill, pause or
-    # restart (dask: 100 ms); partitions stay resident, so their memory moves slowly
-    "distributed.worker.memory.monitor-interval": "500ms",
-    # what nannies set before starting a worker process: dask's list without
-    # MALLOC_TRIM_THRESHOLD_=65536, which fixes glibc's thresholds so that
-    # every large array (a force kernel's outputs, each step) is a fresh
-    # mmap with its page faults: the Lennard-Jones step took 1.47 s per 100
-    # steps instead of 1.11 (32,000 atoms, one thread), the epochs of a
-    # partitioned run as much
-    "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1,
-                                            "OPENBLAS_NUM_THREADS": 1},
-}
-"""dask settings a local cluster from :func:`cluster` starts with, each unless
-the user's dask config already changed it from dask's default. Together they
-took two busy single-core workers on 2 cores (partitioned shallow water,
-2048^2 per worker) from 0.0458-0.0502 to 0.0435 s/step: dask's periodic
-wake-ups share the cores with the kernels. Batch jobs from
-:func:`slurm_cluster` export the same settings (:func:`worker_environment`)."""
-
-__all__ = ["start_cluster", "cluster", "slurm_cluster", "worker_backends", "worker_environment", "worker_info"]
+# LOCAL_CLUSTER_CONFIG, worker_environment and close_client live in hpcgpu.cluster_config and
+# hpcgpu.cluster_clients; they are imported here, where the README and user code find them
+__all__ = ["LOCAL_CLUSTER_CONFIG", "close_client", "start_cluster", "cluster", "slurm_cluster", "worker_backends",
+           "worker_environment", "worker_info"]
 
 
 def _cpu_count():
@@ -220,7 +198,7 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
     from distributed import Client
 
     if address is not None:
-        client = _connect(Client, address, timeout, security)
+        client = connect(Client, address, timeout, security)
     else:
         if jobqueue is not None:
             # the scheduler's own options, unless the dict gives them (the client takes the cluster's security)
@@ -233,11 +211,10 @@ def start_cluster(address=None, *, workers=None, threads_per_worker=None, gpus="
                 started.close()  # its scheduler is up already
                 raise
         else:
-            _warn_if_one_is_running()
+            warn_if_one_is_running()
             started = _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, protocol,
                                      rmm_pool_size, device_memory_limit, security, dask_defaults)
-        client = _own_client(Client, started, timeout)
-        _started_here.add(client)
+        client = own_client(Client, started, timeout)
     try:
         from hpcgpu import dashboard
 
@@ -303,99 +280,6 @@ def _tls_address(address):
     return address
 
 
-_started_here = weakref.WeakSet()  # clients of the clusters start_cluster() started in this process
-
-
-def _warn_if_one_is_running():
-    """Warn when a cluster an earlier call started is still running (a notebook cell run twice, say).
-
-    Its workers, memory (a GPU's RMM pool) and dashboard port stay taken
-    until its client is closed; dask itself only says that port 8787 is in use.
-    """
-    running = [c for c in list(_started_here) if c.status == "running"]
-    if running:
-        links = ", ".join(str(c.dashboard_link) for c in running)
-        warnings.warn(f"{len(running)} cluster(s) an earlier start_cluster() call started in this process "
-                      f"still run (dashboard {links}) and keep their workers and memory: close them with "
-                      "client.close() when they are no longer needed", ResourceWarning, stacklevel=3)
-
-
-def _new_client(Client, *args, **kwargs):
-    """``Client(*args, **kwargs)``; if it fails, dask is left as it was before the call.
-
-    A Client makes itself dask's default client (and sets dask's
-    ``scheduler`` option to its distributed scheduler) in its constructor,
-    *before* it connects, and undoes both only when closed. One whose
-    constructor failed (an address dask parses only there, such as
-    ``tcp://host:notaport``) is never closed by anyone: it stayed the default client, in
-    state "connecting", with its event loop thread running, until the
-    garbage collector happened to find it, and every dask computation in
-    the process (``dask.array.to_zarr``, xarray's ``.values`` of a Zarr
-    store) meanwhile queued its tasks on it and waited forever. Such a
-    client is closed here, which also stops its thread and puts back the
-    ``scheduler`` option.
-    """
-    import dask
-
-    before = dask.config.get("scheduler", None)
-    known = _default_clients()  # the objects, not their ids: an id may be reused meanwhile
-    try:
-        return Client(*args, **kwargs)
-    except BaseException:
-        for client in _default_clients():
-            if not any(client is old for old in known):
-                _close_failed_client(client)
-        if before is None:
-            dask.config.config.pop("scheduler", None)
-        else:
-            dask.config.set(scheduler=before)
-        raise
-
-
-def _default_clients():
-    """The clients distributed keeps as candidates for its default client (newest last)."""
-    try:
-        from distributed.client import _del_global_client, _global_clients  # noqa: F401 - both used below
-    except ImportError:  # pragma: no cover - a distributed without them: nothing to clean up
-        return []
-    return [client for _, client in sorted(_global_clients.items())]
-
-
-def _close_failed_client(client):
-    """Close a client whose constructor failed, so that it is no longer dask's default client.
-
-    ``close()`` unregisters it and stops its event loop thread; the
-    unregistering is repeated in case ``close()`` itself fails (its
-    timeout is the client's own, which may be tiny). Only called on what
-    :func:`_default_clients` found, so the private names are there.
-    """
-    from distributed.client import _del_global_client
-
-    try:
-        client.close(timeout=10)
-    except Exception:  # noqa: BLE001 - already failing: the constructor's error is the one to raise
-        pass
-    finally:
-        _del_global_client(client)
-
-
-def _own_client(Client, cluster, timeout):
-    """A client of ``cluster`` (just started here) that closes it with itself; the cluster closed on failure."""
-    try:
-        client = _new_client(Client, cluster, timeout=timeout)
-    except BaseException as error:
-        cluster.close()  # nothing else refers to it: its workers and ports would stay until the process exits
-        if isinstance(error, (OSError, TimeoutError)):
-            raise ClusterError(f"the cluster started but the client could not connect to its scheduler "
-                               f"at {cluster.scheduler_address!r} within {timeout:g} s ({error}); "
-                               "the cluster is closed again (a larger timeout may help)") from None
-        raise
-    # dask closes a cluster with a client only when the client started it itself (no address given); this
-    # one was started for this client alone, so client.close() (and a client dropped) closes it too
-    client._start_arg = None
-    return client
-
-
 def _refuse_in_a_spawned_worker(address):
     """A ConfigError when a new local cluster is asked for while a worker process imports the user's script.
 
@@ -415,36 +299,6 @@ def _refuse_in_a_spawned_worker(address):
             f"({script}): local workers re-import it, so the code that "
             "starts the cluster must sit under `if __name__ == \"__main__\":` (see the README's cluster "
             "section); in a notebook or with `hpcgpu run` this is done for you")
-
-
-def close_client(client):
-    """Close ``client`` and the local cluster it started, if any (a joined scheduler keeps running).
-
-    ``client.close()`` does the same for a client from :func:`start_cluster`;
-    this also closes the cluster of a client made otherwise.
-    """
-    if client is None:
-        return
-    local = getattr(client, "cluster", None)  # None for a client of a running scheduler
-    client.close()
-    if local is not None:
-        local.close()
-
-
-def _connect(Client, address, timeout, security):
-    if not isinstance(address, str) or "://" not in address and ":" not in address:
-        raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r}")
-    if address.startswith("tls://") and (security is None or getattr(security, "tls_client_cert", None) is None):
-        raise ConfigError(f"the scheduler at {address!r} speaks TLS: pass security=distributed.Security("
-                          "tls_ca_file=..., tls_client_cert=..., tls_client_key=...) with certificates it trusts")
-    try:
-        return _new_client(Client, address, timeout=timeout, security=security)
-    except ValueError as error:  # dask parses the address only now: an unknown scheme, a port that is no number
-        raise ConfigError(f"address must look like 'tcp://host:8786'; got {address!r} ({error})") from None
-    except (OSError, TimeoutError) as error:
-        raise ClusterError(
-            f"could not reach a dask scheduler at {address!r} within {timeout:g} s ({error}). "
-            "Start one with 'dask scheduler' and check the address, port and firewall.") from None
 
 
 def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, protocol,
@@ -467,7 +321,7 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
             kwargs.update(rmm_pool_size=rmm_pool_size, rmm_allocator_external_lib_list=["cupy", "numba"])
         if device_memory_limit is not None:
             kwargs["device_memory_limit"] = device_memory_limit
-        with _worker_config(dask_defaults):
+        with worker_config(dask_defaults):
             return LocalCUDACluster(**{k: v for k, v in kwargs.items() if v is not None})
     if rmm_pool_size is not None or device_memory_limit is not None:
         raise ConfigError("rmm_pool_size and device_memory_limit apply to GPU clusters only; "
@@ -480,7 +334,7 @@ def _local_cluster(workers, threads_per_worker, gpus, host, dashboard_address, p
     # Numba sizes its thread pool at import: one per worker thread avoids
     # oversubscribing the cores when every worker runs parallel kernels.
     env = {"NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    with _worker_config(dask_defaults):
+    with worker_config(dask_defaults):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                             dashboard_address=dashboard_address, protocol=protocol, security=security,
                             env=env, silence_logs=40)
@@ -514,45 +368,6 @@ def worker_info(client):
     ['tcp://127.0.0.1:40575']
     """
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
-
-
-def worker_environment():
-    """:data:`LOCAL_CLUSTER_CONFIG` as dask environment variables, for workers
-    and schedulers started by hand (``dask worker``, ``dask cuda worker``,
-    ``dask scheduler``), which read dask's config from their environment.
-
-    Returns
-    -------
-    dict
-        Variable name -> value.
-
-    Examples
-    --------
-    >>> env = worker_environment()
-    >>> env["DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL"]
-    '200ms'
-    """
-    import json
-
-    # dicts as compact JSON (no spaces: ``export $(hpcgpu info --worker-env)`` splits on them);
-    # dask reads them back with ast.literal_eval
-    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"):
-            json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else value
-            for key, value in LOCAL_CLUSTER_CONFIG.items()}
-
-
-def _worker_config(dask_defaults=False):
-    """:data:`LOCAL_CLUSTER_CONFIG`, less what the user set (nannies pass on the config they see)."""
-    import contextlib
-
-    import dask
-
-    if dask_defaults:
-        return contextlib.nullcontext()
-    defaults = dask.config.merge(*dask.config.defaults)
-    ours = {key: value for key, value in LOCAL_CLUSTER_CONFIG.items()
-            if dask.config.get(key) == dask.config.get(key, config=defaults)}
-    return dask.config.set(ours)
 
 
 def slurm_cluster(*, gpus=0, dask_defaults=False, **kwargs):

@@ -16,6 +16,11 @@ points a step updates) its workload declares to :mod:`hpcgpu.registry`
 under ``model.name``; a model no one registered may give ``conserved`` and
 ``grid_points(model)`` itself.
 
+``Simulation`` is assembled from three modules besides this one: the
+checkpoint methods (:mod:`hpcgpu.simulation_checkpoints`), the run's
+schedules, events and checks (:mod:`hpcgpu.simulation_events`), and the
+table of which run each output writer serves (:mod:`hpcgpu.writer_runs`).
+
 Examples
 --------
 >>> from hpcgpu import Simulation
@@ -26,13 +31,9 @@ Examples
 5
 """
 
-import math
 import os
-import signal
-import threading
 import time as _time
 import uuid
-import weakref
 
 from hpcgpu.cluster import worker_info
 from hpcgpu.dashboard import publish as _publish_status
@@ -40,18 +41,18 @@ from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation, WorkerL
 from hpcgpu.partition.local import LocalExecutor
 from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.simulation_checkpoints import Checkpointing
+from hpcgpu.simulation_events import DeferredInterrupt, ScheduledEvents
 from hpcgpu.validation import check_float, check_int, check_model_memory
+from hpcgpu.writer_runs import WRITER_RUNS
 
 __all__ = ["Simulation"]
 
-# Longest stretch of steps between two looks at the wall clock, in seconds of work.
-_CHUNK_SECONDS = 0.5
 # Restarts in a row from the same checkpoint before a lost worker ends the run: a crash
 # that repeats on every attempt would otherwise loop, taking down one worker after another.
 _MAX_RESTARTS = 3
 
 
-class Simulation(Checkpointing):
+class Simulation(Checkpointing, ScheduledEvents):
     """Run a model through time with stop criteria, schedules, checks and output.
 
     Parameters
@@ -84,11 +85,16 @@ class Simulation(Checkpointing):
     partitions, steps_per_task : int, optional
         Partitions of the state (default: one per worker) and time steps per
         task on the cluster (default: up to 16 for grids, as their halos
-        allow, see :func:`hpcgpu.partition.rows.auto_steps_per_task`; 1 for
+        allow, see :func:`hpcgpu.partition.grid.auto_grid_steps`; 1 for
         particles).
     weights : sequence of float or "calibrate", optional
         Relative partition sizes on the cluster (see
         :class:`hpcgpu.partition.engine.PartitionedExecutor`).
+    grid : tuple of int or str, optional
+        The process grid on the cluster, ranks along ``(x, y[, z])``:
+        ``(4, 2)`` or ``"4x2"`` for a grid model, ``(2, 2, 2)`` for MD
+        bricks (default: the layout of least halo surface for
+        ``partitions``; see :mod:`hpcgpu.partition.process_grid`).
 
     Raises
     ------
@@ -107,7 +113,7 @@ class Simulation(Checkpointing):
 
     def __init__(self, model, state=None, *, dt=None, stop_steps=None, stop_time=None,
                  wall_time_limit=None, diagnostics=None, check=None, progress=None, name=None,
-                 client=None, partitions=None, steps_per_task=None, weights=None):
+                 client=None, partitions=None, steps_per_task=None, weights=None, grid=None):
         self.model = model
         check_model_memory(model, None if client is None else worker_info(client), partitions)
         state = model.initial_state() if state is None else state
@@ -133,7 +139,7 @@ class Simulation(Checkpointing):
             raise ConfigError(
                 f"dt={self.dt:g} gives a CFL number of {cfl:.3g} at the start, above the stable "
                 f"limit {model.cfl_limit:.3g} of the time stepper; use dt <= {safe:.4g}")
-        self._executor = self._make_executor(state, client, partitions, steps_per_task, weights)
+        self._executor = self._make_executor(state, client, partitions, steps_per_task, weights, grid)
         # Defaults every 10 steps, rounded up to whole tasks so that checks never split a superstep.
         granularity = self._executor.granularity
         default = granularity * -(-10 // granularity)
@@ -153,15 +159,16 @@ class Simulation(Checkpointing):
         # of one run may be handed to a resumed one, never to an unrelated one (see add_writer).
         self._history = uuid.uuid4().hex
 
-    def _make_executor(self, state, client, partitions, steps_per_task, weights):
+    def _make_executor(self, state, client, partitions, steps_per_task, weights, grid=None):
         if client is None:
-            if partitions not in (None, 1) or steps_per_task not in (None, 1) or weights is not None:
-                raise ConfigError("partitions, steps_per_task and weights need a dask client (client=...)")
+            if (partitions not in (None, 1) or steps_per_task not in (None, 1) or weights is not None
+                    or grid is not None):
+                raise ConfigError("partitions, steps_per_task, weights and grid need a dask client (client=...)")
             return LocalExecutor(self.model, state, self.dt)
         from hpcgpu.partition.engine import PartitionedExecutor
 
         return PartitionedExecutor(client, self.model, state, self.dt, partitions=partitions,
-                                   steps_per_task=steps_per_task, weights=weights, name=self.name)
+                                   steps_per_task=steps_per_task, weights=weights, name=self.name, grid=grid)
 
     # -- configuration -------------------------------------------------------
     def add_callback(self, function, schedule=1, name=None):
@@ -187,22 +194,9 @@ class Simulation(Checkpointing):
         """
         if not isinstance(getattr(writer, "schedule", None), Schedule) or not callable(getattr(writer, "write", None)):
             raise ConfigError(f"writer must have a Schedule 'schedule' and a 'write(simulation)' method; got {writer!r}")
-        self._check_writer(writer)  # here, at the line that reuses it, not later inside run()
+        WRITER_RUNS.check(writer, self._history, self.name)  # here, at the line that reuses it, not later inside run()
         self._writers.append(writer)
         return self
-
-    def _check_writer(self, writer):
-        """ConfigError when ``writer`` has run for a simulation that this one does not resume."""
-        owner = _WRITER_RUNS.get(writer)
-        if owner is None or owner[0] == self._history:
-            return
-        path = getattr(writer, "path", None)
-        what = f"{type(writer).__name__} writing to {os.fspath(path)!r}" if path is not None else repr(writer)
-        raise ConfigError(
-            f"writer: {what} holds the output of another run ({owner[1]!r}); used by {self.name!r} it would "
-            "append this run's records to that run's store. Give this run a new writer (another path, or "
-            "overwrite=True to replace that store); only a run resumed from that run's checkpoint "
-            "(Simulation.resume) may continue its writer")
 
     # -- state -----------------------------------------------------------------
     @property
@@ -347,9 +341,9 @@ class Simulation(Checkpointing):
             os.fspath(checkpoint), None if checkpoint_every is None else as_schedule(checkpoint_every, "checkpoint_every"))
         # all checked before any is claimed: a refused writer leaves the others free for another run
         for writer in self._writers:
-            self._check_writer(writer)
+            WRITER_RUNS.check(writer, self._history, self.name)
         for writer in self._writers:
-            _WRITER_RUNS.claim(writer, (self._history, self.name))
+            WRITER_RUNS.claim(writer, self._history, self.name)
         try:
             return self._run(target_step, wall_limit, max_restarts)
         finally:
@@ -362,7 +356,7 @@ class Simulation(Checkpointing):
             self.timing["warmup_s"] = _time.perf_counter() - start
             self._warmed_up = True
         if self.step == 0 and not self._records:
-            with _DeferredInterrupt():  # all of step 0's events, or a later run() skips the rest of them
+            with DeferredInterrupt():  # all of step 0's events, or a later run() skips the rest of them
                 self._events(force_check=True)
         bar = self._progress_bar(target_step)
         started = self._run_started = _time.perf_counter()
@@ -386,7 +380,7 @@ class Simulation(Checkpointing):
                     # Ctrl-C waits for the end of these n steps and their events: raised inside
                     # advance(), it would leave a state some steps on from `step` (or half-written
                     # in reused buffers) that a later run() would silently continue.
-                    with _DeferredInterrupt():
+                    with DeferredInterrupt():
                         self._executor.advance(n)
                         self.step += n
                         self.time = self.step * self.dt
@@ -425,102 +419,6 @@ class Simulation(Checkpointing):
             if close is not None:
                 close(self)
         return self
-
-    def _target_step(self, steps, stop_time):
-        if steps is not None:
-            return self.step + check_int("steps", steps, minimum=0)
-        stop_time = check_float("stop_time", stop_time, minimum=0.0, allow_none=True)
-        stop_time = self.stop_time if stop_time is None else stop_time
-        targets = []
-        if self.stop_steps is not None:
-            targets.append(self.stop_steps)
-        if stop_time is not None:
-            # the first step at or after stop_time, tolerating the rounding of step * dt (which grows with the step)
-            steps = stop_time / self.dt
-            targets.append(math.ceil(steps - 1e-9 - 1e-12 * steps))
-        return min(targets) if targets else None
-
-    def _schedules(self):
-        yield self.check_schedule
-        yield self.diagnostics_schedule
-        for schedule, _, _ in self._callbacks:
-            yield schedule
-        for writer in self._writers:
-            yield writer.schedule
-        if getattr(self, "_checkpoint", None) is not None and self._checkpoint[1] is not None:
-            yield self._checkpoint[1]
-
-    def _steps_to_next_event(self, target_step, seconds_per_step):
-        granularity = self._executor.granularity
-        if seconds_per_step is None:
-            limit = max(10, granularity)
-        else:
-            limit = max(granularity, int(_CHUNK_SECONDS / max(seconds_per_step, 1e-9)))
-        if target_step is not None:
-            limit = min(limit, target_step - self.step)
-        after = self.step + 1
-        for schedule in self._schedules():
-            # steps from the step after this one, plus that one step
-            limit = min(limit, 1 + schedule.steps_until(after, after * self.dt, self.dt))
-        return max(1, limit)
-
-    def _events(self, force_check=False):
-        step, now, dt = self.step, self.time, self.dt
-        diag = self.diagnostics_schedule.fires(step, now, dt)
-        callbacks = [(f, n) for s, f, n in self._callbacks if s.fires(step, now, dt)]
-        writers = [w for w in self._writers if w.schedule.fires(step, now, dt)]
-        schedule = getattr(self, "_checkpoint", None) and self._checkpoint[1]
-        save = bool(schedule) and schedule.fires(step, now, dt)
-        wanted = force_check or diag or callbacks or writers or save or self.check_schedule.fires(step, now, dt)
-        if wanted and self._checked_step != step:
-            self._executor.request_health(step)
-            self._checked_step = step
-        if diag or force_check:
-            self._executor.request_diagnostics(step)
-        # Callbacks and writers see the state: every check up to now must pass first,
-        # so that nothing is written from a run that has blown up.
-        self._flush(block=bool(callbacks or writers or save))
-        for function, _ in callbacks:
-            function(self)
-        for writer in writers:
-            writer.write(self)
-        if save:
-            self.write_checkpoint(self._checkpoint[0])
-
-    def _flush(self, block=False):
-        """Take in finished checks and diagnostics; raise on the first failed check."""
-        for kind, step, value in self._executor.collect(block=block):
-            if kind == "health":
-                self._check(step, *value)
-            else:
-                value.update(step=step, time=step * self.dt, wall_s=self._wall_time())
-                if "max_cfl" not in value:
-                    value["max_cfl"] = self._latest_cfl[1] if self._latest_cfl[0] == step else float("nan")
-                self._records.append(value)
-
-    def _wall_time(self):
-        """Seconds of run() so far, over all calls."""
-        running = _time.perf_counter() - self._run_started if self._run_started is not None else 0.0
-        return self.timing["run_s"] + running
-
-    def _check(self, step, bad, cfl):
-        limit = self.model.cfl_limit
-        if self._records and self._records[-1]["step"] == step:
-            self._records[-1]["max_cfl"] = cfl
-        self._latest_cfl = (step, cfl)
-        when = f"step {step} (t={step * self.dt:g})"
-        if bad or not cfl == cfl:
-            field = ", ".join(bad) or "unknown"
-            if self._non_finite is None:  # the first failure: where the state went bad
-                self._non_finite = (step, field, cfl)
-            raise UnstableSimulation(
-                f"{self.name}: {when}: field(s) {field} hold NaN/inf or a non-physical value; CFL number "
-                f"{cfl:.3g} (stable limit {limit:.3g}). Reduce dt (now {self.dt:g}) or add viscosity.",
-                step=step, field=field, cfl=cfl)
-        if cfl > limit:
-            raise UnstableSimulation(
-                f"{self.name}: {when}: CFL number {cfl:.3g} exceeds the stable limit {limit:.3g}; "
-                f"reduce dt (now {self.dt:g}).", step=step, field="cfl", cfl=cfl)
 
     def _progress_bar(self, target_step):
         if self.progress is False:
@@ -581,70 +479,6 @@ class Simulation(Checkpointing):
         from hpcgpu.io import html_views
 
         return html_views.simulation_html(self)
-
-
-class _WriterRuns:
-    """The run each output writer has run for: ``(history id, simulation name)``, by the writer's identity.
-
-    Writers are the user's objects: they may be unhashable (a dataclass) or
-    take no attributes (``__slots__``), so they are looked up by ``id()``,
-    with a weak reference that tells a new object at the id of a collected
-    one apart and drops the entry with the writer.
-    """
-
-    def __init__(self):
-        self._runs = {}
-
-    def get(self, writer):
-        entry = self._runs.get(id(writer))
-        if entry is None or entry[0]() is not writer:
-            return None
-        return entry[1]
-
-    def claim(self, writer, run):
-        key = id(writer)
-        try:
-            ref = weakref.ref(writer, lambda _, key=key: self._runs.pop(key, None))
-        except TypeError:  # not weak-referenceable (__slots__ without __weakref__): kept alive instead
-            def ref(writer=writer):
-                return writer
-        self._runs[key] = (ref, run)
-
-
-_WRITER_RUNS = _WriterRuns()
-
-
-class _DeferredInterrupt:
-    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise it at the end.
-
-    The steps of one call to the executor and their events (at most about
-    :data:`_CHUNK_SECONDS` of work) then finish, so ``step``, ``time`` and the
-    state agree when :class:`KeyboardInterrupt` reaches the notebook, and a
-    later ``run()`` continues exactly. A second Ctrl-C in the same block is
-    raised at once (a callback that hangs can still be interrupted). Only
-    Python's default handler, in the main thread, is replaced: another
-    handler (or a thread, where signals cannot be handled) is left alone.
-    """
-
-    def __enter__(self):
-        self.pending = False
-        self._previous = None
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._previous = signal.signal(signal.SIGINT, self._hold)
-        return self
-
-    def _hold(self, signum, frame):
-        if self.pending:
-            raise KeyboardInterrupt
-        self.pending = True
-
-    def __exit__(self, kind, error, traceback):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        if self.pending and kind is None:
-            raise KeyboardInterrupt
-        return False
 
 
 def _declaration(model):

@@ -154,7 +154,8 @@ def test_run_weather_on_a_local_cluster(tmp_path):
                  "--steps-per-task", "3", "--out", str(out), "--backend", "numba", "--no-progress")
     assert result.returncode == 0, result.stderr
     # a channel: the block at the south wall steps fewer halo rows, so it holds more rows
-    assert "2 workers, 2 partitions of [26, 22] rows, 3 steps per task" in result.stdout
+    assert ("2 workers, 2 partitions on a 1x2 process grid (blocks of [26, 22] rows x [32] columns), 3 steps per "
+            "task") in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["executor"] == "distributed" and summary["step"] == 24
     assert abs(summary["mass_relative_change"]) < 1e-12
@@ -363,6 +364,10 @@ def test_bench_comm_prints_round_trips_bandwidth_and_collectives_beside_the_task
     collectives = {r["case"]: r for r in lines if r["case"] in ("allreduce", "barrier")}
     assert set(collectives) == {"allreduce", "barrier"}
     assert all(r["metric"] == "latency_s" and len(r["workers"]) == 2 for r in collectives.values())
+    (shared,) = [r for r in lines if r["case"] == "allreduce_shared_ranks"]
+    # 8 ranks over the 2 workers: recursive doubling takes log2(8) = 3 rounds and 3 messages on every rank
+    assert shared["ranks"] == 8 and shared["metric"] == "latency_s" and shared["rounds_per_rank"] == 3
+    assert shared["rounds_by_rank"] == shared["messages_by_rank"] == [3] * 8
     tasks = [r for r in lines if r["case"] == "task_round_trip"]
     assert {tuple(r["workers"]) for r in tasks} == pairs
     small = {tuple(r["workers"]): r["value"] for r in lines if r["case"] == "round_trip" and r["size"] == 64}

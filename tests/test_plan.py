@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hpcgpu.plan import USABLE_MEMORY_FRACTION, SchedulerModel, plan
 from hpcgpu.plan.check import fit_link
 from hpcgpu.plan.devices import device_profile, measured_device
 from hpcgpu.plan.profiles import DEVICES, LINKS, LinkProfile, link_profile
-from hpcgpu.plan.workload_costs import MolecularDynamicsCost, NBodyCost, WeatherCost
+from hpcgpu.plan.workload_costs import MolecularDynamicsCost, NBodyCost, WeatherCost, launch_wait_s
 
 HPCGPU = [sys.executable, "-P", "-m", "hpcgpu.cli"]
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -31,6 +32,7 @@ def feasible(rows):
 
 
 H100 = DEVICES["h100"]
+NO_LAUNCH = replace(H100, launch_s=0.0)
 BANDWIDTH_ONLY = LinkProfile("bandwidth only", bandwidth=1e9, latency_s=0.0)
 LATENCY_ONLY = LinkProfile("latency only", bandwidth=1e30, latency_s=1e-3)
 
@@ -90,12 +92,14 @@ def test_a_large_fixed_problem_gets_faster_with_each_gpu_count_at_falling_effici
     ("nbody", dict(bodies=1_000_000)), ("nbody", dict(bodies=1000)),
 ])
 @pytest.mark.parametrize("device", ["h100", "cpu"])
-def test_efficiency_never_rises_and_memory_per_gpu_falls_with_the_gpu_count(workload, size, device):
+def test_efficiency_never_rises_at_one_k_and_memory_per_gpu_falls_with_the_gpu_count(workload, size, device):
     rows = feasible(plan(workload, steps=100, device=device, interconnect="100gbe", max_gpus=64, **size).rows)
-    efficiency = [r.parallel_efficiency for r in rows if not math.isnan(r.parallel_efficiency)]
+    rated = [r for r in rows if not math.isnan(r.parallel_efficiency)]
     memory = [r.memory_per_gpu_bytes for r in rows]
     assert len(rows) >= 3
-    assert all(a >= b - 1e-12 for a, b in zip(efficiency, efficiency[1:]))
+    # where the engine lowers K (smaller blocks), the redundant halo work falls and efficiency may rise
+    assert all(a.parallel_efficiency >= b.parallel_efficiency - 1e-12 for a, b in zip(rated, rated[1:])
+               if a.steps_per_task == b.steps_per_task)
     assert all(a > b for a, b in zip(memory, memory[1:]))
 
 
@@ -115,40 +119,89 @@ def test_a_state_too_big_for_one_gpu_gives_the_minimum_gpu_count():
 
 
 def test_weather_blocks_thinner_than_the_halo_are_reported_not_planned():
-    result = plan("weather", nx=256, ny=64, steps=10, max_gpus=16)
-    assert [r.feasible for r in result.rows] == [True, True, True, True, False]
-    assert result.row(8).steps_per_task == 1  # 8 rows per block leave room for one step's 6-row halo
+    # one step reads 6 cells beyond a block along x and y: 24 x 24 cells hold at most 4 x 4 blocks
+    result = plan("weather", nx=24, ny=24, steps=10, max_gpus=32)
+    assert [r.feasible for r in result.rows] == [True, True, True, True, True, False]
+    assert result.row(16).grid == (4, 4) and result.row(16).steps_per_task == 1
+    assert result.row(32).grid == () and "thinner than the 6-cell frame" in result.row(32).note
     assert any("cannot split" in w for w in result.warnings)
+    # a forced grid whose blocks cannot hold one step's halo
+    assert not WeatherCost(24, 24, steps=1).cost(8, H100, LINKS["ndr"], SchedulerModel(), grid=(1, 8)).feasible
 
 
 # -- the exchange and the scheduler ---------------------------------------------------------
 
-def test_weather_halo_term_is_independent_of_the_rows_per_gpu_and_proportional_to_nx():
+def test_weather_rows_halo_term_is_independent_of_the_rows_per_gpu_and_proportional_to_nx():
     def exchange(nx, ny, link=BANDWIDTH_ONLY):
-        return WeatherCost(nx, ny, steps=1, steps_per_task=4).cost(4, H100, link, SchedulerModel())
+        return WeatherCost(nx, ny, steps=1, steps_per_task=4).cost(4, H100, link, SchedulerModel(), grid=(1, 4))
 
     assert exchange(2048, 4096).exchange_s == pytest.approx(exchange(2048, 16384).exchange_s, rel=1e-12)
     assert exchange(4096, 4096).exchange_s == pytest.approx(2 * exchange(2048, 4096).exchange_s, rel=1e-12)
-    # every K = 4 steps: 24 + 12 halo rows of 3 float32 fields to the two neighbours, one message each
+    # every K = 4 steps: 24 + 12 halo rows of 3 float32 fields to the two neighbours, one message each,
+    # sent together: one latency
     cost = exchange(2048, 4096)
+    assert cost.grid == (1, 4)
     assert cost.exchange_bytes == pytest.approx(36 * 2048 * 3 * 4 / 4)
-    assert cost.messages == pytest.approx(2 / 4)
-    assert exchange(2048, 4096, LATENCY_ONLY).exchange_s == pytest.approx(2 / 4 * 1e-3)
+    assert cost.messages == pytest.approx(2 / 4) and cost.rounds == pytest.approx(1 / 4)
+    assert exchange(2048, 4096, LATENCY_ONLY).exchange_s == pytest.approx(1 / 4 * 1e-3)
 
 
-def test_weather_exchanges_with_one_neighbour_on_two_gpus_between_walls_and_none_on_one():
-    weather = WeatherCost(2048, 4096, steps=1, steps_per_task=4)
-    assert weather.cost(2, H100, LATENCY_ONLY, SchedulerModel()).messages == pytest.approx(1 / 4)
-    assert weather.cost(1, H100, LATENCY_ONLY, SchedulerModel()).exchange_s == 0.0
+def test_weather_2d_blocks_exchange_a_frame_with_corners_in_two_stages_and_step_it():
+    weather = WeatherCost(4096, 4096, steps=1, steps_per_task=4)
+    cost = weather.cost(16, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4))
+    # blocks of 1024 x 1024 with frames of 24 west and south, 12 east and north (reach 2 and 1 per stage)
+    frame = (1024 + 36) * (1024 + 36) - 1024 * 1024
+    assert cost.exchange_bytes == pytest.approx(frame * 3 * 4 / 4)
+    assert cost.messages == pytest.approx(4 / 4) and cost.rounds == pytest.approx(2 / 4)
+    latency = weather.cost(16, H100, LATENCY_ONLY, SchedulerModel(), grid=(4, 4))
+    assert latency.exchange_s == pytest.approx(2 / 4 * 1e-3)
+    # the stepped cells: the x frame whole, the y frame shrinking to half on average
+    unit = WeatherCost(4096, 4096, steps=1, steps_per_task=1)
+    one = unit.cost(1, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel()).compute_s
+    stepped = cost.compute_s / one * 4096 * 4096
+    copies = 2 * 2 * frame * 3 * 4 / H100.copy_bandwidth / 4 / (one / (4096 * 4096))
+    # between walls the engine gives the blocks at a wall more rows for equal work: every block steps the mean
+    assert stepped - copies == pytest.approx((1024 + 36) * (4096 + (12 + 36 + 36 + 24) / 2) / 4, rel=1e-9)
+    periodic = WeatherCost(4096, 4096, steps=1, steps_per_task=4, periodic=True)
+    stepped = periodic.cost(16, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4)).compute_s / one * 4096 * 4096
+    assert stepped - copies == pytest.approx((1024 + 36) * (1024 + 18), rel=1e-9)
 
 
-def test_weather_k_defaults_to_the_engines_choice():
-    from hpcgpu.partition.rows import auto_steps_per_task
+@pytest.mark.parametrize("nx, ny, partitions", [
+    (1024, 512, 2), (512, 1024, 2), (16384, 16384, 64), (16384, 16384, 128), (4096, 1024, 16), (256, 256, 6),
+    (64, 1024, 16), (1024, 1024, 16),
+])
+def test_weather_grid_and_k_are_the_ones_the_engine_chooses(nx, ny, partitions):
+    from hpcgpu.partition.grid import GridDecomposition
     from hpcgpu.workloads.weather import ShallowWater
 
-    for ny, gpus in [(1024, 2), (1024, 16), (1024, 64), (16384, 32)]:
-        model = ShallowWater("unstable_jet", nx=64, ny=ny, backend="numpy")
-        assert WeatherCost(64, ny, steps=1).steps_per_exchange(gpus) == auto_steps_per_task(model, gpus)
+    model = ShallowWater("unstable_jet", nx=nx, ny=ny, backend="numpy")
+    layout = GridDecomposition.build(model, 30.0, partitions, None, None, False)
+    weather = WeatherCost(nx, ny, steps=1)
+    assert weather.process_grid(partitions) == layout.grid
+    assert weather.steps_per_exchange(partitions) == layout.steps_per_task
+    assert weather.cost(partitions, H100, LINKS["ndr"], SchedulerModel()).grid == layout.grid
+
+
+def test_weather_rows_go_to_two_ranks_when_ny_is_not_smaller_and_the_table_names_the_grid():
+    assert WeatherCost(512, 1024, steps=1).process_grid(2) == (1, 2)
+    assert WeatherCost(1024, 1024, steps=1).process_grid(2) == (1, 2)
+    assert WeatherCost(1024, 512, steps=1).process_grid(2) == (2, 1)
+    result = plan("weather", nx=16384, ny=16384, steps=10, device="h200", max_gpus=64)
+    assert [r.grid for r in result.rows] == [(1, 1), (1, 2), (1, 4), (2, 4), (4, 4), (4, 8), (8, 8)]
+    assert " 8x8 " in result.table()
+
+
+def test_weather_k_is_the_largest_whose_halo_is_a_quarter_of_the_block_on_every_split_axis():
+    weather = WeatherCost(4096, 1024, steps=1)
+    # blocks of 1024 x 1024: a halo of 96 = 6 x 16 fits four times along both axes
+    assert weather.steps_per_exchange(4, grid=(4, 1)) == 16
+    # blocks of 128 columns: 6 K <= 32 gives K = 4, whatever the rows
+    assert weather.steps_per_exchange(32, grid=(32, 1)) == 4
+    # an unsplit axis does not count: 4096 x 64 rows, only y split
+    assert weather.steps_per_exchange(16, grid=(1, 16)) == 2
+    # a K given is lowered until the widest halo fits in the block (6 K <= 32 columns)
+    assert WeatherCost(4096, 1024, steps=1, steps_per_task=16).steps_per_exchange(128, grid=(128, 1)) == 5
 
 
 def test_nbody_allgather_term_grows_with_the_gpu_count_and_the_bodies():
@@ -161,33 +214,65 @@ def test_nbody_allgather_term_grows_with_the_gpu_count_and_the_bodies():
     assert by_gpus[0] == 0.0 and by_gpus == sorted(by_gpus) and len(set(by_gpus)) == 5
     by_bodies = [exchange(n, 8) for n in (10_000, 100_000, 1_000_000)]
     assert by_bodies == sorted(by_bodies) and len(set(by_bodies)) == 3
-    # an allgather: P - 1 messages of one block's positions and masses (4 float32 each)
-    assert exchange(1_000_000, 8) == pytest.approx(7 * (20e-6 + 4 * 4 * 125_000 / 45e9))
+    # an allgather by recursive doubling: log2 P rounds, P - 1 blocks of positions and masses (4 float32 each)
+    assert exchange(1_000_000, 8) == pytest.approx(3 * 20e-6 + 7 * 4 * 4 * 125_000 / 45e9)
+    cost = NBodyCost(1_000_000, steps=1).cost(6, H100, link, SchedulerModel())
+    assert cost.messages == 3 and cost.grid == (6,)
 
 
-def test_md_exchange_is_proportional_to_the_slab_face_area():
-    def exchange(atoms, gpus):
-        return MolecularDynamicsCost(atoms, steps=1).cost(gpus, H100, BANDWIDTH_ONLY, SchedulerModel()).exchange_s
+def test_md_ghosts_fill_the_shell_around_a_brick_on_its_split_axes():
+    md = MolecularDynamicsCost(8_000_000, steps=1, rebuild_every=10 ** 9)  # rebuilds too rare to count
+    side, radius = md.box_side, md.ghost_radius
 
-    # 8 times the atoms at the same density: twice the box side, four times the face
-    assert exchange(8 * 4_000_000, 4) == pytest.approx(4 * exchange(4_000_000, 4), rel=1e-3)
-    # the face does not change with the number of slabs
-    assert exchange(4_000_000, 8) == pytest.approx(exchange(4_000_000, 4), rel=1e-3)
+    def ghost_bytes(grid):
+        return md.cost(math.prod(grid), H100, BANDWIDTH_ONLY, SchedulerModel(), grid=grid).exchange_bytes
+
+    for grid in [(1, 1, 4), (2, 2, 2), (4, 2, 1), (4, 4, 4)]:
+        brick = [side / p for p in grid]
+        shell = math.prod(b + 2 * radius * (p > 1) for b, p in zip(brick, grid)) - math.prod(brick)
+        assert ghost_bytes(grid) == pytest.approx(shell * md.density * 3 * 8, rel=1e-6), grid
+    # slabs: the same two faces however many; bricks: the shell shrinks with the brick
+    assert ghost_bytes((1, 1, 8)) == pytest.approx(ghost_bytes((1, 1, 4)), rel=1e-9)
+    assert ghost_bytes((4, 4, 4)) < ghost_bytes((2, 2, 2)) < ghost_bytes((1, 1, 8))
 
 
-def test_md_sends_ghosts_to_its_neighbours_and_the_rebuild_flag_to_every_rank():
+def test_md_exchanges_in_one_stage_per_split_axis_with_no_collective_per_step():
     md = MolecularDynamicsCost(10_000_000, steps=1, rebuild_every=15)
-    for gpus, neighbours in [(2, 1), (4, 2), (8, 2)]:
+    for gpus, grid in [(2, (2, 1, 1)), (8, (4, 2, 1)), (64, (4, 4, 4)), (4096, (16, 16, 16))]:
         cost = md.cost(gpus, H100, LATENCY_ONLY, SchedulerModel())
-        assert cost.messages == pytest.approx(neighbours + (gpus - 1) + neighbours / 15)
-        assert cost.exchange_s == pytest.approx(cost.messages * 1e-3)
+        stages = sum(p > 1 for p in grid)
+        assert cost.grid == grid
+        # 2 messages per stage, once more on rebuild steps; the rebuild flag rides along
+        assert cost.messages == pytest.approx(2 * stages * (1 + 1 / 15))
+        assert cost.rounds == pytest.approx(stages * (1 + 1 / 15))
+        assert cost.exchange_s == pytest.approx(cost.rounds * 1e-3)
+
+
+def test_md_bricks_thinner_than_the_ghost_radius_are_reported_not_planned():
+    md = MolecularDynamicsCost(100_000, steps=1)  # a box of 48.8 sigma: at most 17 bricks of 2.8 per axis
+    assert md.cost(4096, H100, LINKS["ndr"], SchedulerModel()).grid == (16, 16, 16)
+    refused = md.cost(8192, H100, LINKS["ndr"], SchedulerModel())
+    assert not refused.feasible and "thinner than the ghost radius" in refused.note
+    assert not md.cost(32, H100, LINKS["ndr"], SchedulerModel(), grid=(1, 1, 32)).feasible
+
+
+def test_md_of_1e8_atoms_splits_into_bricks_up_to_1024_gpus():
+    result = plan("md", atoms=1e8, steps=1000, device="h200", interconnect="ndr", max_gpus=1024)
+    assert all(r.feasible for r in result.rows)
+    assert result.row(256).grid == (8, 8, 4) and result.row(1024).grid == (16, 8, 8)
+    # what bricks buy over slabs: at 128 GPUs slabs gave 0.32 (z slabs of 3.8 sigma, 2 big faces each)
+    assert result.row(128).parallel_efficiency > 0.8
+    slab = MolecularDynamicsCost(10 ** 8, steps=1).cost(128, DEVICES["h200"], LINKS["ndr"], SchedulerModel(),
+                                                        grid=(1, 1, 128))
+    assert result.row(128).seconds_per_step < slab.seconds_per_step
 
 
 def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
     scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4)
     weather = WeatherCost(4096, 4096, steps=1, steps_per_task=8)
     cost = weather.cost(4, H100, LINKS["ndr"], scheduler)
-    assert cost.scheduler_s == pytest.approx((2e-3 + 5 * 1e-4) / cost.steps_per_epoch)
+    # an epoch's 5 tasks are submitted while earlier epochs step: only the hand-over is exposed
+    assert cost.scheduler_s == pytest.approx((2e-3 + 0.2 * 5 * 1e-4) / cost.steps_per_epoch)
     # the engine gathers whole supersteps until an epoch holds EPOCH_SECONDS of work
     step = cost.compute_s + cost.exchange_s
     assert cost.steps_per_epoch % 8 == 0
@@ -197,6 +282,79 @@ def test_the_scheduler_is_paid_once_per_epoch_over_its_steps():
     fixed = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=0.0, steps_per_epoch=100)
     for workload in (weather, MolecularDynamicsCost(1_000_000, steps=1), NBodyCost(100_000, steps=1)):
         assert workload.cost(4, H100, LINKS["ndr"], fixed).scheduler_s == pytest.approx(2e-5)
+
+
+@pytest.mark.parametrize("work", [0.0, 0.01, 0.05, 0.0655, 0.5])
+def test_the_submission_is_exposed_only_where_it_outlasts_the_epochs_work(work):
+    scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-4, handover_share=0.2)
+    partitions = 1023  # 1024 tasks: 81.92 ms of submission, 20.48 ms of hand-over
+    submission, handover = 0.8 * 1024 * 1e-4, 2e-3 + 0.2 * 1024 * 1e-4
+    assert scheduler.submission_s(partitions) == pytest.approx(submission)
+    assert scheduler.handover_s(partitions) == pytest.approx(handover)
+    assert scheduler.exposed_epoch_s(partitions, work) == pytest.approx(handover + max(0.0, submission - work))
+    # all of it is paid once, whatever hides it
+    assert scheduler.epoch_s(partitions) == pytest.approx(submission + handover)
+
+
+def test_the_scheduler_per_step_follows_the_engines_epochs_of_work():
+    scheduler = SchedulerModel(epoch_overhead_s=2e-3, task_overhead_s=1e-3)
+    # 1 ms steps: 500 steps per epoch hide 0.8 x 1025 ms = 820 ms of submission only in part
+    exposed = 2e-3 + 0.2 * 1025e-3 + (0.8 * 1025e-3 - 0.5)
+    assert scheduler.per_step_s(1024, 1e-3) == pytest.approx(exposed / 500)
+    # 10 ms steps: the epoch's 500 ms hide the 4 ms of submission of 4 workers
+    assert scheduler.per_step_s(4, 1e-2) == pytest.approx((2e-3 + 0.2 * 5e-3) / 50)
+    # the old model charged the whole epoch: the new is never more
+    assert scheduler.per_step_s(4, 1e-2) < scheduler.epoch_s(4) / 50
+    # a plan's rows use it: MD on 1024 GPUs, 1025 tasks an epoch
+    row = plan("md", atoms=1e8, steps=1, device="h200", max_gpus=1024).row(1024)
+    default = SchedulerModel()
+    assert row.steps_per_epoch == default.steps_in_epoch(row.compute_s + row.exchange_s)
+    assert row.scheduler_s == pytest.approx(default.per_step_s(1024, row.compute_s + row.exchange_s))
+    assert row.scheduler_s == pytest.approx(default.handover_s(1024) / row.steps_per_epoch)  # submission hidden
+
+
+# -- kernel launches ----------------------------------------------------------------------
+
+def test_a_gpu_waits_for_the_first_launch_after_a_sync_and_behind_short_kernels_only():
+    launch = H100.launch_s
+    assert launch_wait_s(H100, [[1e-3] * 48]) == pytest.approx(launch)  # the host stays ahead
+    assert launch_wait_s(H100, [[1e-3] * 48] * 3) == pytest.approx(3 * launch)  # once per stretch
+    assert launch_wait_s(H100, [[1e-6] * 10]) == pytest.approx(10 * launch - 9e-6)  # host-bound
+    # behind one long kernel the host catches up: the short kernels queued during it do not wait
+    assert launch_wait_s(H100, [[1e-6, 1e-3, 1e-6, 1e-6]]) == pytest.approx(2 * launch - 1e-6)
+    # a CPU runs each region itself: every launch is paid
+    cpu = DEVICES["cpu"]
+    assert launch_wait_s(cpu, [[1e-3] * 4, [1e-3] * 2]) == pytest.approx(6 * cpu.launch_s)
+
+
+def test_weather_on_gpus_pays_the_launches_after_its_two_exchange_stages_per_superstep():
+    weather = WeatherCost(16384, 16384, steps=1)
+    cost = weather.cost(64, DEVICES["h200"], BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    free = weather.cost(64, replace(DEVICES["h200"], launch_s=0.0), BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    k, launch = cost.steps_per_task, DEVICES["h200"].launch_s
+    assert k == 16
+    # per superstep: the 6 x-frame writes (3 fields x 2 sides) after the x stage, the 6 y-frame writes
+    # and the first of the 48 stage kernels after the y stage: 13 launches, less the 11 short copies' own
+    # time (each well under a launch), over K = 16 steps
+    assert cost.compute_s - free.compute_s == pytest.approx(13 * launch / k, rel=0.03)
+    assert cost.compute_s - free.compute_s < 13 * launch / k
+    assert cost.compute_s - free.compute_s < launch  # the old model charged 3 launches a step
+    # on a CPU the three stages of every step are paid, as plan --check measures them
+    cpu = DEVICES["cpu"]
+    on_cpu = weather.cost(64, cpu, BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    cpu_free = weather.cost(64, replace(cpu, launch_s=0.0), BANDWIDTH_ONLY, SchedulerModel(), grid=(8, 8))
+    assert on_cpu.compute_s - cpu_free.compute_s == pytest.approx(3 * cpu.launch_s)
+
+
+def test_md_on_gpus_pays_the_ghost_cuts_of_each_stage_and_the_first_launch_after_them():
+    md, h200 = MolecularDynamicsCost(10 ** 8, steps=1), DEVICES["h200"]
+    launch = h200.launch_s
+    for grid, stages in (((8, 8, 4), 3), ((16, 16, 1), 2)):
+        paid = md.cost(256, h200, BANDWIDTH_ONLY, SchedulerModel(), grid=grid).compute_s
+        free = md.cost(256, replace(h200, launch_s=0.0), BANDWIDTH_ONLY, SchedulerModel(), grid=grid).compute_s
+        # each stage's two cuts (short kernels), the joined ghosts and the forces behind them; the
+        # kick, drift, rebuild test and reductions queue behind the forces
+        assert paid - free == pytest.approx((2 * stages + 2) * launch, rel=0.05)
 
 
 def test_a_link_is_fitted_from_two_round_trips():
@@ -325,7 +483,8 @@ def test_cli_prints_the_table_and_json_lines():
     table = run_cli("plan", "weather", "--nx", "16384", "--ny", "16384", "--steps", "1e4", "--max-gpus", "4")
     assert table.returncode == 0, table.stderr
     assert "hpcgpu plan: weather 16384 x 16384" in table.stdout and "efficiency" in table.stdout
-    assert table.stdout.splitlines()[1].split()[5:8] == ["compute", "exchange", "scheduler"]
+    assert table.stdout.splitlines()[1].split()[:2] == ["GPUs", "grid"]
+    assert table.stdout.splitlines()[1].split()[6:9] == ["compute", "exchange", "scheduler"]
     assert len([line for line in table.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["4"])]) == 3
     lines = run_cli("plan", "md", "--atoms", "1e7", "--steps", "1e6", "--device", "h200", "--interconnect",
                     "nvlink", "--max-gpus", "4", "--json")
@@ -335,6 +494,7 @@ def test_cli_prints_the_table_and_json_lines():
     assert records[-1]["kind"] == "summary" and records[-1]["device"] == "h200"
     assert records[0]["size"] == {"atoms": 10_000_000} and records[0]["steps"] == 1_000_000
     assert records[1]["exchange_s"] > 0 and records[1]["messages_per_step"] > 0
+    assert [r["grid"] for r in records if r["kind"] == "plan"] == [[1, 1, 1], [2, 1, 1], [4, 1, 1]]
     bad = run_cli("plan", "weather", "--nx", "64", "--ny", "64", "--interconnect", "infiniband")
     assert bad.returncode == 2 and "interconnect must be one of" in bad.stderr
 

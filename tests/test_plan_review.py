@@ -67,9 +67,10 @@ def test_a_measured_profile_reads_the_output_of_cluster_acceptance(tmp_path):
 def test_the_bound_column_names_the_exchange_where_messages_take_most_of_the_step():
     from hpcgpu.plan import plan
 
-    # MD of 10^7 atoms over the dask comm path: at 64 GPUs the step is almost all rebuild-flag allreduce
+    # MD of 10^7 atoms over the dask comm path: at 64 GPUs (4 x 4 x 4 bricks) the step is mostly the three
+    # stages of the ghost exchange, 0.35 ms of latency each
     result = plan("md", atoms=10**7, steps=10**6, device="h200", interconnect="ucx-ndr", max_gpus=64)
     one, many = result.row(1), result.row(64)
     assert one.compute_s > one.exchange_s and one.bound == "bandwidth"
-    assert many.exchange_s > 10 * many.compute_s and many.bound == "exchange"
+    assert many.exchange_s > 2 * many.compute_s and many.bound == "exchange"
     assert "exchange" in result.table().splitlines()[-2]

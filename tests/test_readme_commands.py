@@ -68,3 +68,34 @@ def test_the_readmes_scheduler_command_runs_on_a_scheduler_of_ones_own(tmp_path)
     summary = _summary(tmp_path)
     assert summary["executor"] == "distributed" and summary["workers"] == 2 and summary["step"] > 0
     assert abs(summary["mass_relative_change"]) < 1e-12
+
+
+@pytest.mark.slow
+def test_the_readmes_process_grid_command_runs_as_written(tmp_path):
+    command = _readme_command("hpcgpu run weather --nx 512 --ny 512 --workers 2 --partitions 4 --grid ")
+    result = _hpcgpu(command, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(tmp_path)
+    # a channel: the blocks at the walls step less frame, so they hold a few more rows
+    assert summary["process_grid"] == "2x2" and sum(summary["block_rows"]) == 512
+    assert summary["block_cols"] == [256, 256] and summary["partitions"] == 4
+    assert abs(summary["mass_relative_change"]) < 1e-12
+    assert "partitions on a 2x2 process grid" in result.stdout
+
+
+def test_the_readmes_user_grid_model_runs_as_written_and_partitions_bitwise(tmp_path):
+    with open(README, encoding="utf-8") as handle:
+        text = handle.read()
+    found = re.search(r"<!-- user-grid-model-example[^>]*-->\s*```python\n(.*?)```", text, re.S)
+    assert found, "no user grid model example in the README"
+    source = found.group(1)
+    body = [line for line in source.splitlines() if line.strip()]
+    model_lines = body[body.index("class Heat(GridModelBase):"):body.index('if __name__ == "__main__":')]
+    assert len(model_lines) <= 40 and sum(line.lstrip().startswith("def ") for line in model_lines) <= 8
+    script = tmp_path / "heat.py"
+    script.write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bitwise equal on a 2x2 process grid: True" in done.stdout

@@ -266,11 +266,11 @@ def test_a_run_stopped_by_the_cfl_limit_alone_is_not_refused_as_non_finite(jet):
 def test_a_restart_asks_for_the_weights_the_run_was_given(tmp_path, client, jet):
     reference = Simulation(jet, dt=100.0, stop_steps=STEPS, progress=False).run()
     sim = Simulation(jet, dt=100.0, stop_steps=STEPS, progress=False, client=client, weights=[3, 1], **CLUSTER)
-    rows = sim.summary()["rows_per_partition"]
+    rows = sim.summary()["block_rows"]
     assert rows[0] > 2 * rows[1]  # 3:1, the second raised to its halo (12 rows)
     sim.add_callback(_lose_a_worker_at(10, 1, []), 2)
     with pytest.warns(RuntimeWarning, match="restarted from the checkpoint at step 8 "):
         sim.run(checkpoint=tmp_path, checkpoint_every=4)
-    assert sim.summary()["rows_per_partition"] == rows and sim._executor.weights_requested == [3, 1]
+    assert sim.summary()["block_rows"] == rows and sim._executor.weights_requested == [3, 1]
     np.testing.assert_array_equal(sim.state.h, reference.state.h)
     sim.close()

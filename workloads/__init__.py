@@ -8,6 +8,7 @@ registers it (entry-point group ``hpcgpu.workloads``, read by
 :mod:`hpcgpu.registry`). Core reaches the models only through that registry.
 
 :mod:`~hpcgpu.workloads.sums` holds what several models' diagnostics share
-(the order-independent :func:`~hpcgpu.workloads.sums.exact_total`); it
-imports no model.
+(the order-independent :func:`~hpcgpu.workloads.sums.exact_total`, which
+also adds the blocks' exact partial sums from the core's
+:func:`~hpcgpu.exact_sums.exact_partial`); it imports no model.
 """

@@ -1,7 +1,7 @@
 """``hpcgpu bench comm``: the communicator's round trip, bandwidth and collectives, per worker pair.
 
 The partitioned engine's ranks message each other through a communicator
-(:mod:`hpcgpu.partition.dask_comm`: worker to worker over dask's comm layer,
+(:mod:`hpcgpu.partition.dask_communicator`: worker to worker over dask's comm layer,
 never through the scheduler). This suite measures it on a local cluster of
 ``workers`` single-threaded CPU workers, or on the workers of a running
 scheduler, with one session of one rank per worker (one pinned task each,
@@ -20,6 +20,13 @@ as an epoch runs):
   and pair, and at least 3;
 * case ``allreduce`` (a float64 scalar, ``sum``) and case ``barrier``, over
   all ranks: per repeat, the slowest rank's time; ``value`` is the median;
+* case ``allreduce_shared_ranks``: the same allreduce on a session of
+  :data:`SHARED_RANKS` ranks spread round-robin over the workers (the ranks
+  of one worker are threads of one task, as an epoch runs them), the
+  log-P algorithm at a size two workers cannot give it otherwise; with
+  ``ranks``, ``rounds_per_rank`` (the most rounds a rank took per call,
+  from the communicator's counters: ``log2 P`` for a power of two),
+  ``rounds_by_rank`` and ``messages_by_rank`` (sent per call);
 * case ``task_round_trip``, for comparison, per ordered pair: the same
   round trip of the smallest size through dask tasks, what the engine paid
   per dependent level before it had a communicator
@@ -42,7 +49,7 @@ Examples
 >>> client = start_cluster(workers=2, threads_per_worker=1, gpus=False, quiet=True)  # doctest: +SKIP
 >>> lines = run(Recorder("comm"), client, sizes=(4096,), repeats=50)  # doctest: +SKIP
 >>> sorted({r["case"] for r in lines})  # doctest: +SKIP
-['allreduce', 'bandwidth', 'barrier', 'round_trip', 'task_round_trip']
+['allreduce', 'allreduce_shared_ranks', 'bandwidth', 'barrier', 'round_trip', 'task_round_trip']
 """
 
 import sys
@@ -55,7 +62,7 @@ from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.validation import check_int
 
 __all__ = ["run", "measure", "check_arguments", "protocol_of", "DEFAULT_SIZES", "DEFAULT_REPEATS",
-           "DEFAULT_WORKERS", "TRAFFIC_BYTES", "task_round_trips"]
+           "DEFAULT_WORKERS", "SHARED_RANKS", "TRAFFIC_BYTES", "measure_shared_allreduce", "task_round_trips"]
 
 DEFAULT_SIZES = (4096, 2**20, 64 * 2**20)
 """Message sizes (bytes): a small message (latency), and two large ones (bandwidth)."""
@@ -64,6 +71,9 @@ DEFAULT_REPEATS = 100
 """Timed round trips per pair and size (fewer for large messages, see :data:`TRAFFIC_BYTES`)."""
 
 DEFAULT_WORKERS = 2
+
+SHARED_RANKS = 8
+"""Ranks of the case ``allreduce_shared_ranks``, spread round-robin over the measured workers."""
 
 TRAFFIC_BYTES = 2**31
 """About this many bytes per size and pair, both ways together, cap a large message's repeats."""
@@ -197,7 +207,7 @@ def _collective(call, warmup, repeats):
 
 def _rank_program(session, rank, plan, collective_repeats):
     """One rank's part of the whole plan (a task pinned to its worker); ``{key: durations}``."""
-    from hpcgpu.partition.dask_comm import communicator
+    from hpcgpu.partition.dask_communicator import communicator
 
     comm = communicator(session, rank)
     out = {}
@@ -216,6 +226,78 @@ def _rank_program(session, rank, plan, collective_repeats):
         # the other ranks stop waiting for this one at once, not at their timeout
         comm.abort(f"bench comm failed: {type(error).__name__}: {error}")
         raise
+
+
+def _shared_allreduce(session, ranks, warmup, repeats):
+    """The allreduce timed on ``session``'s ranks ``ranks`` of this worker, a thread each.
+
+    ``{rank: (durations, rounds per call, messages sent per call)}``.
+    """
+    from distributed import get_worker
+
+    from hpcgpu.partition.dask_communicator import communicator
+    from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
+
+    worker = get_worker()  # the rank threads are not task threads: they get it from here
+
+    def one(k):
+        comm = None
+        # a rank that fails aborts the session: the others stop waiting for it at once, not at their timeout
+        with aborting_on_failure(session, ranks[k], worker, lambda: comm):
+            comm = communicator(session, ranks[k], worker)
+            comm.barrier()  # every rank there (and every stream open) before the warm-up
+            durations = _collective(lambda: comm.allreduce(1.0), warmup, repeats)
+            counted = comm.counters_by_family()["#allreduce"]
+            return durations, counted["rounds"] / counted["calls"], counted["messages"] / counted["calls"]
+
+    # the root cause first if a rank fails: the other ranks' CommAborted follow from it
+    return dict(zip(ranks, run_ranks(ranks, one, name="hpcgpu-bench-rank")))
+
+
+def measure_shared_allreduce(client, workers, ranks=SHARED_RANKS, repeats=DEFAULT_REPEATS):
+    """The allreduce of a float64 scalar on ``ranks`` ranks spread round-robin over ``workers``.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    workers : sequence of str
+        Worker addresses; rank ``r`` runs on ``workers[r % len(workers)]``.
+    ranks : int
+        Ranks of the session (at least 2).
+    repeats : int
+        Timed allreduces (after :data:`_SMALL_WARMUP` untimed ones).
+
+    Returns
+    -------
+    dict
+        ``{"durations": [s, ...], "rounds": [per rank], "messages": [per rank], "addresses": [per rank]}``:
+        the slowest rank's time of each repeat, and each rank's rounds and
+        messages sent per allreduce.
+
+    Examples
+    --------
+    >>> measure_shared_allreduce(client, addresses, ranks=8, repeats=20)["rounds"]  # doctest: +SKIP
+    [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+    """
+    from hpcgpu.partition.dask_session import close_session, open_session
+
+    check_int("ranks", ranks, minimum=2)
+    workers = list(workers)
+    addresses = [workers[rank % len(workers)] for rank in range(ranks)]
+    session = open_session(client, addresses, timeout=_SESSION_TIMEOUT_S)
+    try:
+        futures = [client.submit(_shared_allreduce, session, [r for r, a in enumerate(addresses) if a == w],
+                                 _SMALL_WARMUP, repeats, workers=[w], allow_other_workers=False, pure=False,
+                                 key=f"hpcgpu-bench-comm-shared-{session.id}-{w}")
+                   for w in sorted(set(addresses))]
+        by_rank = {}
+        for part in client.gather(futures):
+            by_rank.update(part)
+    finally:
+        close_session(client, session)
+    return {"durations": [float(max(column)) for column in zip(*(by_rank[r][0] for r in range(ranks)))],
+            "rounds": [by_rank[r][1] for r in range(ranks)], "messages": [by_rank[r][2] for r in range(ranks)],
+            "addresses": addresses}
 
 
 def measure(client, workers, sizes=DEFAULT_SIZES, repeats=DEFAULT_REPEATS, collectives=True,
@@ -358,6 +440,14 @@ def run(recorder, client, *, workers=None, sizes=DEFAULT_SIZES, repeats=DEFAULT_
     recorder.add(case="barrier", backend=None, dtype="none", size=0, metric="latency_s",
                  value=float(np.median(measured["barrier"])), unit="s", durations=measured["barrier"],
                  p90_s=_p90(measured["barrier"]), note="the slowest rank's time per repeat", **every)
+    shared = measure_shared_allreduce(client, addresses, SHARED_RANKS, repeats)
+    recorder.add(case="allreduce_shared_ranks", backend=None, dtype="float64", size=8, metric="latency_s",
+                 value=float(np.median(shared["durations"])), unit="s", durations=shared["durations"],
+                 p90_s=_p90(shared["durations"]), op="sum", workers=addresses, ranks=SHARED_RANKS,
+                 rounds_per_rank=max(shared["rounds"]), rounds_by_rank=shared["rounds"],
+                 messages_by_rank=shared["messages"], **common,
+                 note=f"a scalar on {SHARED_RANKS} ranks round-robin over the workers (a worker's ranks are "
+                      "threads of one task); the slowest rank's time per repeat")
     small = sizes[0]
     for (source, destination), by_size in measured["pairs"].items():
         durations = task_round_trips(client, source, destination, small, repeats=min(repeats, _TASK_REPEATS),

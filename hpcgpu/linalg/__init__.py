@@ -14,7 +14,7 @@ enough that there are at least two output tiles per worker.
 system whose rows are split over the workers. It runs SPMD: one pinned
 task per worker runs the whole iteration loop for its rows, and the
 partitions message each other directly through a communicator
-(:mod:`hpcgpu.partition.dask_comm`), not through the scheduler. Each
+(:mod:`hpcgpu.partition.dask_communicator`), not through the scheduler. Each
 iteration sends two small messages to each peer: a partial dot product,
 then partial dot products together with the entries of the preconditioned
 residual that the peer's rows reference. Every rank reduces the same

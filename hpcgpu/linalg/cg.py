@@ -19,6 +19,7 @@ from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError
 from hpcgpu.linalg import cg_ranks
 from hpcgpu.partition.layout import split_rows
+from hpcgpu.partition.worker_ranks import abort_session_here
 from hpcgpu.validation import check_int, check_relative_tolerance
 
 __all__ = ["conjugate_gradient"]
@@ -217,7 +218,7 @@ class _Solver:
     def _abort(self, reason):
         alive = sorted(set(self.owner) & set(worker_info(self.client)))
         try:
-            self.client.run(cg_ranks.abort_on_worker, self.session.id, reason, workers=alive)
+            self.client.run(abort_session_here, self.session.id, reason, workers=alive)
         except Exception:  # noqa: BLE001 - best effort: the ranks also stop at their timeout
             pass
 

@@ -5,7 +5,7 @@ The client's side (:func:`hpcgpu.linalg.conjugate_gradient`, in
 parts and submits :func:`solve_task` once per worker and round.
 
 Partition ``p`` is rank ``p`` of a communicator session
-(:mod:`hpcgpu.partition.dask_comm`). It holds rows ``[a_p, b_p)`` of the
+(:mod:`hpcgpu.partition.dask_communicator`). It holds rows ``[a_p, b_p)`` of the
 matrix and the same entries of every vector (x, r, z, p, q). Its rows
 reference columns of other partitions; those entries of the search
 direction are its *ghosts*, and the partitions that own them send exactly
@@ -13,7 +13,8 @@ those entries (the matrix's sparsity fixes the send lists once, as PETSc's
 scatter contexts do).
 
 One task per worker, pinned there and never retried, runs the whole solve
-for the ranks of that worker (one thread each beyond the first): the
+for the ranks of that worker (one thread each beyond the first, through
+:mod:`hpcgpu.partition.worker_ranks`, as the engine's epochs): the
 scheduler sees one task per worker per solve, not a graph of tasks per
 iteration. One iteration of rank ``p`` sends two messages to each peer,
 directly (worker to worker), and nothing else::
@@ -52,16 +53,14 @@ they converge. Every wait has a timeout: nothing hangs.
 """
 
 import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from hpcgpu.errors import CommAborted, CommError
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
+from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
-__all__ = ["CGPart", "CGJob", "CGRankResult", "split", "solve_task", "abort_on_worker", "STALL_WINDOW",
-           "TIMEOUT_S"]
+__all__ = ["CGPart", "CGJob", "CGRankResult", "split", "solve_task", "STALL_WINDOW", "TIMEOUT_S"]
 
 STALL_WINDOW = 200
 """Iterations without a 1 % drop of the best residual, and without a fall of the A-norm error
@@ -265,57 +264,17 @@ def _cg_rank(comm, part, x, r, job):
 
 def _run_rank(job, rank, part, x, r, worker):
     """One rank's solve; a rank that raises aborts the session first, so that no other rank waits for it."""
-    from hpcgpu.partition.dask_comm import abort_session, communicator
+    from hpcgpu.partition.dask_communicator import communicator
 
     comm = None
-    try:
+    with aborting_on_failure(job.session, rank, worker, lambda: comm):
         comm = communicator(job.session, rank, worker)
         return _cg_rank(comm, part, x, r, job)
-    except BaseException as error:
-        if not isinstance(error, CommError):
-            reason = f"{type(error).__name__}: {error}"
-            if comm is not None:
-                comm.abort(reason)
-            else:
-                abort_session(job.session, rank, reason, worker)
-        raise
 
 
 def solve_task(job, ranks, parts, blocks):
     """The solve of the ranks on this worker (one thread each beyond the first); their results in order."""
     from distributed import get_worker
 
-    worker = get_worker()  # the rank threads below are not task threads: they get it from here
-    if len(ranks) == 1:
-        return [_run_rank(job, ranks[0], parts[0], *blocks[0], worker)]
-    results, errors = [None] * len(ranks), [None] * len(ranks)
-
-    def one(k):
-        try:
-            results[k] = _run_rank(job, ranks[k], parts[k], *blocks[k], worker)
-        except BaseException as error:  # noqa: BLE001 - re-raised below, the root cause first
-            errors[k] = error
-
-    threads = [threading.Thread(target=one, args=(k,), name=f"hpcgpu-cg-rank-{rank}")
-               for k, rank in enumerate(ranks)]
-    for thread in threads[1:]:
-        thread.start()
-    one(0)
-    for thread in threads[1:]:
-        thread.join()
-    failed = [e for e in errors if e is not None]
-    for error in failed:
-        if not isinstance(error, CommAborted):
-            raise error
-    if failed:
-        raise failed[0]
-    return results
-
-
-def abort_on_worker(session_id, reason, dask_worker=None):
-    """Abort the session's ranks on this worker (run on its event loop: its task thread is busy with them)."""
-    from hpcgpu.partition.dask_comm import EXTENSION
-
-    extension = dask_worker.extensions.get(EXTENSION)
-    if extension is not None:
-        extension.abort_from_scheduler(session=session_id, reason=reason)
+    worker = get_worker()  # the rank threads are not task threads: they get it from here
+    return run_ranks(ranks, lambda k: _run_rank(job, ranks[k], parts[k], *blocks[k], worker), name="hpcgpu-cg-rank")

@@ -4,11 +4,15 @@ The modules, each importing only those listed before it (no circles, tested):
 
 - ``protocols``: what a model provides to be stepped and partitioned;
   ``layout``: rows split by weight;
-- ``communicator``: the interface (and a loopback); ``direct_comm`` and
-  ``dask_comm``: the transport on dask's comm layer; ``dask_session``: its
-  sessions, opened and closed from the client, and their plugins; ``nccl_messages``,
-  ``nccl_device``, ``nccl_transport`` and ``nccl_comm``: the NCCL one for
-  device buffers, and the choice between them;
+- ``collectives``: the collective algorithms (O(log P) rounds), written
+  against one round primitive;
+- ``communicator``: the interface (and a loopback); ``mailbox``: what a
+  rank waits on; ``direct_comm``, ``comm_extension`` (a worker's side) and
+  ``dask_communicator`` (a rank's side): the transport on dask's comm layer;
+  ``dask_session``: its sessions, opened and closed from the client, and
+  their plugins; ``nccl_messages``, ``nccl_device``, ``nccl_sessions`` and
+  ``nccl_communicator``: the NCCL one for device buffers;
+  ``communicator_choice``: the choice between them;
 - ``decomposition``: the base class of a decomposition; ``rows``,
   ``all_pairs``, ``bricks``: one per kind (``process_grid``: the
   layout of ranks over axes, ``brick_geometry``: a box in bricks); ``decompositions``: them by kind;

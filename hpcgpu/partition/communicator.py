@@ -21,14 +21,27 @@ Semantics (those of MPI where it has them):
 - once any rank aborts (or the cluster loses a worker of the group), every
   wait on every rank raises :class:`~hpcgpu.errors.CommAborted` naming the
   cause, well before its timeout;
-- collectives are called by every rank in the same order; their results
-  are the same on every rank, bitwise: reductions combine the values in
-  rank order everywhere, whatever order they arrived in.
+- collectives are called by every rank in the same order; each takes
+  O(log P) rounds (:mod:`hpcgpu.partition.collectives`: recursive
+  doubling, Bruck's allgather, binomial trees, dissemination) under tags
+  of its own (``#<name>|<call>``), so consecutive collectives and
+  point-to-point messages never mix; one timeout covers a whole
+  collective; their results are the same on every rank, bitwise:
+  reductions combine the values in a fixed tree order, the same on every
+  rank whatever order messages arrive in
+  (:func:`~hpcgpu.partition.collectives.tree_reduce`), not left to right.
+
+Every rank counts what it sends: :attr:`~Communicator.counters` (messages,
+and bytes of the arrays in them, see
+:func:`~hpcgpu.partition.collectives.payload_nbytes`) and
+:meth:`~Communicator.counters_by_family` (per tag family, the tag's first
+part, e.g. ``"halo"`` for ``("halo", 3, "south")``; a collective's family
+also counts its calls and rounds).
 
 Transports implement :meth:`~Communicator._post_send`,
 :meth:`~Communicator._post_receive` and :meth:`~Communicator.abort`:
-:class:`hpcgpu.partition.dask_comm.DaskCommunicator` rides on dask's comm
-layer (tcp, tls, ucx), :class:`hpcgpu.partition.nccl_comm.NcclCommunicator`
+:class:`hpcgpu.partition.dask_communicator.DaskCommunicator` rides on dask's comm
+layer (tcp, tls, ucx), :class:`hpcgpu.partition.nccl_communicator.NcclCommunicator`
 moves CuPy device buffers with NCCL.
 
 Examples
@@ -36,16 +49,19 @@ Examples
 >>> comm = LoopbackCommunicator()
 >>> comm.allreduce(3.0), comm.allgather("x"), comm.exchange({}, ())
 (3.0, ['x'], {})
+>>> comm.counters
+{'messages': 0, 'bytes': 0}
 """
 
 import abc
-import functools
 import operator
 import time
 
 import numpy as np
 
 from hpcgpu.errors import CommAborted, CommError, CommTimeout, ConfigError
+from hpcgpu.partition.collectives import (allgather_bruck, allreduce_recursive_doubling, barrier_dissemination,
+                                          bcast_binomial, gather_binomial, payload_nbytes)
 
 __all__ = ["Communicator", "DEFAULT_TIMEOUT_S", "LoopbackCommunicator", "REDUCTIONS", "Request", "tag_key"]
 
@@ -71,7 +87,7 @@ def _minimum(a, b):
 
 
 REDUCTIONS = {"sum": operator.add, "max": _maximum, "min": _minimum, "any": _logical_or, "all": _logical_and}
-"""The reductions of :meth:`Communicator.allreduce`, by name (applied in rank order)."""
+"""The reductions of :meth:`Communicator.allreduce`, by name: ``combine(lower ranks' value, higher ranks' value)``."""
 
 
 def tag_key(tag):
@@ -158,6 +174,8 @@ class Communicator(abc.ABC):
         self.size = size
         self.timeout = float(timeout)
         self._collectives = 0
+        self._sent = {}    # tag family -> [messages, bytes] this rank sent
+        self._rounds = {}  # collective family -> [calls, rounds] of this rank
         self._closed = False  # set by close(): a later send is an error (see close)
         self.wait_seconds = 0.0  # time this rank spent waiting for messages (the engine's exchange time)
         self.wait_cpu_seconds = 0.0  # CPU time of the waiting thread inside those waits (taking messages in)
@@ -205,7 +223,14 @@ class Communicator(abc.ABC):
         if self._closed:
             raise CommError(f"rank {self.rank}: send to rank {dest} after close(); a closed rank sends nothing "
                             f"more in its session (open a new communicator)", rank=self.rank)
-        return _Timed(self._post_send(obj, dest, key), self)
+        request = _Timed(self._post_send(obj, dest, key), self)
+        family = key.partition("|")[0]
+        counted = self._sent.get(family)
+        if counted is None:
+            counted = self._sent[family] = [0, 0]
+        counted[0] += 1
+        counted[1] += payload_nbytes(obj)
+        return request
 
     def _receive(self, source, key):
         return _Timed(self._post_receive(source, key), self)
@@ -238,61 +263,135 @@ class Communicator(abc.ABC):
         self.waitall(posted, timeout)
         return results
 
+    # -- what was sent ----------------------------------------------------------------------
+    @property
+    def counters(self):
+        """``{"messages": int, "bytes": int}``: what this rank sent so far (a snapshot; subtract two for a step).
+
+        Bytes are those of the arrays in the messages
+        (:func:`~hpcgpu.partition.collectives.payload_nbytes`), not of their
+        pickled envelopes. Collective algorithms' messages are included.
+        """
+        return {"messages": sum(m for m, _ in self._sent.values()), "bytes": sum(b for _, b in self._sent.values())}
+
+    def counters_by_family(self):
+        """What this rank sent, per tag family: ``{family: {"messages": int, "bytes": int}}``.
+
+        A tag's family is its first part (``"halo"`` for ``("halo", 3,
+        "south")``); a collective's is ``"#<name>"`` (``"#allreduce"``) and
+        also counts ``calls`` and ``rounds`` (this rank's), so that
+        ``rounds / calls`` is the rounds per call.
+
+        Examples
+        --------
+        >>> comm = LoopbackCommunicator()
+        >>> comm.allreduce(1.0)
+        1.0
+        >>> comm.counters_by_family()
+        {'#allreduce': {'messages': 0, 'bytes': 0, 'calls': 1, 'rounds': 0}}
+        """
+        out = {family: {"messages": m, "bytes": b} for family, (m, b) in self._sent.items()}
+        for family, (calls, rounds) in self._rounds.items():
+            out.setdefault(family, {"messages": 0, "bytes": 0}).update(calls=calls, rounds=rounds)
+        return out
+
+    def reset_counters(self):
+        """Set every counter back to zero."""
+        self._sent, self._rounds = {}, {}
+
     # -- collectives ----------------------------------------------------------------------
-    def _collective_key(self, name):
+    def _collective(self, name, timeout):
+        """The round primitive of one collective call (see :mod:`hpcgpu.partition.collectives`)."""
         self._collectives += 1
-        return f"#{name}|{self._collectives}"
+        return _Rounds(self, f"#{name}", self._collectives, self._timeout(timeout))
+
+    def _root(self, root):
+        if not isinstance(root, (int, np.integer)) or isinstance(root, bool) or not 0 <= root < self.size:
+            raise ConfigError(f"root must be a rank in 0..{self.size - 1}; got {root!r}")
+        return int(root)
 
     def allgather(self, value, timeout=None):
-        """Every rank's ``value``, in rank order, on every rank."""
-        if self.size == 1:
-            return [value]
-        key = self._collective_key("allgather")
-        others = [r for r in range(self.size) if r != self.rank]
-        receives = [self._receive(r, key) for r in others]
-        posted = [self._send(value, r, key) for r in others]
-        gathered = dict(zip(others, self.waitall(receives, timeout)))
-        gathered[self.rank] = value
-        self.waitall(posted, timeout)
-        return [gathered[r] for r in range(self.size)]
+        """Every rank's ``value``, in rank order, on every rank (Bruck's algorithm: ``ceil(log2 P)`` rounds)."""
+        with self._collective("allgather", timeout) as step:
+            return allgather_bruck(self.rank, self.size, value, step)
 
     def allreduce(self, value, op="sum", timeout=None):
         """``value`` reduced over all ranks with ``op`` (``sum``, ``max``, ``min``, ``any``, ``all``).
 
-        Scalars or NumPy arrays. The values are combined in rank order on
-        every rank, so every rank gets the same result bitwise.
+        Scalars or NumPy arrays, by recursive doubling (``log2 P`` rounds
+        when P is a power of two; the ranks beyond the largest power of two
+        fold into it first and get the result back at the end). Every rank
+        gets the same result bitwise: the values are combined in a fixed
+        tree order (:func:`~hpcgpu.partition.collectives.tree_reduce`),
+        whatever order they arrive in.
         """
         if op not in REDUCTIONS:
             raise ConfigError(f"op must be one of {sorted(REDUCTIONS)}; got {op!r}")
-        values = self.allgather(value, timeout)
-        return functools.reduce(REDUCTIONS[op], values) if op not in ("any", "all") or len(values) > 1 \
-            else REDUCTIONS[op](values[0], values[0])
+        combine = REDUCTIONS[op]
+        with self._collective("allreduce", timeout) as step:
+            if self.size == 1:
+                return combine(value, value) if op in ("any", "all") else value
+            return allreduce_recursive_doubling(self.rank, self.size, value, combine, step)
 
     def gather(self, value, root=0, timeout=None):
-        """Every rank's ``value`` in rank order on ``root`` (None on the others)."""
-        key = self._collective_key("gather")
-        if self.rank != root:
-            self._send(value, self._peer("root", root), key).wait(self._timeout(timeout))
-            return None
-        others = [r for r in range(self.size) if r != root]
-        gathered = dict(zip(others, self.waitall([self._receive(r, key) for r in others], timeout)))
-        gathered[root] = value
-        return [gathered[r] for r in range(self.size)]
+        """Every rank's ``value`` in rank order on ``root`` (None on the others), up a binomial tree."""
+        root = self._root(root)
+        with self._collective("gather", timeout) as step:
+            return gather_binomial(self.rank, self.size, value, root, step)
 
     def bcast(self, value, root=0, timeout=None):
-        """``root``'s ``value`` on every rank."""
-        key = self._collective_key("bcast")
-        if self.rank == root:
-            self.waitall([self._send(value, r, key) for r in range(self.size) if r != root], timeout)
-            return value
-        return self._receive(self._peer("root", root), key).wait(self._timeout(timeout))
+        """``root``'s ``value`` on every rank, down a binomial tree (``value`` is ignored elsewhere)."""
+        root = self._root(root)
+        with self._collective("bcast", timeout) as step:
+            return bcast_binomial(self.rank, self.size, value, root, step)
 
     def barrier(self, timeout=None):
-        """Return once every rank has called it."""
-        self.allgather(None, timeout)
+        """Return once every rank has called it (dissemination: ``ceil(log2 P)`` rounds)."""
+        with self._collective("barrier", timeout) as step:
+            barrier_dissemination(self.rank, self.size, step)
 
     def __repr__(self):
         return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
+
+
+class _Rounds:
+    """One collective call's rounds: each posts its receives and sends under the call's key, one deadline for all.
+
+    Used as a context manager: on a normal exit it waits for the call's
+    sends (the objects they carry may be the caller's) and counts the
+    call and its rounds.
+    """
+
+    def __init__(self, comm, family, call, timeout):
+        self.comm, self.family, self.call, self.timeout = comm, family, call, timeout
+        self.deadline = time.monotonic() + timeout
+        self.rounds = 0
+        self.sends = []
+
+    def __call__(self, sends, sources):
+        comm = self.comm
+        # one key for the whole call: no two of its messages go from one rank to the same other rank,
+        # and ranks take different numbers of rounds (allreduce's fold), so no round number in it
+        key = f"{self.family}|{self.call}"
+        self.rounds += 1
+        receives = [comm._receive(source, key) for source in sources]
+        self.sends.extend(comm._send(obj, dest, key) for dest, obj in sends)
+        return [request.wait(self._left()) for request in receives]
+
+    def _left(self):
+        return max(0.0, self.deadline - time.monotonic())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is None:
+            for request in self.sends:
+                request.wait(self._left())
+        counted = self.comm._rounds.setdefault(self.family, [0, 0])
+        counted[0] += 1
+        counted[1] += self.rounds
+        return False
 
 
 class LoopbackCommunicator(Communicator):

@@ -1,6 +1,6 @@
 """Sessions of the dask communicator: opened and closed from the client, with their plugins.
 
-:func:`open_session` makes a :class:`~hpcgpu.partition.dask_comm.Session`
+:func:`open_session` makes a :class:`~hpcgpu.partition.dask_communicator.Session`
 (the communicator group of one simulation, raft-dask's ``Comms``): it
 installs :class:`CommWorkerPlugin` (the communicator's extension on every
 worker, those that join later included) and :class:`CommSchedulerPlugin`
@@ -14,7 +14,7 @@ per-session state through :func:`on_session_close`.
 Examples
 --------
 >>> from hpcgpu.cluster import start_cluster  # doctest: +SKIP
->>> from hpcgpu.partition.dask_comm import communicator  # doctest: +SKIP
+>>> from hpcgpu.partition.dask_communicator import communicator  # doctest: +SKIP
 >>> client = start_cluster(workers=2, quiet=True)  # doctest: +SKIP
 >>> session = open_session(client, sorted(client.scheduler_info()["workers"]))  # doctest: +SKIP
 >>> def total(session, rank):  # doctest: +SKIP
@@ -28,7 +28,8 @@ Examples
 import uuid
 
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
-from hpcgpu.partition.dask_comm import _NOTIFY_TIMEOUT_S, ABORT_OP, Session, _extension
+from hpcgpu.partition.comm_extension import ABORT_OP, NOTIFY_TIMEOUT_S, worker_extension
+from hpcgpu.partition.dask_communicator import Session
 
 __all__ = ["CommSchedulerPlugin", "CommWorkerPlugin", "close_session", "on_session_close", "open_session"]
 
@@ -42,7 +43,7 @@ def on_session_close(release):
     """Have ``release(session_id)`` called on each worker as a session closes there.
 
     For transports built on this communicator (the NCCL one of
-    :mod:`hpcgpu.partition.nccl_transport` registers its per-session state
+    :mod:`hpcgpu.partition.nccl_sessions` registers its per-session state
     when it is imported): they end what they keep per session without this
     module knowing them. Registering one function twice registers it once.
     """
@@ -53,18 +54,18 @@ def on_session_close(release):
 def _close_worker(session):
     from distributed import get_worker
 
-    from hpcgpu.partition.decomposition import _forget_rank_caches
+    from hpcgpu.partition.decomposition import forget_rank_caches
 
-    extension = _extension(get_worker())
+    extension = worker_extension(get_worker())
     # every rank's connections on this worker, not one rank's (DaskCommunicator.close)
     extension.close_links(session.id)
     try:
-        extension.post(extension.close_streams(session.id)).result(2 * _NOTIFY_TIMEOUT_S)
+        extension.post(extension.close_streams(session.id)).result(2 * NOTIFY_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - closing is best effort
         pass
     extension.forget(session.id)
     # the work buffers of the session's ranks here: the client's own copy of this call frees only its own
-    _forget_rank_caches(session.id)
+    forget_rank_caches(session.id)
     for release in list(_session_closers):
         release(session.id)
 
@@ -83,7 +84,7 @@ class CommWorkerPlugin(WorkerPlugin):
     idempotent = True
 
     def setup(self, worker):
-        _extension(worker)
+        worker_extension(worker)
 
 
 class CommSchedulerPlugin(SchedulerPlugin):
@@ -120,7 +121,7 @@ class CommSchedulerPlugin(SchedulerPlugin):
 
 
 def _direct_listener(dask_worker):
-    listener = _extension(dask_worker).listener()
+    listener = worker_extension(dask_worker).listener()
     return None if listener is None else listener.address
 
 
@@ -163,7 +164,7 @@ def close_session(client, session):
                for k, address in enumerate(sorted(set(session.addresses) & alive))]
 
     try:
-        wait(futures, timeout=3 * _NOTIFY_TIMEOUT_S)
+        wait(futures, timeout=3 * NOTIFY_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - a worker that is gone has nothing to close
         pass
     for future in futures:

@@ -12,7 +12,7 @@ below the engine: it imports neither.
 import functools
 import threading
 
-__all__ = ["Decomposition", "on_worker", "rank_cache"]
+__all__ = ["Decomposition", "forget_rank_caches", "on_worker", "rank_cache"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -51,7 +51,7 @@ def rank_cache(session_id, rank):
         return _rank_caches.setdefault((session_id, rank), {})
 
 
-def _forget_rank_caches(session_id):
+def forget_rank_caches(session_id):
     """Drop the caches of every rank of ``session_id`` in this process (the session closed)."""
     with _rank_caches_lock:
         for key in [k for k in _rank_caches if k[0] == session_id]:

@@ -1,21 +1,25 @@
 """The decompositions by kind: what ``model.decomposition`` names, and the class that splits such a model.
 
-- ``"rows"``: :class:`~hpcgpu.partition.rows.RowDecomposition` (grids; the model
-  follows :class:`~hpcgpu.partition.protocols.RowModel`);
+- ``"grid"``: :class:`~hpcgpu.partition.grid.GridDecomposition` (2-D grids on a
+  px x py process grid; :class:`~hpcgpu.partition.protocols.GridModel`);
+- ``"rows"``: :class:`~hpcgpu.partition.rows.RowDecomposition` (grids split into
+  blocks of rows; :class:`~hpcgpu.partition.protocols.RowModel`);
 - ``"bodies"``: :class:`~hpcgpu.partition.all_pairs.AllPairsDecomposition`
   (all-pairs forces; :class:`~hpcgpu.partition.protocols.AllPairsModel`);
 - ``"domains"``: :class:`~hpcgpu.partition.bricks.BrickDecomposition` (short-range
-  particles; :class:`~hpcgpu.partition.protocols.SlabModel`).
+  particles on px x py x pz bricks; :class:`~hpcgpu.partition.protocols.SlabModel`).
 """
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.all_pairs import AllPairsDecomposition
 from hpcgpu.partition.bricks import BrickDecomposition
+from hpcgpu.partition.grid import GridDecomposition
 from hpcgpu.partition.rows import RowDecomposition
 
 __all__ = ["DECOMPOSITIONS", "decomposition_for"]
 
-DECOMPOSITIONS = {"rows": RowDecomposition, "bodies": AllPairsDecomposition, "domains": BrickDecomposition}
+DECOMPOSITIONS = {"rows": RowDecomposition, "grid": GridDecomposition, "bodies": AllPairsDecomposition,
+                  "domains": BrickDecomposition}
 """The class of each kind of decomposition (``model.decomposition``; a model without one is ``"rows"``)."""
 
 
@@ -23,5 +27,5 @@ def decomposition_for(model):
     """The decomposition class for ``model.decomposition`` (``rows``, ``bodies``, ``domains``)."""
     kind = getattr(model, "decomposition", "rows")
     if kind not in DECOMPOSITIONS:
-        raise ConfigError(f"model decomposition must be 'rows', 'bodies' or 'domains'; got {kind!r}")
+        raise ConfigError(f"model decomposition must be one of {sorted(DECOMPOSITIONS)}; got {kind!r}")
     return DECOMPOSITIONS[kind]

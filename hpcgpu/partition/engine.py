@@ -24,7 +24,7 @@ every 10 steps still runs epochs of about half a second, with the
 diagnostics of every 10th step computed inside them.
 
 How a model's state is split and what the ranks exchange is a
-*decomposition* (:mod:`hpcgpu.partition.rows`, :mod:`~hpcgpu.partition.all_pairs`,
+*decomposition* (:mod:`hpcgpu.partition.grid`, :mod:`~hpcgpu.partition.all_pairs`,
 :mod:`~hpcgpu.partition.slabs`, on the base of :mod:`~hpcgpu.partition.decomposition`),
 chosen by ``model.decomposition`` (:mod:`~hpcgpu.partition.decompositions`); what a
 model must provide for each is written in :mod:`hpcgpu.partition.protocols`.
@@ -34,7 +34,7 @@ This module is the client side; what runs on the workers is
 Faults: a rank that raises aborts the session on every rank (their waits
 end at once) and the client re-raises the first rank's own error; a lost
 worker aborts the session on the other workers (the scheduler plugin of
-:mod:`hpcgpu.partition.dask_comm`) and the client raises
+:mod:`hpcgpu.partition.dask_communicator`) and the client raises
 :class:`~hpcgpu.errors.WorkerLost`, from which
 :class:`~hpcgpu.simulation.Simulation` restarts at its last checkpoint on
 the workers left. Every wait has a timeout; nothing hangs.
@@ -53,12 +53,12 @@ from collections import deque
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, WorkerLost
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
-from hpcgpu.partition.decomposition import Decomposition, _forget_rank_caches, on_worker, rank_cache  # noqa: F401
+from hpcgpu.partition.decomposition import Decomposition, forget_rank_caches, on_worker, rank_cache  # noqa: F401
 from hpcgpu.partition.decompositions import decomposition_for
-from hpcgpu.partition.epochs import (RankResult, Spec, _abort_here, _host_blocks, _records, epoch_task,  # noqa: F401
-                                     unhealthy)
+from hpcgpu.partition.epochs import RankResult, Spec, epoch_records, epoch_task, host_blocks, unhealthy  # noqa: F401
 from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
+from hpcgpu.partition.worker_ranks import abort_session_here
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]
@@ -116,7 +116,7 @@ class PartitionedExecutor:
         share workers (each runs in a thread of its worker's epoch task).
     steps_per_task : int, optional
         Grid models: time steps K per halo exchange (default
-        :func:`hpcgpu.partition.rows.auto_steps_per_task`). Particle
+        :func:`hpcgpu.partition.grid.auto_grid_steps`). Particle
         models exchange every step and take only 1.
     grid : tuple of int or str, optional
         The process grid, ranks along each axis of the decomposition in
@@ -324,7 +324,7 @@ class PartitionedExecutor:
         """Gather the whole state to the client (for output; never while stepping)."""
         self._check_open("the state was requested")
         self.synchronize()
-        futures = [self.client.submit(_host_blocks, self._spec, self._results[w], workers=[w],
+        futures = [self.client.submit(host_blocks, self._spec, self._results[w], workers=[w],
                                       allow_other_workers=False, pure=False, key=self._key("gather", self.workers.index(w)))
                    for w in self._ranks]
         gathered = dict(zip(self._ranks, self._gather(futures)))
@@ -362,7 +362,7 @@ class PartitionedExecutor:
         if any(not f.done() for f in futures):
             # cancelling does not stop a running task: the ranks' waits must end
             try:
-                self.client.run(_abort_here, self.session.id, f"{self.name} was closed", workers=sorted(self._ranks),
+                self.client.run(abort_session_here, self.session.id, f"{self.name} was closed", workers=sorted(self._ranks),
                                 on_error="ignore")
             except Exception:  # noqa: BLE001 - best effort: a gone worker has nothing to abort
                 pass
@@ -375,7 +375,7 @@ class PartitionedExecutor:
             close_session(self.client, self.session)
         finally:
             self._spec = None
-            _forget_rank_caches(self.session.id)
+            forget_rank_caches(self.session.id)
 
     # -- epochs ------------------------------------------------------------------------------------------
     def _key(self, phase, *index, epoch=None):
@@ -409,7 +409,7 @@ class PartitionedExecutor:
                     key=self._key("epoch", self.workers.index(worker), epoch=epoch), workers=[worker],
                     allow_other_workers=False, pure=False, retries=0)
             first = self.owner[0]
-            records = self.client.submit(_records, results[first], key=self._key("records", epoch=epoch),
+            records = self.client.submit(epoch_records, results[first], key=self._key("records", epoch=epoch),
                                          workers=[first], allow_other_workers=False, pure=False)
         # the executor's own state changes only now: an interrupt above leaves the program queued
         self._program, self.epoch, self._results = [], epoch, results

@@ -6,18 +6,19 @@ health checks, diagnostics) on each of the worker's ranks (one thread each
 beyond the first), through the run's decomposition and a communicator set
 up for the session, and returns every rank's :class:`RankResult`. A rank
 that raises aborts the session on every rank; the worker re-raises the root
-cause, not the aborts it caused.
+cause, not the aborts it caused (both through
+:mod:`hpcgpu.partition.worker_ranks`, as the distributed CG's ranks).
 """
 
-import threading
 import time
 from dataclasses import dataclass, field
 
-from hpcgpu.errors import CommAborted, CommError, ConfigError
+from hpcgpu.errors import ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
 from hpcgpu.partition.decomposition import on_worker, rank_cache
+from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
-__all__ = ["RankResult", "Spec", "epoch_task", "unhealthy"]
+__all__ = ["RankResult", "Spec", "epoch_records", "epoch_task", "host_blocks", "unhealthy"]
 
 
 @dataclass
@@ -50,7 +51,7 @@ class _Context:
             self.comm = LoopbackCommunicator()
             self.cache = rank_cache("local", rank)
         else:
-            from hpcgpu.partition.nccl_comm import choose_communicator
+            from hpcgpu.partition.communicator_choice import choose_communicator
 
             # NCCL for device buffers when every rank has its own GPU, else dask's comm layer
             self.comm = choose_communicator(session, rank, worker)
@@ -108,19 +109,9 @@ def _run_program(context, carried, program):
 
 def _run_rank(spec, session, rank, carried, program, worker=None):
     context = None
-    try:
+    with aborting_on_failure(session, rank, worker, lambda: getattr(context, "comm", None)):
         context = _Context(spec, session, rank, worker)
         return _run_program(context, carried, program)
-    except BaseException as error:
-        if isinstance(error, CommError):
-            raise
-        if context is not None and hasattr(context, "comm"):
-            context.comm.abort(f"{type(error).__name__}: {error}")
-        elif session is not None:
-            from hpcgpu.partition.dask_comm import abort_session
-
-            abort_session(session, rank, f"{type(error).__name__}: {error}", worker)
-        raise
 
 
 def epoch_task(spec, session, ranks, carried, program):
@@ -134,55 +125,18 @@ def epoch_task(spec, session, ranks, carried, program):
     if session is not None:
         from distributed import get_worker
 
-        worker = get_worker()  # the rank threads below are not task threads: they get it from here
-    if len(ranks) == 1:
-        return [_run_rank(spec, session, ranks[0], carried[0], program, worker)]
-    results, errors = [None] * len(ranks), [None] * len(ranks)
-
-    def one(k):
-        try:
-            results[k] = _run_rank(spec, session, ranks[k], carried[k], program, worker)
-        except BaseException as error:  # noqa: BLE001 - re-raised below, the root cause first
-            errors[k] = error
-
-    threads = [threading.Thread(target=one, args=(k,), name=f"hpcgpu-rank-{r}") for k, r in enumerate(ranks)]
-    for thread in threads[1:]:
-        thread.start()
-    one(0)
-    for thread in threads[1:]:
-        thread.join()
-    _raise_root_cause([e for e in errors if e is not None])
-    return results
+        worker = get_worker()  # the rank threads are not task threads: they get it from here
+    return run_ranks(ranks, lambda k: _run_rank(spec, session, ranks[k], carried[k], program, worker))
 
 
-def _raise_root_cause(errors):
-    """Raise the first error that is not a consequence of another rank's abort (if any)."""
-    if not errors:
-        return
-    for error in errors:
-        if not isinstance(error, CommAborted):
-            raise error
-    raise errors[0]
-
-
-def _abort_here(session_id, reason, dask_worker=None):
-    """Abort ``session_id``'s ranks on this worker (run by ``client.run``: the client has no rank to abort from).
-
-    Their waits end at once with :class:`~hpcgpu.errors.CommAborted`; the
-    client runs it on every worker of the session, so nothing is sent on.
-    """
-    from hpcgpu.partition.dask_comm import _extension
-
-    _extension(dask_worker).mailbox(session_id).abort(reason)
-
-
-def _records(results):
+def epoch_records(results):
     """Rank 0's records and timing, from its worker's epoch results (a small task: only scalars travel)."""
     first = results[0]
     return first.records, first.seconds, first.steps, first.ranks, first.transport
 
 
-def _host_blocks(spec, results):
+def host_blocks(spec, results):
+    """The host copy of the model state of each rank in ``results`` (one worker's epoch results)."""
     model = on_worker(spec.model)
     return [model.to_host(spec.decomposition.model_state(r.carried)) for r in results]
 

@@ -1,10 +1,10 @@
 """The device layer of the NCCL transport: one rank's NCCL communicators and streams, through CuPy.
 
-:class:`_NcclDevice` holds a main communicator of all ranks (collectives)
+:class:`NcclDevice` holds a main communicator of all ranks (collectives)
 and one two-rank communicator per direction (i -> j) with its own
-non-blocking stream, made and connected by :meth:`_NcclDevice.bootstrap`
+non-blocking stream, made and connected by :meth:`NcclDevice.bootstrap`
 while every rank is there (see "Why one NCCL communicator per direction" in
-:mod:`hpcgpu.partition.nccl_comm`). Every operation waits on an event of
+:mod:`hpcgpu.partition.nccl_communicator`). Every operation waits on an event of
 the caller's current stream and returns an event that says when it is done.
 CuPy is imported only when a device is made.
 """
@@ -15,9 +15,9 @@ import numpy as np
 
 from hpcgpu.errors import CommTimeout
 
-__all__ = []
+__all__ = ["NAP_S", "NcclDevice"]
 
-_NAP_S = 1e-3       # longest sleep between polls
+NAP_S = 1e-3       # longest sleep between polls
 _WARM_UP_BYTES = 1 << 23  # the largest message of the bootstrap's connection warm-up
 
 _NCCL_DTYPES = {("f", 2): "NCCL_FLOAT16", ("f", 4): "NCCL_FLOAT32", ("f", 8): "NCCL_FLOAT64",
@@ -26,7 +26,7 @@ _NCCL_DTYPES = {("f", 2): "NCCL_FLOAT16", ("f", 4): "NCCL_FLOAT32", ("f", 8): "N
 _NCCL_OPS = {"sum": "NCCL_SUM", "max": "NCCL_MAX", "min": "NCCL_MIN"}
 
 
-class _NcclDevice:
+class NcclDevice:
     """One rank's NCCL communicators and streams, and the CuPy calls the protocol needs.
 
     Every NCCL call here is one of ``cupy.cuda.nccl``: ``get_unique_id``,
@@ -85,7 +85,7 @@ class _NcclDevice:
                         if time.monotonic() > deadline:
                             raise CommTimeout(f"rank {rank}: NCCL could not connect {source} -> {dest} within "
                                               f"{timeout:g} s", rank=rank)
-                        time.sleep(_NAP_S)
+                        time.sleep(NAP_S)
             return cls(rank, size, main, main_stream, outgoing, incoming)
         except BaseException:
             for comm in made:

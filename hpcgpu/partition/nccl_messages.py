@@ -1,13 +1,14 @@
 """Messages of the NCCL transport: the device arrays of an object split from the rest, and put back.
 
-A message of :class:`~hpcgpu.partition.nccl_transport.NcclCommunicator` is
-an object that may hold CuPy arrays anywhere inside it. :func:`_split`
-pickles it with a placeholder for each device array (which then travel
-through NCCL), :func:`_join` puts the received arrays back. The small
-records that travel over the base communicator describe them: a
-:class:`_Header` on the direction's control key, an :class:`_Envelope`
-under the caller's tag, a :class:`_Shape` in a collective's descriptor
-exchange. See :mod:`hpcgpu.partition.nccl_comm` for the protocol.
+A message of :class:`~hpcgpu.partition.nccl_communicator.NcclCommunicator` is
+an object that may hold CuPy arrays anywhere inside it.
+:func:`split_device_arrays` pickles it with a placeholder for each device
+array (which then travel through NCCL), :func:`join_device_arrays` puts the
+received arrays back. The small records that travel over the base
+communicator describe them: a :class:`Header` on the direction's control
+key, an :class:`Envelope` under the caller's tag, a
+:class:`DeviceArrayShape` in a collective's descriptor exchange. See
+:mod:`hpcgpu.partition.nccl_communicator` for the protocol.
 """
 
 import io
@@ -16,18 +17,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = []
+__all__ = ["DeviceArrayShape", "Envelope", "Header", "join_device_arrays", "split_device_arrays"]
 
 
 @dataclass(frozen=True)
-class _Header:
+class Header:
     """On the control key: the buffers of one message, ``((seq, shape, dtype), ...)`` in send order."""
 
     items: tuple
 
 
 @dataclass(frozen=True)
-class _Envelope:
+class Envelope:
     """Under the caller's tag: the object (None: a bare array) and ``(seq or None, shape, dtype)`` per buffer."""
 
     skeleton: bytes
@@ -35,7 +36,7 @@ class _Envelope:
 
 
 @dataclass(frozen=True)
-class _Shape:
+class DeviceArrayShape:
     """A bare device array in a collective's descriptor exchange."""
 
     shape: tuple
@@ -69,7 +70,7 @@ class _Joiner(pickle.Unpickler):
         return self.arrays[pid[1]]
 
 
-def _split(obj, array_type):
+def split_device_arrays(obj, array_type):
     """``(skeleton, arrays)``: the device arrays in ``obj`` and the rest of it (pickled with placeholders).
 
     A bare array gives ``(None, [obj])``; an object without device arrays
@@ -77,8 +78,8 @@ def _split(obj, array_type):
 
     Examples
     --------
-    >>> skeleton, arrays = _split({"h": np.zeros(2), "n": 3}, np.ndarray)
-    >>> len(arrays), _join(skeleton, [np.ones(2)])["h"].tolist()
+    >>> skeleton, arrays = split_device_arrays({"h": np.zeros(2), "n": 3}, np.ndarray)
+    >>> len(arrays), join_device_arrays(skeleton, [np.ones(2)])["h"].tolist()
     (1, [1.0, 1.0])
     """
     if isinstance(obj, array_type):
@@ -99,8 +100,8 @@ def _split(obj, array_type):
     return out.getvalue(), splitter.arrays
 
 
-def _join(skeleton, arrays):
-    """The object :func:`_split` gave ``skeleton`` for, with ``arrays`` in place of its device arrays."""
+def join_device_arrays(skeleton, arrays):
+    """The object :func:`split_device_arrays` gave ``skeleton`` for, with ``arrays`` in place of its device arrays."""
     if skeleton is None:
         return arrays[0]
     return _Joiner(io.BytesIO(skeleton), arrays).load()

@@ -5,7 +5,10 @@ what the driver needs of every model; :class:`Partitionable` what every
 decomposition needs of a block of the state; :class:`RowModel`,
 :class:`AllPairsModel` and :class:`SlabModel` what the grid-row, all-pairs
 and slab decompositions need on top (``model.decomposition`` names which:
-``"rows"``, ``"bodies"`` or ``"domains"``). The models of
+``"rows"``, ``"bodies"`` or ``"domains"``). A model on the distributed
+structured grid (``"grid"``) describes only its local physics
+(:class:`GridPhysics`, six methods) and gets the rest from
+:class:`~hpcgpu.partition.grid_model.GridModelBase`. The models of
 :mod:`hpcgpu.workloads` implement them, and a user's own model plugs in
 the same way; :func:`missing_methods` says what a model lacks.
 
@@ -13,7 +16,7 @@ Examples
 --------
 >>> from hpcgpu.workloads.weather import ShallowWater
 >>> model = ShallowWater("gravity_wave", nx=8, ny=8, backend="numpy")
->>> missing_methods(model, RowModel)
+>>> missing_methods(model, GridModel)
 []
 >>> isinstance(model, SteppedModel), isinstance(model, SlabModel)
 (True, False)
@@ -21,8 +24,8 @@ Examples
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["AllPairsModel", "Partitionable", "PROTOCOLS", "RowModel", "SlabModel", "SteppedModel",
-           "missing_methods"]
+__all__ = ["AllPairsModel", "GridModel", "GridPhysics", "Partitionable", "PROTOCOLS", "RowModel", "SlabModel",
+           "SteppedModel", "missing_methods"]
 
 
 @runtime_checkable
@@ -125,7 +128,51 @@ class SlabModel(Partitionable, Protocol):
         """Forces on the block's particles from themselves and the ghosts, and the rest of the step."""
 
 
-PROTOCOLS = {"rows": RowModel, "bodies": AllPairsModel, "domains": SlabModel}
+@runtime_checkable
+class GridPhysics(Protocol):
+    """The local physics of a model on a structured 2-D grid: all a user's grid model writes.
+
+    ``shape`` is the grid's ``(ny, nx)`` cells and ``periodic`` says for
+    ``(x, y)`` whether the axis wraps. A state is a dataclass of 2-D arrays
+    (one per field, every field ``(ny, nx)``; staggered fields follow the
+    C-grid convention of the weather model: ``u`` on west faces, ``v`` on
+    south faces). A block comes with a
+    :class:`~hpcgpu.partition.block_region.BlockRegion` that says which of
+    its cells are owned and what lies beyond each side. Subclass
+    :class:`hpcgpu.partition.grid_model.GridModelBase` for the rest of what
+    :class:`SteppedModel` and the distributed grid need.
+    """
+
+    name: str
+    shape: Any
+    periodic: Any
+
+    def reach(self, steps): """Cells a block's ``steps`` steps read beyond it: one int, ``(x, y)`` or 4 sides."""
+    def initial_block(self, where): """The state of the cells of ``where`` at time 0 (global coordinates)."""
+    def step_block(self, state, dt, steps, where):
+        """The framed block ``steps`` steps later (cells within the reach of a frame's outer edge need not be valid)."""
+    def block_sums(self, state, where): """Partial sums of the diagnostics over the owned cells (frames filled)."""
+    def combine_sums(self, parts): """The diagnostics (dict of floats) from every block's partial sums."""
+    def cfl(self, state, dt): """The stability number of a block at ``dt`` (NaN for non-finite values)."""
+
+
+@runtime_checkable
+class GridModel(GridPhysics, Protocol):
+    """What the distributed grid (:mod:`hpcgpu.partition.grid`) needs: the physics and a block's health.
+
+    :class:`hpcgpu.partition.grid_model.GridModelBase` supplies everything
+    beyond :class:`GridPhysics`.
+    """
+
+    backend: Any
+
+    def block_health(self, state): """A block's part of the health check."""
+    def combine_health(self, parts, dt): """``(bad_fields, cfl)`` from every block's part."""
+    def to_host(self, state): """The state with NumPy arrays."""
+    def with_backend(self, backend): """The same model on another backend (``"auto"`` resolves on a worker)."""
+
+
+PROTOCOLS = {"rows": RowModel, "grid": GridModel, "bodies": AllPairsModel, "domains": SlabModel}
 """The protocol of each ``model.decomposition``."""
 
 

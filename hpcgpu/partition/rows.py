@@ -72,7 +72,7 @@ def auto_steps_per_task(model, partitions):
     >>> auto_steps_per_task(model, 2), auto_steps_per_task(model, 16), auto_steps_per_task(model, 64)
     (16, 2, 1)
     """
-    if getattr(model, "decomposition", "rows") != "rows":
+    if getattr(model, "decomposition", "rows") not in ("rows", "grid"):
         return 1
     rows = model.decomposition_size() // check_int("partitions", partitions, minimum=1)
     for k in (16, 8, 4, 2):

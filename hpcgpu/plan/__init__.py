@@ -9,18 +9,28 @@ epoch of many steps; ranks exchange through a communicator):
     over the fraction of that bound its kernel family reaches on the device
     (measured fractions where the project has them, see
     :mod:`hpcgpu.plan.profiles`), plus the halo copies, the redundant work in
-    the halos and the cost of starting each kernel;
+    the halos and the time the device waits for kernel launches (on a GPU a
+    launch is asynchronous: it costs time after a synchronisation and behind
+    a kernel shorter than itself, :func:`~hpcgpu.plan.workload_costs.launch_wait_s`);
 ``exchange``
-    the messages a rank sends per step, as its decomposition makes them
-    (halo rows every K steps; every block's positions; ghost atoms, the
-    rebuild flag and, on rebuild steps, migrants): ``messages x latency +
-    bytes / bandwidth`` at the interconnect's figures (:class:`LinkProfile`);
+    the bytes a rank sends per step, as its decomposition makes them (a
+    frame of halo points around a ``px x py`` block every K steps; every
+    block's positions; the ghost atoms of a ``px x py x pz`` brick and, on
+    rebuild steps, migrants): ``rounds x latency + bytes / bandwidth`` at
+    the interconnect's figures (:class:`LinkProfile`), one round per stage
+    of a staged exchange and ``ceil(log2 P)`` per collective;
 ``scheduler``
-    dask's scheduler, paid once per epoch, ``epoch_overhead_s + (P + 1) x
-    task_overhead_s``, over the steps of an epoch (about
-    :data:`EPOCH_SECONDS` of work).
+    dask's scheduler, once per epoch, over the steps of an epoch (about
+    :data:`EPOCH_SECONDS` of work): of its ``epoch_overhead_s + (P + 1) x
+    task_overhead_s`` the hand-over between epochs shows, and the
+    submission of the next epochs (done while one runs) only where it
+    outlasts an epoch's work (:class:`SchedulerModel`).
 
-They add up (nothing is assumed to overlap, so the model leans pessimistic).
+They add up: the exchange is not assumed to overlap the kernels (so the
+model leans pessimistic there); the scheduler and the launches overlap the
+work as far as the engine and CUDA streams let them.
+Each row names the process grid it prices, as the engine chooses it
+(:func:`hpcgpu.partition.process_grid.choose_process_grid`).
 Parallel efficiency is ``P0 t(P0) / (P t(P))`` against the smallest GPU
 count ``P0`` whose memory holds the problem. One GPU means the engine with
 one dask worker. Start-up (cluster, JIT compilation, scattering the initial

@@ -2,7 +2,7 @@
 
 :func:`plan` asks the workload's cost model (:mod:`hpcgpu.plan.workload_costs`)
 for one step on 1, 2, 4, ... GPUs of a device over an interconnect, with
-dask's scheduler paid once per epoch (:mod:`hpcgpu.plan.profiles`), and
+what dask's scheduler adds per epoch (:mod:`hpcgpu.plan.profiles`), and
 turns the costs into times to solution, memory per GPU, parallel
 efficiencies and the warnings a user should read first. How the three terms
 of a step are modelled is told in :mod:`hpcgpu.plan`.
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from hpcgpu.plan.devices import device_profile
 from hpcgpu.plan.profiles import LINKS, SchedulerModel, link_profile
-from hpcgpu.plan.workload_costs import make_workload
+from hpcgpu.plan.workload_costs import format_grid, make_workload
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["plan", "Plan", "PlanRow", "EFFICIENCY_THRESHOLD", "USABLE_MEMORY_FRACTION"]
@@ -39,7 +39,10 @@ class PlanRow:
 
     ``bound`` names what the step's time goes to: the kernels' roofline
     bound (``"bandwidth"`` or ``"compute"``) while the compute term is the
-    largest, else ``"exchange"`` or ``"scheduler"``.
+    largest, else ``"exchange"`` or ``"scheduler"``. ``grid`` is the
+    process grid the engine would use (ranks along x, y[, z]; ``(P,)`` for
+    all-pairs bodies) and ``rounds_per_step`` the latencies a rank's
+    exchange waits for per step.
     """
 
     gpus: int
@@ -58,6 +61,8 @@ class PlanRow:
     messages_per_step: float
     exchange_bytes_per_step: float
     note: str = ""
+    grid: tuple = ()
+    rounds_per_step: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,20 +100,22 @@ class Plan:
                 f"{d.copy_bandwidth / 1e12:.3g} TB/s copy, {d.peak(w.dtype) / 1e12:.3g} TFLOP/s {w.dtype}) "
                 f"over {link.name} ({link.bandwidth / 1e9:.3g} GB/s, {link.latency_s * 1e6:.3g} us per message, "
                 f"{link.basis}); scheduler {s.epoch_overhead_s * 1e3:.3g} ms + {s.task_overhead_s * 1e3:.3g} ms "
-                f"per task per epoch of ~{s.epoch_seconds:g} s")
+                f"per task per epoch of ~{s.epoch_seconds:g} s (a task's work {s.handover_share:g} at the hand-over, "
+                f"the rest while earlier epochs run)")
 
     def table(self):
         """A human-readable table, the header and the warnings."""
         lines = [self.header(),
-                 f"{'GPUs':>5} {'time to solution':>17} {'s/step':>10} {'compute':>9} {'exchange':>9} "
+                 f"{'GPUs':>5} {'grid':>8} {'time to solution':>17} {'s/step':>10} {'compute':>9} {'exchange':>9} "
                  f"{'scheduler':>9} {'mem/GPU':>9} {'efficiency':>10}  bound / note"]
         for r in self.rows:
+            grid = format_grid(r.grid)
             if not r.feasible:
-                lines.append(f"{r.gpus:>5} {'-':>17} {'-':>10} {'-':>9} {'-':>9} {'-':>9} {'-':>9} {'-':>10}  "
-                             f"{r.note}")
+                lines.append(f"{r.gpus:>5} {grid:>8} {'-':>17} {'-':>10} {'-':>9} {'-':>9} {'-':>9} {'-':>9} "
+                             f"{'-':>10}  {r.note}")
                 continue
             note = r.bound + ("" if r.fits else ", does not fit") + (f", {r.note}" if r.note else "")
-            lines.append(f"{r.gpus:>5} {_duration(r.time_to_solution_s):>17} {r.seconds_per_step:>10.3g} "
+            lines.append(f"{r.gpus:>5} {grid:>8} {_duration(r.time_to_solution_s):>17} {r.seconds_per_step:>10.3g} "
                          f"{r.compute_s:>9.3g} {r.exchange_s:>9.3g} {r.scheduler_s:>9.3g} "
                          f"{_gigabytes(r.memory_per_gpu_bytes):>9} {_efficiency(r.parallel_efficiency):>10}  {note}")
         lines += [f"warning: {w}" for w in self.warnings]
@@ -136,6 +143,7 @@ class Plan:
                     "interconnect_basis": self.link.basis, "interconnect_source": self.link.source,
                     "epoch_overhead_s": self.scheduler.epoch_overhead_s,
                     "task_overhead_s": self.scheduler.task_overhead_s,
+                    "handover_share": self.scheduler.handover_share,
                     "epoch_seconds": self.scheduler.epoch_seconds,
                     "scheduler_basis": self.scheduler.basis, "scheduler_source": self.scheduler.source,
                     "assumed": self.assumptions()})
@@ -148,6 +156,8 @@ class Plan:
 def _jsonable(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, tuple):
+        return list(value)
     return value
 
 
@@ -215,7 +225,8 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
         Largest GPU count (powers of two up to it are planned).
     scheduler : SchedulerModel, optional
         The scheduler's cost per epoch (default: 2 ms + 0.2 ms per task, over
-        epochs of about 0.5 s of work).
+        epochs of about 0.5 s of work; the hand-over's share of it shows, the
+        submission only where it outlasts an epoch's work).
     efficiency_threshold : float
         Below this efficiency a GPU count is reported as too many.
     memory_gb : float, optional
@@ -237,7 +248,9 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
     --------
     >>> result = plan("nbody", bodies=100_000, steps=100, device="h100", max_gpus=8)
     >>> result.rows[0].bound, [round(row.parallel_efficiency, 2) for row in result.rows]
-    ('compute', [1.0, 0.98, 0.92, 0.77])
+    ('compute', [1.0, 0.98, 0.95, 0.87])
+    >>> [plan("md", atoms=10**8, steps=10, device="h200", max_gpus=256).row(p).grid for p in (64, 256)]
+    [(4, 4, 4), (8, 8, 4)]
     """
     workload = make_workload(workload, **size) if isinstance(workload, str) else workload
     device = device_profile(device, memory_gb=memory_gb)
@@ -259,7 +272,7 @@ def plan(workload, *, device="h100", interconnect="ndr", max_gpus=8, scheduler=N
         rows.append(PlanRow(p, c.feasible, c.feasible and c.memory_bytes <= usable, step,
                             step * workload.steps, c.compute_s, c.exchange_s, c.scheduler_s, c.memory_bytes,
                             efficiency, _bound(c), c.steps_per_task, c.steps_per_epoch, c.messages,
-                            c.exchange_bytes, c.note))
+                            c.exchange_bytes, c.note, tuple(c.grid), c.rounds))
     warnings = _warnings(workload, device, link, rows, min_fit, usable, threshold, max_gpus)
     return Plan(workload, device, link, scheduler, rows, warnings, min_fit)
 

@@ -5,35 +5,45 @@ Each workload declares its own cost model (``plan=`` of its
 this module holds the terms they share and :func:`make_workload`. Each
 model describes one time step of the slowest partition when the problem is
 split over P devices the way hpcgpu's SPMD engine splits it
-(:mod:`hpcgpu.partition`: row blocks with halos, slabs with ghost atoms,
-blocks of bodies with all-gathered positions), and returns a
+(:mod:`hpcgpu.partition`: ``px x py`` blocks of a grid with halos,
+``px x py x pz`` bricks of atoms with ghosts, blocks of bodies with
+all-gathered positions; the process grid from
+:func:`hpcgpu.partition.process_grid.choose_process_grid`), and returns a
 :class:`StepCost` of three terms:
 
 ``compute``
     the kernels' rooflines, the halo copies, the redundant halo work and the
-    kernel launches;
+    time the device waits for kernel launches (:func:`launch_wait_s`: on a
+    GPU a launch is asynchronous and costs time only after a
+    synchronisation or behind a kernel shorter than itself);
 ``exchange``
     the messages a rank sends per step through the communicator, counted
-    from the decomposition (halo rows every K steps; every block's positions;
-    ghost atoms, the rebuild flag's allreduce and, on rebuild steps, the
-    migrants): ``messages x latency + bytes / bandwidth``. A rank's messages
-    are counted one after another (the communicator sends from the rank's
-    thread; a ring collective's steps follow each other too);
+    from the decomposition (a frame of halo points every K steps; every
+    block's positions; ghost atoms and, on rebuild steps, the migrants):
+    ``rounds x latency + bytes / bandwidth``. A round is what a rank waits
+    for before it can go on: one stage of a staged exchange (x, then y,
+    then z: the two messages of a stage, to the lower and the upper
+    neighbour, travel together) or one step of a collective (recursive
+    doubling: ``ceil(log2 P)`` rounds, :func:`collective_rounds`). The
+    bytes of all messages share the link's bandwidth;
 ``scheduler``
-    the engine pays dask's scheduler once per epoch (one pinned task per
-    worker and one records task), spread over the steps of the epoch
+    what dask's scheduler adds per epoch (one pinned task per worker and one
+    records task): the hand-over between epochs, and the submission only
+    where it outlasts an epoch's work, spread over the steps of the epoch
     (:class:`hpcgpu.plan.SchedulerModel`).
 
 The counts are read off the kernels and the decompositions; where a number
 is an estimate, the comment says so.
 """
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
 
-__all__ = ["StepCost", "WORKLOADS", "make_workload", "kernel_time", "exchange_time", "step_cost", "infeasible_step"]
+__all__ = ["StepCost", "WORKLOADS", "make_workload", "kernel_time", "exchange_time", "step_cost", "infeasible_step",
+           "collective_rounds", "format_grid", "launch_wait_s"]
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,10 @@ class StepCost:
     """Seconds per time step by term, bytes of memory, and the exchange's counts, for the slowest partition.
 
     ``messages`` and ``exchange_bytes`` are what the rank sends per step
-    (averaged over K steps and over rebuild periods); ``steps_per_epoch``
-    is the number of steps the scheduler term is spread over.
+    and ``rounds`` the latencies it waits for (averaged over K steps and
+    over rebuild periods); ``steps_per_epoch`` is the number of steps the
+    scheduler term is spread over; ``grid`` the process grid, ranks along
+    each axis of the decomposition.
     """
 
     compute_s: float
@@ -56,16 +68,44 @@ class StepCost:
     messages: float = 0.0
     exchange_bytes: float = 0.0
     steps_per_epoch: int = 0
+    rounds: float = 0.0
+    grid: tuple = ()
 
     @property
     def seconds_per_step(self):
         return self.compute_s + self.exchange_s + self.scheduler_s if self.feasible else float("nan")
 
 
-def infeasible_step(note):
+def infeasible_step(note, grid=()):
     """The StepCost of a split that cannot run (``note`` says why): every term NaN."""
     nan = float("nan")
-    return StepCost(nan, nan, nan, nan, "-", 0, False, note, nan, nan, 0)
+    return StepCost(nan, nan, nan, nan, "-", 0, False, note, nan, nan, 0, nan, tuple(grid))
+
+
+def collective_rounds(partitions):
+    """Rounds of a collective on ``partitions`` ranks by recursive doubling: ``ceil(log2 P)``.
+
+    An allreduce or allgather exchanges with the partner ``rank ^ 2**i`` in
+    round ``i``; a rank count that is not a power of two folds its extra
+    ranks into the others, which the ceiling counts.
+
+    Examples
+    --------
+    >>> [collective_rounds(p) for p in (1, 2, 3, 8, 1000)]
+    [0, 1, 2, 3, 10]
+    """
+    return math.ceil(math.log2(partitions)) if partitions > 1 else 0
+
+
+def format_grid(grid):
+    """A process grid as the table prints it: ``"16x8"``, ``"8x4x4"``, ``"64"``; ``"-"`` for none.
+
+    Examples
+    --------
+    >>> format_grid((16, 8)), format_grid((8, 4, 4)), format_grid((64,)), format_grid(())
+    ('16x8', '8x4x4', '64', '-')
+    """
+    return "x".join(str(p) for p in grid) if grid else "-"
 
 
 def kernel_time(nbytes, flops, device, family, dtype):
@@ -86,11 +126,12 @@ def kernel_time(nbytes, flops, device, family, dtype):
     return max(memory_s, compute_s) / device.fraction(family, dtype), bound
 
 
-def exchange_time(link, messages, nbytes):
-    """Seconds for a rank to send ``messages`` messages of ``nbytes`` bytes in all over ``link``.
+def exchange_time(link, rounds, nbytes):
+    """Seconds for a rank to exchange ``nbytes`` bytes in all in ``rounds`` rounds over ``link``.
 
-    Each message pays the link's latency, one after another, and the bytes
-    share its bandwidth: ``messages * latency + nbytes / bandwidth``.
+    Each round (a stage of a staged exchange, a step of a collective) pays
+    the link's latency, one after another, and the bytes share its
+    bandwidth: ``rounds * latency + nbytes / bandwidth``.
 
     Examples
     --------
@@ -99,15 +140,69 @@ def exchange_time(link, messages, nbytes):
     >>> round(exchange_time(link, 2, 1e6) * 1e3, 3)
     1.2
     """
-    return messages * link.latency_s + nbytes / link.bandwidth
+    return rounds * link.latency_s + nbytes / link.bandwidth
 
 
-def step_cost(scheduler, partitions, compute_s, messages, nbytes, link, memory, bound, steps_per_task=1):
-    """The StepCost of a feasible step: the exchange at the link's figures, the epoch's cost spread over its steps."""
-    exchange_s = exchange_time(link, messages, nbytes)
-    steps = scheduler.steps_in_epoch(compute_s + exchange_s, steps_per_task)
-    return StepCost(compute_s, exchange_s, scheduler.epoch_s(partitions) / steps, memory, bound, steps_per_task,
-                    messages=messages, exchange_bytes=nbytes, steps_per_epoch=steps)
+def launch_wait_s(device, stretches):
+    """Seconds ``device`` waits for kernel launches in ``stretches`` of kernels, each after a synchronisation.
+
+    On a GPU a launch is asynchronous: the host enqueues kernel ``j`` of a
+    stretch ``launch_s`` after kernel ``j - 1`` and goes on, so a kernel
+    starts at ``max(its launch, the end of the one before)``. After a
+    synchronisation (the host waited for the stream: a halo exchange, a
+    scalar read) the queue is empty and the device waits for the first
+    launch; after that a kernel waits only while the host is behind, which
+    happens after kernels shorter than a launch. This computes that queue
+    exactly; what it returns is the stretches' time beyond their kernels'.
+    On a CPU (``device.kind == "cpu"``) a kernel is a parallel region the
+    host runs itself: every launch is paid in full.
+
+    Parameters
+    ----------
+    device : DeviceProfile
+    stretches : iterable of sequences of float
+        The kernels' seconds in launch order, one sequence per stretch
+        between two synchronisations.
+
+    Examples
+    --------
+    >>> from hpcgpu.plan.profiles import DEVICES
+    >>> h100 = DEVICES["h100"]  # 20 us per launch
+    >>> round(launch_wait_s(h100, [[1e-3, 1e-6, 1e-6]]) * 1e6)  # the first launch; the rest queue behind 1 ms
+    20
+    >>> round(launch_wait_s(h100, [[1e-6, 1e-6, 1e-6]]) * 1e6)  # short kernels: the host sets the pace
+    58
+    >>> round(launch_wait_s(DEVICES["cpu"], [[1e-3, 1e-6, 1e-6]]) * 1e6)  # 5 us per region, all paid
+    15
+    """
+    launch = device.launch_s
+    if device.kind == "cpu":
+        return sum(launch * len(kernels) for kernels in stretches)
+    waited = 0.0
+    for kernels in stretches:
+        issued = end = 0.0
+        for seconds in kernels:
+            issued += launch
+            end = max(issued, end) + seconds
+        waited += end - sum(kernels)
+    return waited
+
+
+def step_cost(scheduler, partitions, compute_s, messages, nbytes, link, memory, bound, steps_per_task=1, *,
+              rounds=None, grid=()):
+    """The StepCost of a feasible step: the exchange at the link's figures, the epoch's exposed scheduler cost
+    spread over its steps (:meth:`hpcgpu.plan.profiles.SchedulerModel.per_step_s`).
+
+    ``rounds`` (default: one per message) are the latencies the exchange waits for per step.
+    """
+    rounds = messages if rounds is None else rounds
+    exchange_s = exchange_time(link, rounds, nbytes)
+    step_s = compute_s + exchange_s
+    steps = scheduler.steps_in_epoch(step_s, steps_per_task)
+    return StepCost(compute_s, exchange_s, scheduler.per_step_s(partitions, step_s, steps_per_task), memory, bound,
+                    steps_per_task,
+                    messages=messages, exchange_bytes=nbytes, steps_per_epoch=steps, rounds=rounds,
+                    grid=tuple(grid))
 
 
 class _PlanWorkloads(Mapping):

@@ -17,7 +17,7 @@ import pytest
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator, tag_key
-from hpcgpu.partition.dask_comm import communicator
+from hpcgpu.partition.dask_communicator import communicator
 from hpcgpu.partition.dask_session import close_session, open_session
 
 
@@ -331,7 +331,7 @@ def test_a_tls_cluster_talks_over_its_own_certificates():
 
 
 def _messages_of(session_id, dask_worker=None):
-    from hpcgpu.partition.dask_comm import EXTENSION
+    from hpcgpu.partition.comm_extension import EXTENSION
 
     box = dask_worker.extensions[EXTENSION].mailbox(session_id)
     return sum(len(q) for q in box.queues.values()), box.aborted
@@ -440,7 +440,7 @@ def _use_a_cache(comm):
 
 def _after_close(session_id, dask_worker=None):
     from hpcgpu.partition import decomposition
-    from hpcgpu.partition.dask_comm import EXTENSION
+    from hpcgpu.partition.comm_extension import EXTENSION
 
     extension = dask_worker.extensions[EXTENSION]
     # what may reach a worker after its close: the scheduler's abort, a peer's late message and goodbye
@@ -465,7 +465,7 @@ def test_a_closed_session_leaves_no_mailbox_or_rank_cache_on_its_workers(client,
 def _make_fake_extension():
     from types import SimpleNamespace
 
-    from hpcgpu.partition.dask_comm import CommExtension
+    from hpcgpu.partition.comm_extension import CommExtension
 
     return CommExtension(SimpleNamespace(address="tcp://127.0.0.1:1", handlers={}, stream_handlers={}))
 

@@ -231,7 +231,7 @@ def test_timeout_and_weights_out_of_range_are_config_errors_naming_them(client):
         with pytest.raises(ConfigError, match=r"weights must be .*2 positive finite numbers"):
             PartitionedExecutor(client, model, state, 100.0, partitions=2, weights=weights)
     executor = PartitionedExecutor(client, model, state, 100.0, partitions=2, weights=np.array([1, 3]), timeout=30)
-    rows = [b - a for a, b in executor.bounds]
+    rows = executor.describe()["block_rows"]  # a 1 x 2 process grid: blocks of rows
     executor.close()
     assert rows[1] > rows[0] and sum(rows) == 40
 
@@ -346,14 +346,14 @@ def test_a_session_worker_missing_and_aborted_ranks_are_lost_workers(client, mon
     assert not executor.usable
     executor.close()
     monkeypatch.undo()
-    from hpcgpu.partition.epochs import _abort_here
+    from hpcgpu.partition.worker_ranks import abort_session_here
 
     # every rank aborted (as the scheduler plugin does for a lost worker), no rank's own error behind it
     monkeypatch.setattr(engine, "_ROOT_CAUSE_WAIT_S", 0.2)
     executor = engine.PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
     executor.advance(100)
     executor.collect()
-    client.run(_abort_here, executor.session.id, "aborted by the test", workers=executor.owner)
+    client.run(abort_session_here, executor.session.id, "aborted by the test", workers=executor.owner)
     with pytest.raises(WorkerLost, match="a worker was lost or a rank failed .*CommAborted"):
         executor.synchronize()
     assert not executor.usable

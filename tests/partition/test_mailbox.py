@@ -6,7 +6,7 @@ import time
 import pytest
 
 from hpcgpu.errors import CommAborted, CommTimeout, ConfigError
-from hpcgpu.partition.dask_comm import POLL_ENV, POLL_SECONDS, _Mailbox, poll_seconds
+from hpcgpu.partition.mailbox import POLL_ENV, POLL_SECONDS, Mailbox, poll_seconds
 
 
 def _later(seconds, action):
@@ -17,7 +17,7 @@ def _later(seconds, action):
 
 def test_a_polling_rank_sees_a_message_that_arrives_without_a_wake_up():
     # filed without notify: only the poll can see it (a sleeping rank would wait for its timeout)
-    box = _Mailbox(poll=2.0)
+    box = Mailbox(poll=2.0)
     _later(0.05, lambda: box.queues[0, 1, "halo"].append("ghosts"))
     started = time.perf_counter()
     assert box.take(0, 1, "halo", timeout=10.0, describe="a message") == "ghosts"
@@ -25,7 +25,7 @@ def test_a_polling_rank_sees_a_message_that_arrives_without_a_wake_up():
 
 
 def test_a_rank_that_does_not_poll_sleeps_until_it_is_woken():
-    box = _Mailbox(poll=0.0)
+    box = Mailbox(poll=0.0)
     _later(0.05, lambda: box.queues[0, 1, "halo"].append("ghosts"))
     started = time.perf_counter()
     # it looks again only when its wait ends: at the deadline, where it finds the message
@@ -34,13 +34,13 @@ def test_a_rank_that_does_not_poll_sleeps_until_it_is_woken():
 
 
 def test_a_woken_rank_takes_its_message_after_the_poll_ran_out():
-    box = _Mailbox(poll=0.01)
+    box = Mailbox(poll=0.01)
     _later(0.1, lambda: box.put(0, 1, "halo", "ghosts"))
     assert box.take(0, 1, "halo", timeout=10.0, describe="a message") == "ghosts"
 
 
 def test_an_abort_ends_the_poll_at_once():
-    box = _Mailbox(poll=5.0)
+    box = Mailbox(poll=5.0)
     _later(0.05, lambda: setattr(box, "aborted", "rank 1 failed"))
     started = time.perf_counter()
     with pytest.raises(CommAborted, match="rank 1 failed"):
@@ -49,7 +49,7 @@ def test_an_abort_ends_the_poll_at_once():
 
 
 def test_the_poll_never_outlasts_the_timeout():
-    box = _Mailbox(poll=5.0)
+    box = Mailbox(poll=5.0)
     started = time.perf_counter()
     with pytest.raises(CommTimeout):
         box.take(0, 1, "halo", timeout=0.1, describe="a message")
@@ -59,11 +59,11 @@ def test_the_poll_never_outlasts_the_timeout():
 def test_poll_seconds_come_from_the_environment_or_the_default(monkeypatch):
     monkeypatch.delenv(POLL_ENV, raising=False)
     assert poll_seconds() == POLL_SECONDS
-    assert _Mailbox().poll == POLL_SECONDS
+    assert Mailbox().poll == POLL_SECONDS
     monkeypatch.setenv(POLL_ENV, "0.0025")
     assert poll_seconds() == 0.0025
     monkeypatch.setenv(POLL_ENV, "0")
-    assert _Mailbox().poll == 0.0
+    assert Mailbox().poll == 0.0
 
 
 @pytest.mark.parametrize("text", ["soon", "-0.001", "2", "nan", ""])
@@ -74,11 +74,11 @@ def test_a_bad_poll_setting_is_a_config_error_that_names_it(monkeypatch, text):
 
 
 def test_a_bad_poll_setting_stops_the_rank_with_its_name_and_never_a_delivery(monkeypatch):
-    from hpcgpu.partition.dask_comm import Session, communicator
+    from hpcgpu.partition.dask_communicator import Session, communicator
 
     monkeypatch.setenv(POLL_ENV, "forever")
     # a message's thread makes mailboxes too: it must not raise, the rank does
-    assert _Mailbox().poll == POLL_SECONDS
+    assert Mailbox().poll == POLL_SECONDS
     session = Session("s", ("tcp://127.0.0.1:1",))
     with pytest.raises(ConfigError, match=POLL_ENV):
         communicator(session, 0)
@@ -87,15 +87,15 @@ def test_a_bad_poll_setting_stops_the_rank_with_its_name_and_never_a_delivery(mo
 def _extension():
     from types import SimpleNamespace
 
-    from hpcgpu.partition.dask_comm import CommExtension
+    from hpcgpu.partition.comm_extension import CommExtension
 
     return CommExtension(SimpleNamespace(address="tcp://127.0.0.1:1", handlers={}, stream_handlers={}))
 
 
 def test_what_reaches_a_closed_session_makes_no_mailbox_and_the_memory_of_closes_is_bounded(monkeypatch):
-    from hpcgpu.partition import dask_comm
+    from hpcgpu.partition import comm_extension
 
-    monkeypatch.setattr(dask_comm, "_CLOSED_SESSIONS_KEPT", 3)
+    monkeypatch.setattr(comm_extension, "CLOSED_SESSIONS_KEPT", 3)
     extension = _extension()
     extension.mailbox("old").put(0, 1, "t", "x")
     extension.forget("old")

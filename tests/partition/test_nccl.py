@@ -1,4 +1,4 @@
-"""The communicator contract on device arrays: the NCCL transport (hpcgpu/partition/nccl_comm.py).
+"""The communicator contract on device arrays: the NCCL transport (hpcgpu/partition/nccl_communicator.py).
 
 Every contract test runs twice:
 
@@ -38,9 +38,11 @@ wait = pytest.importorskip("distributed").wait  # a bare GPU image lacks it: ski
 from hpcgpu import _gpu_probe
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import CommAborted, CommError, CommTimeout
-from hpcgpu.partition import nccl_comm
-from hpcgpu.partition.dask_comm import communicator
+from hpcgpu.partition import communicator_choice, nccl_sessions
+from hpcgpu.partition.dask_communicator import communicator
 from hpcgpu.partition.dask_session import close_session, open_session
+from hpcgpu.partition.nccl_communicator import attach
+from hpcgpu.partition.nccl_messages import join_device_arrays, split_device_arrays
 
 
 # -- a host stand-in for CuPy and NCCL -------------------------------------------------------------------
@@ -63,7 +65,7 @@ class FakeEvent:
 
 
 class FakeDevice:
-    """The device layer of :mod:`hpcgpu.partition.nccl_comm` on the host, with NCCL's rendezvous.
+    """The device layer of :mod:`hpcgpu.partition.nccl_device` on the host, with NCCL's rendezvous.
 
     A send's bytes travel at once under ``#fake|seq`` (per direction), but
     its event is done only when the receiver has posted the receive (its
@@ -181,8 +183,8 @@ class FakeDevice:
 # -- running a function on every rank ----------------------------------------------------------------------
 def _make(session, rank, kind, ordered=True):
     if kind == "fake":
-        return nccl_comm._attach(communicator(session, rank), FakeDevice.bootstrap, ordered)
-    return nccl_comm.nccl_communicator(session, rank, ordered=ordered)
+        return attach(communicator(session, rank), FakeDevice.bootstrap, ordered)
+    return communicator_choice.nccl_communicator(session, rank, ordered=ordered)
 
 
 def _rank_task(session, rank, kind, function, *args, ordered=True):
@@ -323,7 +325,7 @@ def gpu_cluster():
         if refusal is not None and devices >= 2:
             pytest.fail(f"NCCL does not run two ranks on two GPUs: {refusal}")
         if refusal is None:
-            client.run(nccl_comm.release, session.id)
+            client.run(nccl_sessions.release, session.id)
         yield client, refusal
     finally:
         close_client(client)
@@ -354,7 +356,7 @@ def ranks(kind, request):
     session = open_session(client, sorted(worker_info(client)), timeout=30)
     yield client, session, kind
     close_session(client, session)
-    client.run(nccl_comm.release, session.id)
+    client.run(nccl_sessions.release, session.id)
 
 
 # -- point to point --------------------------------------------------------------------------------------------
@@ -637,7 +639,7 @@ def _epoch_two(comm, kind):
 
 
 def _bootstraps(session_id):
-    return nccl_comm._bootstraps[session_id]
+    return nccl_sessions.bootstraps[session_id]
 
 
 def test_epochs_reuse_the_sessions_nccl_communicators_and_their_order(ranks):
@@ -648,13 +650,11 @@ def test_epochs_reuse_the_sessions_nccl_communicators_and_their_order(ranks):
 
 
 def _nccl_states(session_id):
-    from hpcgpu.partition import nccl_transport
-
-    return sorted(rank for sid, rank in nccl_transport._states if sid == session_id)
+    return sorted(rank for sid, rank in nccl_sessions.rank_states if sid == session_id)
 
 
 def test_closing_the_session_ends_its_nccl_communicators_on_every_worker(ranks):
-    # dask_comm knows no NCCL: the transport registers its release with the base (on_session_close)
+    # dask_communicator knows no NCCL: the transport registers its release with the base (on_session_close)
     client, session, kind = ranks
     _on_ranks(client, session, kind, _epoch_one)
     assert sorted(r for v in client.run(_nccl_states, session.id).values() for r in v) == [0, 1]
@@ -664,8 +664,8 @@ def test_closing_the_session_ends_its_nccl_communicators_on_every_worker(ranks):
 
 # -- choosing the transport -------------------------------------------------------------------------------------
 def _chosen(session, rank):
-    comm = nccl_comm.choose_communicator(session, rank)
-    return type(comm).__name__, comm.transport, comm.allreduce(rank + 1.0), nccl_comm.nccl_identity()
+    comm = communicator_choice.choose_communicator(session, rank)
+    return type(comm).__name__, comm.transport, comm.allreduce(rank + 1.0), communicator_choice.nccl_identity()
 
 
 def test_choose_communicator_keeps_dask_where_ranks_have_no_gpu_of_their_own(client):
@@ -692,14 +692,14 @@ def test_choose_communicator_takes_nccl_on_workers_with_gpus_of_their_own(gpu_cl
         results = gpu_client.gather(futures)
     finally:
         close_session(gpu_client, session)
-        gpu_client.run(nccl_comm.release, session.id)
+        gpu_client.run(nccl_sessions.release, session.id)
     assert [r[:3] for r in results] == [("NcclCommunicator", "nccl", 3.0)] * 2
 
 
 def _one_rank(session, rank):
     import cupy
 
-    comm = nccl_comm.nccl_communicator(session, rank)
+    comm = communicator_choice.nccl_communicator(session, rank)
     device = comm.state.device
     values = cupy.arange(6, dtype=cupy.float64)
     chunk = device.as_bytes(values)
@@ -709,7 +709,7 @@ def _one_rank(session, rank):
     done.synchronize()
     out = (cupy.asnumpy(gathered.view(cupy.float64)).tolist(), cupy.asnumpy(reduced).tolist(),
            cupy.asnumpy(comm.allreduce(values, "max")).tolist(), len(comm.allgather(values)))
-    nccl_comm.release(session.id)
+    nccl_sessions.release(session.id)
     return out
 
 
@@ -728,7 +728,7 @@ def test_a_group_of_one_runs_nccls_collectives_on_its_gpu(gpu_cluster):
 
 # -- without a GPU ----------------------------------------------------------------------------------------------
 def test_the_transport_imports_without_cupy_and_hpcgpu_stays_free_of_it():
-    code = ("import sys, hpcgpu, hpcgpu.partition.nccl_comm as m; "
+    code = ("import sys, hpcgpu, hpcgpu.partition.communicator_choice, hpcgpu.partition.nccl_communicator as m; "
             "assert 'cupy' not in sys.modules, 'cupy imported'; print(m.NcclCommunicator.transport)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -737,26 +737,26 @@ def test_the_transport_imports_without_cupy_and_hpcgpu_stays_free_of_it():
 
 def test_nccl_needs_every_rank_on_a_gpu_of_its_own():
     a, b = ("node1", "0000:1a:00.0"), ("node1", "0000:1b:00.0")
-    assert nccl_comm.use_nccl([a, b]) and nccl_comm.use_nccl([a, ("node2", a[1])])
-    assert not nccl_comm.use_nccl([a, a])               # two ranks on one GPU: NCCL refuses
-    assert not nccl_comm.use_nccl([a, None])            # a rank without CuPy, NCCL or a GPU
-    assert not nccl_comm.use_nccl([a])                  # nothing to send to
-    assert not nccl_comm.use_nccl([("n", str(k)) for k in range(nccl_comm.MAX_RANKS + 1)])
+    assert communicator_choice.use_nccl([a, b]) and communicator_choice.use_nccl([a, ("node2", a[1])])
+    assert not communicator_choice.use_nccl([a, a])               # two ranks on one GPU: NCCL refuses
+    assert not communicator_choice.use_nccl([a, None])            # a rank without CuPy, NCCL or a GPU
+    assert not communicator_choice.use_nccl([a])                  # nothing to send to
+    assert not communicator_choice.use_nccl([("n", str(k)) for k in range(communicator_choice.MAX_RANKS + 1)])
 
 
 def test_the_nccl_transport_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv(nccl_comm.NCCL_ENV, "0")
-    assert nccl_comm.nccl_identity() is None
+    monkeypatch.setenv(communicator_choice.NCCL_ENV, "0")
+    assert communicator_choice.nccl_identity() is None
 
 
 def test_device_arrays_are_split_from_the_rest_of_a_message_and_put_back():
     state = _Halo(np.arange(3.0).view(FakeArray), np.ones(2), "south")
-    skeleton, arrays = nccl_comm._split({"state": state, "n": [1, state.h]}, FakeArray)
+    skeleton, arrays = split_device_arrays({"state": state, "n": [1, state.h]}, FakeArray)
     assert len(arrays) == 2 and all(isinstance(a, FakeArray) for a in arrays)
-    back = nccl_comm._join(skeleton, [a * 2 for a in arrays])
+    back = join_device_arrays(skeleton, [a * 2 for a in arrays])
     assert back["state"].label == "south" and back["state"].h.tolist() == [0.0, 2.0, 4.0]
     assert back["state"].u.tolist() == [1.0, 1.0] and back["n"][1].tolist() == [0.0, 2.0, 4.0]
     bare = np.zeros(2).view(FakeArray)
-    assert nccl_comm._split(bare, FakeArray) == (None, [bare])
+    assert split_device_arrays(bare, FakeArray) == (None, [bare])
     for host in (np.zeros(3), {"a": np.zeros(3)}, "text", 4, None, (lambda: 1)):
-        assert nccl_comm._split(host, FakeArray) == (None, None)
+        assert split_device_arrays(host, FakeArray) == (None, None)

@@ -1,4 +1,7 @@
-"""Grid rows on the engine: the same answer as one block, bitwise, for any P and K; halos in place."""
+"""Blocks of grid rows (:mod:`hpcgpu.partition.rows`): a row model's methods, the row layout and its weights.
+
+The weather model runs on the distributed grid (tests/partition/test_grid.py);
+these keep the row decomposition a user's own RowModel may still choose."""
 
 import time
 
@@ -120,118 +123,6 @@ def test_open_edges_step_only_the_rows_that_stay_valid():
 
 
 # -- runs on the engine ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("partitions", [1, 2, 3, 4])
-def test_partitions_reproduce_the_single_block_run_bitwise(client, partitions):
-    # 61 rows: uneven blocks for 2, 3 and 4 partitions (3 and 4 share the two workers)
-    model = ShallowWater("unstable_jet", nx=40, ny=61, backend="numba")
-    state = model.initial_state()
-    dt = model.suggested_dt(state)
-    reference = _reference(model, state, dt, 200)
-    sim = Simulation(model, state, dt=dt, stop_steps=200, progress=False, client=client,
-                     partitions=partitions, steps_per_task=2)
-    sim.run()
-    _assert_same(sim, reference)
-    rows = sim.summary()["rows_per_partition"]
-    # a channel: equal work, not equal rows (the blocks at the walls step fewer halo rows)
-    expected = halo_balanced_weights(model, 2, partitions, periodic=False)
-    assert sum(rows) == 61 and all(abs(r - e) < 1 for r, e in zip(rows, expected))
-    diagnostics, expected = sim.diagnostics, reference.diagnostics.sel(time=sim.diagnostics.time)
-    assert diagnostics.sizes["time"] == reference.diagnostics.sizes["time"]
-    for key in ("mass", "energy", "enstrophy", "max_cfl"):
-        np.testing.assert_allclose(diagnostics[key], expected[key], rtol=1e-12)
-    sim.close()
-
-
-@pytest.mark.parametrize("steps_per_task", [1, 4, 16])
-def test_steps_per_exchange_reproduce_the_single_block_run_bitwise(client, steps_per_task):
-    # 16 steps per exchange read 96 rows south of a block: 4 blocks need >= 384 rows.
-    model = ShallowWater("turbulence", nx=24, ny=401, backend="numba", Lx=2.4e5, Ly=4.01e6)
-    state = model.initial_state()
-    dt = model.suggested_dt(state)
-    reference = _reference(model, state, dt, 203)  # not a multiple of K: a last, shorter superstep
-    sim = Simulation(model, state, dt=dt, stop_steps=203, progress=False, client=client,
-                     partitions=4, steps_per_task=steps_per_task)
-    sim.run()
-    _assert_same(sim, reference)
-    sim.close()
-
-
-def test_grids_take_as_many_steps_per_exchange_as_their_halos_allow(client):
-    tall = ShallowWater("turbulence", nx=16, ny=800, backend="numba")  # 400 rows a block: K = 16
-    short = ShallowWater("turbulence", nx=16, ny=100, backend="numba")  # 50 rows: 4 x 6K <= 50 for K = 2
-    assert auto_steps_per_task(tall, 2) == 16 and auto_steps_per_task(short, 2) == 2
-    assert auto_steps_per_task(short, 10) == 1
-    for model, k in ((tall, 16), (short, 2)):
-        sim = Simulation(model, dt=10.0, stop_steps=k, progress=False, client=client, partitions=2)
-        assert sim.summary()["steps_per_task"] == k
-        reference = _reference(model, model.initial_state(), 10.0, k)
-        _assert_same(sim.run(), reference)
-        sim.close()
-
-
-def test_periodic_channel_and_walls_both_partition(client):
-    for case in ("gravity_wave", "rest"):
-        model = ShallowWater(case, nx=24, ny=40, backend="numba")
-        state = model.initial_state()
-        dt = model.suggested_dt(state) if case != "rest" else 60.0
-        reference = _reference(model, state, dt, 30)
-        sim = Simulation(model, state, dt=dt, stop_steps=30, progress=False, client=client, partitions=3,
-                         steps_per_task=2).run()
-        _assert_same(sim, reference)
-        np.testing.assert_allclose(sim.diagnostics.energy, reference.diagnostics.energy, rtol=1e-12)
-        sim.close()
-
-
-@pytest.mark.parametrize("steps_per_task", [1, 3, 16])
-def test_stepping_while_the_halos_travel_reproduces_the_single_block_run_bitwise(client, monkeypatch,
-                                                                                  steps_per_task):
-    """The overlapped superstep (block first, then its edge strips), forced on for every K: walls and a
-    periodic channel, 2 to 4 blocks, uneven rows, a last shorter superstep."""
-    from hpcgpu.partition.rows import OVERLAP_ENV
-
-    monkeypatch.setenv(OVERLAP_ENV, "1")
-    for case, partitions in (("turbulence", 4), ("gravity_wave", 2), ("gravity_wave", 3)):
-        model = ShallowWater(case, nx=24, ny=401, backend="numba", Lx=2.4e5, Ly=4.01e6)
-        state = model.initial_state()
-        dt = model.suggested_dt(state)
-        steps = 5 * steps_per_task + 2
-        reference = _reference(model, state, dt, steps)
-        sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False, client=client,
-                         partitions=partitions, steps_per_task=steps_per_task)
-        assert sim._executor.decomposition.overlap
-        sim.run()
-        _assert_same(sim, reference)
-        sim.close()
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param("cuda", marks=pytest.mark.cudasim if simulator_enabled() else pytest.mark.gpu, id="cuda"),
-    pytest.param("cupy", marks=pytest.mark.gpu, id="cupy")])
-def test_device_blocks_step_while_the_halos_travel_and_match_one_block(client, monkeypatch, name):
-    """The overlapped superstep (K = 1) on device arrays: views, strips and row writes on the GPU
-    (the CUDA simulator at a tiny size here), against one block on the same backend."""
-    from _support import small, usable_backend
-
-    from hpcgpu.partition.rows import OVERLAP_ENV
-
-    monkeypatch.setenv(OVERLAP_ENV, "1")
-    backend = usable_backend(name)
-    ny = small(backend, 96, 24)
-    model = ShallowWater("gravity_wave", nx=small(backend, 64, 8), ny=ny, backend=name, dtype="float64")
-    state = model.initial_state()
-    dt = model.suggested_dt(state)
-    steps = small(backend, 9, 2)
-    expected = _reference(model, state, dt, steps)
-    sim = Simulation(model, state, dt=dt, stop_steps=steps, progress=False, client=client, partitions=2,
-                     steps_per_task=1)
-    assert sim._executor.decomposition.overlap
-    got = sim.run().state
-    for field in ("u", "v", "h"):
-        np.testing.assert_array_equal(backend.to_host(getattr(got, field)),
-                                      backend.to_host(getattr(expected.state, field)), err_msg=field)
-    sim.close()
-
-
 def test_halos_overlap_the_block_only_when_asked(monkeypatch):
     from hpcgpu.partition.rows import OVERLAP_ENV, _overlap_default
 
@@ -297,62 +188,6 @@ def test_an_emulated_slow_worker_sleeps_in_proportion(monkeypatch):
     assert time.perf_counter() - started < 0.01
 
 
-def test_weights_reach_the_partitions(client):
-    model = ShallowWater("unstable_jet", nx=16, ny=80, backend="numba")
-    sim = Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, partitions=2,
-                     weights=[3, 1])
-    assert sim.summary()["rows_per_partition"] == [60, 20]
-    sim.close()
-    calibrated = Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, partitions=2,
-                            weights="calibrate")
-    rates = calibrated._executor.rates
-    assert len(rates) == 2 and all(rate > 0 for rate in rates.values())
-    assert sum(calibrated.summary()["rows_per_partition"]) == 80
-    calibrated.close()
-
-
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(partitions=41), "partitions must be <= 40"),
-    (dict(partitions=4, steps_per_task=4), r"steps_per_task=4 needs 24 rows of halo per block, 96 rows on "
-                                           r"partitions=4, but the grid has 40: use steps_per_task <= 1"),
-    (dict(partitions=2, steps_per_task=64), r"steps_per_task=64 needs 384 rows of halo per block, 768 rows on "
-                                            r"partitions=2, but the grid has 40: use steps_per_task <= 2"),
-    (dict(partitions=0), "partitions must be >= 1"),
-    (dict(partitions=2, steps_per_task=0), "steps_per_task must be >= 1"),
-    (dict(partitions=2, weights=[1, 2, 3]), r"sequence of 2 positive finite numbers \(one per partition\); got 3"),
-    (dict(partitions=2, weights=[1, -1]), r"positive finite numbers .*got \[1, -1\] \(weights must be > 0"),
-    (dict(partitions=2, weights=5), r"weights must be None, 'calibrate' or a sequence of 2 .*; got 5"),
-    (dict(partitions=2, weights="fast"), "weights must be a sequence of numbers or 'calibrate'"),
-])
-def test_bad_partitioning_names_the_parameter(client, kwargs, match):
-    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numba")
-    with pytest.raises(ConfigError, match=match):
-        Simulation(model, dt=100.0, stop_steps=4, progress=False, client=client, **kwargs)
-
-
-def test_partitions_without_a_client_is_a_config_error():
-    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
-    with pytest.raises(ConfigError, match="need a dask client"):
-        Simulation(model, dt=100.0, partitions=2)
-
-
-@pytest.mark.parametrize("partitions", [2, 3])
-def test_a_users_own_row_model_partitions_through_the_protocol_alone(client, partitions):
-    from _user_models import Heat  # its state has one field, T: nothing of the weather model
-
-    from hpcgpu.partition.protocols import RowModel, missing_methods
-
-    model = Heat(nx=8, ny=30)
-    assert missing_methods(model, RowModel) == []
-    reference = Simulation(model, dt=0.2, stop_steps=7, progress=False).run()
-    sim = Simulation(model, dt=0.2, stop_steps=7, progress=False, client=client, partitions=partitions,
-                     steps_per_task=2).run()
-    assert sim.summary()["rows_per_partition"] == [30 // partitions] * partitions
-    np.testing.assert_array_equal(sim.state.T, reference.state.T)
-    assert not np.array_equal(sim.state.T, model.initial_state().T)  # it did step
-    sim.close()
-
-
 def test_blocks_that_cannot_hold_their_halo_never_suggest_zero_partitions():
     with pytest.raises(ConfigError, match=r"needs at least 768 rows \(384 per block for the halo\) but the grid has "
                                           r"128; use fewer steps_per_task \(a narrower halo\) or a bigger grid"):
@@ -366,55 +201,3 @@ def test_finite_weights_whose_sum_overflows_still_place_every_row():
     assert split_rows(40, [1e308, 1e307], minimum=6) == [(0, 34), (34, 40)]
     assert split_rows(40, [1e-300, 3e-300]) == [(0, 10), (10, 40)]
 
-
-_NOTEBOOK_SCRIPT = '''
-import numpy as np
-from _user_models import Heat
-
-
-class NotebookHeat(Heat):
-    """Defined where a notebook or a script defines its model: in __main__."""
-
-
-if __name__ == "__main__":
-    from hpcgpu import Simulation
-    from hpcgpu.cluster import start_cluster
-
-    model = NotebookHeat(nx=8, ny=24)
-    reference = Simulation(model, dt=0.2, stop_steps=5, progress=False).run()
-    client = start_cluster(workers=2, quiet=True)
-    try:
-        sim = Simulation(model, dt=0.2, stop_steps=5, progress=False, client=client, partitions=2).run()
-        print("bitwise equal:", bool(np.array_equal(sim.state.T, reference.state.T)))
-        sim.close()
-    finally:
-        cluster = client.cluster
-        client.close()
-        cluster.close()
-'''
-
-
-def test_a_model_class_defined_in_main_partitions_like_an_importable_one(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    script = tmp_path / "notebook_model.py"
-    script.write_text(_NOTEBOOK_SCRIPT)
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "bitwise equal: True" in done.stdout
-
-
-def test_calibrated_ranks_that_share_a_worker_share_its_rate(client, monkeypatch):
-    workers = sorted(client.scheduler_info()["workers"])
-    # equal measured rates: a worker holding two of the three ranks gives each half of its rate
-    monkeypatch.setattr(RowDecomposition, "calibrate", classmethod(lambda cls, c, m: {w: 50.0 for w in workers}))
-    model = ShallowWater("unstable_jet", nx=16, ny=120, backend="numba")
-    sim = Simulation(model, dt=100.0, stop_steps=2, progress=False, client=client, partitions=3, steps_per_task=1,
-                     weights="calibrate")
-    rows = sim.summary()["rows_per_partition"]
-    assert sum(rows) == 120 and rows[1] > 1.8 * rows[0] and abs(rows[0] - rows[2]) <= 1, rows
-    sim.close()

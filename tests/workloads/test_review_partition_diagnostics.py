@@ -4,7 +4,7 @@ The fields of a weather or N-body run on P workers equal the one-process
 run bitwise; the diagnostics written beside them (the ``diagnostics``
 group of the Zarr output, the summary's conservation errors) must too,
 whatever the split. These reduce the blocks in this process exactly as
-:meth:`hpcgpu.partition.rows.RowDecomposition.block_sums` and
+:meth:`hpcgpu.partition.grid.GridDecomposition.block_sums` and
 :meth:`hpcgpu.partition.all_pairs.AllPairsDecomposition.block_sums` do on
 the ranks, without a cluster.
 """
@@ -33,29 +33,38 @@ def _usable(name):
     return usable_backend(name).name
 
 
-def _weather_blocks(model, state, bounds):
-    """Combined block sums of ``bounds``: each block gets its south neighbour's last row (wrapped if periodic)."""
+def _weather_blocks(model, state, x_bounds, y_bounds):
+    """Combined block sums of the blocks ``x_bounds x y_bounds``, each framed with its neighbours' cells as the
+    distributed grid's halo exchange frames it (wrapped where periodic)."""
+    from hpcgpu.partition.grid import GridDecomposition
+
+    layout = GridDecomposition((len(x_bounds), len(y_bounds)), tuple(x_bounds), tuple(y_bounds), (1, 1, 1, 1), 1,
+                               model.periodic, (), 1.0)
+    ny, nx = model.shape
+    xp = model.backend.xp
     parts = []
-    for a, b in bounds:
-        if a > 0:
-            south = model.take_block(state, a - 1, a)
-        elif not model.grid.wall_y:
-            south = model.take_block(state, model.grid.ny - 1, model.grid.ny)
-        else:
-            south = None
-        parts.append(model.block_sums(model.take_block(state, a, b), a, south))
+    for rank in range(len(x_bounds) * len(y_bounds)):
+        where = layout.region(rank)
+        rows, cols = layout.framed_shape(rank)
+        row_index = xp.arange(where.first_row, where.first_row + rows) % ny
+        col_index = xp.arange(where.first_col, where.first_col + cols) % nx
+        framed = type(state)(*(a[row_index][:, col_index] for a in state.arrays()))
+        parts.append(model.block_sums(framed, where))
     return model.combine_sums(parts)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", ["unstable_jet", "turbulence"])
+@pytest.mark.parametrize("case", ["unstable_jet", "turbulence", "walled"])
 @pytest.mark.parametrize("bounds", SPLITS, ids=["2", "3", "thin"])
-def test_weather_diagnostics_of_any_row_split_equal_one_block_bitwise(case, bounds, backend):
-    model = ShallowWater(case, nx=64, ny=64, backend=_usable(backend))
+@pytest.mark.parametrize("columns", [[(0, 64)], [(0, 30), (30, 64)], [(0, 1), (1, 50), (50, 64)]],
+                         ids=["1", "2", "thin"])
+def test_weather_diagnostics_of_any_block_split_equal_one_block_bitwise(case, bounds, columns, backend):
+    walls = {"boundary": ("wall", "wall")} if case == "walled" else {}
+    model = ShallowWater("turbulence" if case == "walled" else case, nx=64, ny=64, backend=_usable(backend), **walls)
     state = model.initial_state()
     state = model.step(state, model.suggested_dt(state), 5)
     whole = model.diagnostics(state)
-    split = _weather_blocks(model, state, bounds)
+    split = _weather_blocks(model, state, columns, bounds)
     assert {k: split[k] for k in split} == {k: whole[k] for k in split}
 
 

@@ -61,7 +61,7 @@ def run(args):
     client = open_client(args)
     sim, planned = start(args, lambda: Simulation(
         model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-        client=client, partitions=args.partitions), client)
+        client=client, partitions=args.partitions, grid=args.grid), client)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
     sim.diagnostics_schedule = output_schedule(planned, 200, steps)
     # a resumed run appends to its own store: named by its model, not by this command line's --case

@@ -7,7 +7,8 @@ terms and helpers it builds on live in :mod:`hpcgpu.plan.workload_costs`.
 import math
 from dataclasses import dataclass
 
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, step_cost
+from hpcgpu.partition.process_grid import check_grid
+from hpcgpu.plan.workload_costs import collective_rounds, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_int
 
 __all__ = ["NBodyCost"]
@@ -18,9 +19,10 @@ class NBodyCost:
     """Direct all-pairs gravity on ``bodies`` bodies, split into blocks; positions all-gathered each step.
 
     About 20 flops per interaction (the convention of ``hpcgpu bench nbody``);
-    each step every rank sends its ``(4, M)`` positions and masses to each
-    of the ``P - 1`` others (one allgather, :mod:`hpcgpu.partition.all_pairs`;
-    NCCL's ring allgather takes the same ``P - 1`` steps of one block each).
+    each step every rank gathers everyone's ``(4, M)`` positions and masses
+    (one allgather, :mod:`hpcgpu.partition.all_pairs`) by recursive
+    doubling: ``ceil(log2 P)`` rounds of one message, each twice the last,
+    ``P - 1`` blocks in all. The process grid is the 1-D ``(P,)``.
     """
 
     bodies: int
@@ -43,7 +45,8 @@ class NBodyCost:
     def describe(self):
         return f"nbody {self.bodies:.3g} bodies ({self.dtype}, direct sum), {self.steps} steps"
 
-    def cost(self, partitions, device, link, scheduler):
+    def cost(self, partitions, device, link, scheduler, grid=None):
+        """The StepCost of the largest block on ``partitions`` ranks (``grid``: None or ``(partitions,)``)."""
         item = 4 if self.dtype == "float32" else 8
         n, owned = self.bodies, math.ceil(self.bodies / partitions)
         force_bytes = item * (4 * n + 2 * self.state_values_per_body * owned)
@@ -52,8 +55,10 @@ class NBodyCost:
         # drift's block copy, the positions cut, and concatenating everyone's positions
         copy_bytes = 2 * item * (2 * self.state_values_per_body * owned + 4 * owned + 4 * n)
         copy_s, _ = kernel_time(copy_bytes, 0, device, "copy", self.dtype)
-        messages = partitions - 1
-        nbytes = messages * 4 * item * owned
+        messages = collective_rounds(partitions)
+        nbytes = (partitions - 1) * 4 * item * owned
         memory = item * (3 * self.state_values_per_body * owned + 8 * n + 4 * owned)
-        force_s += self.launches_per_step * device.launch_s
-        return step_cost(scheduler, partitions, force_s + copy_s, messages, nbytes, link, memory, bound)
+        # one stretch of launches per step, after the allgather: forces (the long one), kick, drift
+        force_s += launch_wait_s(device, [[force_s, copy_s / 2, copy_s / 2]])
+        return step_cost(scheduler, partitions, force_s + copy_s, messages, nbytes, link, memory, bound,
+                         grid=(partitions,) if grid is None else check_grid(grid, 1, partitions))

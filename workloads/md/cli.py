@@ -83,7 +83,7 @@ def _run(args, model, state, steps, client):
 
     sim, planned = start(args, lambda: Simulation(
         model, state, dt=args.dt, stop_steps=steps, progress=False if args.no_progress else None,
-        client=client, partitions=args.partitions), client)
+        client=client, partitions=args.partitions, grid=args.grid), client)
     model, steps = sim.model, sim.stop_steps
     sim.diagnostics_schedule = output_schedule(planned, 200, steps)
     # a resumed run appends to its own outputs: named by its model, not by this command line's options

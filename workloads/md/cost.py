@@ -2,12 +2,20 @@
 
 Declared to the registry by :mod:`hpcgpu.workloads.md.workload` (``plan=``); the
 terms and helpers it builds on live in :mod:`hpcgpu.plan.workload_costs`.
+
+Examples
+--------
+>>> md = MolecularDynamicsCost(10 ** 8, steps=1000)
+>>> md.process_grid(256), md.process_grid(1024)
+((8, 8, 4), (16, 8, 8))
 """
 
 import math
 from dataclasses import dataclass
 
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, step_cost
+from hpcgpu.errors import ConfigError
+from hpcgpu.partition.process_grid import check_grid, choose_process_grid
+from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_float, check_int
 
 __all__ = ["MolecularDynamicsCost"]
@@ -15,7 +23,7 @@ __all__ = ["MolecularDynamicsCost"]
 
 @dataclass(frozen=True)
 class MolecularDynamicsCost:
-    """Lennard-Jones atoms at ``density`` with full Verlet lists of radius ``cutoff + skin``, in z slabs.
+    """Lennard-Jones atoms at ``density`` with full Verlet lists of radius ``cutoff + skin``, in 3-D bricks.
 
     A full list holds ``4/3 pi (cutoff + skin)^3 density`` neighbours per
     atom (77.6 at the standard 0.8442, 2.5, 0.3); a pair costs about 40
@@ -23,15 +31,24 @@ class MolecularDynamicsCost:
     virial: ``kernels/md/physics.py``) and moves its int32 index and the
     neighbour's position (counted in full, though caches catch some). Lists
     are rebuilt every ``rebuild_every`` steps from 27 cells of side
-    ``cutoff + skin``. The exchange (:mod:`hpcgpu.partition.slabs`): each
-    step a slab sends each neighbouring slab the positions of its atoms
-    within ``cutoff + skin`` of that slab (a layer of the face area), and
-    every rank takes part in an allreduce of the rebuild flag (``P - 1``
-    messages a rank: the communicator's allreduce is an allgather); on a
-    rebuild step a second exchange sends each neighbour those positions
-    again with the atoms that moved into its slab (whole atoms, an estimate
-    of ``density x face area x skin / 4`` per face: about the atoms within
-    ``skin / 2`` of the face, half of them moving towards it).
+    ``cutoff + skin``.
+
+    The periodic box is split into ``px x py x pz`` bricks
+    (:meth:`process_grid`; 1-D slabs are the ``1 x 1 x P`` case). Each step
+    a brick receives the positions of the ghost atoms within ``cutoff +
+    skin`` of it, by a staged exchange along x, then y, then z (each stage
+    carries the ghosts of the earlier ones, so edges and corners ride
+    along): 2 messages per split axis, 6 for a brick split along all three,
+    and one latency per stage (a stage's two messages travel together). The
+    ghosts fill the shell of thickness ``cutoff + skin`` around the brick on
+    its split axes (an axis of one brick is its own periodic image). The
+    rebuild decision rides inside that exchange, so no collective runs per
+    step. On a rebuild step a second staged exchange sends the ghosts'
+    positions again with the atoms that moved into a neighbour's brick
+    (whole atoms, an estimate of ``density x face area x skin / 4`` per
+    split face: about the atoms within ``skin / 2`` of the face, half of
+    them moving towards it). Packing the ghosts to send and unpacking
+    those received is counted as copies.
     """
 
     atoms: int
@@ -48,7 +65,6 @@ class MolecularDynamicsCost:
     stream_values_per_atom = 24  # drift, half kicks, forces, energies, virials: read + write
     state_values_per_atom = 14   # positions, velocities, forces, origins (3 each), energy, virial
     launches_per_step = 6  # drift, rebuild test, forces, kick, and their reductions (an estimate)
-    flag_bytes = 8  # the rebuild flag, one message to every other rank
 
     def __post_init__(self):
         check_int("atoms", self.atoms, minimum=2)
@@ -75,39 +91,106 @@ class MolecularDynamicsCost:
         radius = self.cutoff + self.skin
         return min(self.atoms - 1, 4.0 / 3.0 * math.pi * radius ** 3 * self.density)
 
-    def cost(self, partitions, device, link, scheduler):
+    @property
+    def ghost_radius(self):
+        """Thickness of the ghost shell, ``cutoff + skin``: also the thinnest brick that holds it."""
+        return self.cutoff + self.skin
+
+    def process_grid(self, partitions):
+        """The ``(px, py, pz)`` bricks of ``partitions`` ranks: least ghost surface, at least the ghost radius thick.
+
+        Raises
+        ------
+        ConfigError
+            No grid of that many ranks has bricks that thick.
+        """
+        radius = self.ghost_radius
+        return choose_process_grid(partitions, (self.box_side,) * 3, halo=(radius,) * 3, minimum=(radius,) * 3,
+                                   tie="first")
+
+    def launch_stretches(self, step_s, pair_share, copy_s, stages, copies_launch=True):
+        """The kernels of one step (seconds, launch order) between its synchronisations.
+
+        As the engine's domains run a step
+        (:meth:`hpcgpu.partition.bricks.BrickDecomposition.advance`): each
+        stage of the ghost exchange cuts the ghosts for its two neighbours
+        (a ``take`` each, from the atoms the earlier stages brought) and
+        sends them, which needs them done; after the last stage the
+        ghosts are joined (one copy), and the forces, the kick, the drift,
+        the rebuild test and the reductions queue behind the forces until
+        the host reads the rebuild progress (a synchronisation). The
+        neighbour build of a rebuild step (every ``rebuild_every`` steps)
+        is not counted. Without ``copies_launch`` (a CPU) only the
+        :attr:`launches_per_step` kernels count.
+
+        Parameters
+        ----------
+        step_s : float
+            Seconds of the step's force and streaming kernels.
+        pair_share : float
+            The forces' share of ``step_s`` (the rest: five streaming kernels).
+        copy_s : float
+            Seconds of the ghosts' cuts and joining.
+        stages : int
+            Split axes: stages of the exchange.
+
+        Examples
+        --------
+        >>> stretches = MolecularDynamicsCost(10 ** 6, steps=1).launch_stretches(1e-3, 0.9, 3e-6, 1)
+        >>> [len(s) for s in stretches], [round(t * 1e6) for t in stretches[1][:3]]
+        ([2, 7], [1, 900, 20])
+        """
+        streaming = [step_s * (1 - pair_share) / (self.launches_per_step - 1)] * (self.launches_per_step - 1)
+        if not copies_launch:
+            return [[step_s * pair_share] + streaming]
+        copy = copy_s / (2 * stages + 1) if stages else 0.0
+        cuts = [[copy, copy] for _ in range(stages)]
+        return cuts + [[copy] * bool(stages) + [step_s * pair_share] + streaming]
+
+    def cost(self, partitions, device, link, scheduler, grid=None):
+        """The StepCost of the fullest brick on ``partitions`` ranks (``grid``: default :meth:`process_grid`)."""
         item = 4 if self.dtype == "float32" else 8
-        radius = self.cutoff + self.skin
+        radius = self.ghost_radius
         side = self.box_side
-        thinnest = self.cutoff + 2 * self.skin
-        if partitions > 1 and side / partitions < thinnest:
-            return infeasible_step(f"slabs of {side / partitions:.3g} sigma are thinner than cutoff + 2 skin = "
-                               f"{thinnest:g} (box side {side:.4g})")
+        if grid is None:
+            try:
+                grid = self.process_grid(partitions)
+            except ConfigError:
+                most = max(1, int(side // radius))
+                return infeasible_step(f"bricks would be thinner than the ghost radius cutoff + skin = {radius:g} "
+                                       f"(box side {side:.4g}: at most {most}^3 = {most ** 3} bricks)")
+        grid = check_grid(grid, 3, partitions)
+        brick = [side / p for p in grid]
+        if any(p > 1 and b < radius for p, b in zip(grid, brick)):
+            return infeasible_step(f"bricks of {' x '.join(f'{b:.3g}' for b in brick)} sigma are thinner than the "
+                                   f"ghost radius cutoff + skin = {radius:g} (box side {side:.4g})", grid)
+        split = [p > 1 for p in grid]
         owned = math.ceil(self.atoms / partitions)
-        neighbours = min(2, partitions - 1)  # with two slabs both faces border the same one
-        face = side * side
-        ghosts = 0 if partitions == 1 else min(self.atoms - owned, 2 * face * radius * self.density)
+        # the shell of thickness cutoff + skin around the brick, on its split axes only
+        shell = math.prod(b + 2 * radius * s for b, s in zip(brick, split)) - math.prod(brick)
+        ghosts = min(self.atoms - owned, shell * self.density)
+        faces = sum(2 * math.prod(brick[:a] + brick[a + 1:]) for a, s in enumerate(split) if s)
         pairs = self.pairs_per_atom
-        force_bytes = owned * (pairs * (4 + 3 * item) + self.stream_values_per_atom * item + 48)
+        pair_bytes = owned * pairs * (4 + 3 * item)
+        force_bytes = pair_bytes + owned * (self.stream_values_per_atom * item + 48)
         force_s, bound = kernel_time(force_bytes, owned * pairs * self.flops_per_pair, device, "md", self.dtype)
         candidates = min(self.atoms, 27 * self.density * radius ** 3)
         capacity = math.ceil(1.3 * pairs) + 16
         build_bytes = owned * (candidates * 3 * item + capacity * 4) + (owned + ghosts) * 8 * item
         build_s, _ = kernel_time(build_bytes, owned * candidates * self.flops_per_candidate, device,
                                  "neighbor_build", self.dtype)
+        # packing the ghosts' positions to send and writing the received ones
+        copy_s, _ = kernel_time(2 * 2 * ghosts * 3 * item, 0, device, "copy", self.dtype)
         per_atom = self.state_values_per_atom * item + 32  # + int64 images and ids
-        if partitions == 1:
-            messages = nbytes = 0.0
-        else:
-            # every step: the ghosts' positions to each neighbour, the flag to every other rank
-            messages = neighbours + (partitions - 1)
-            nbytes = ghosts * 3 * item + (partitions - 1) * self.flag_bytes
-            # rebuild steps: the ghosts' positions again and the migrants, one message per neighbour
-            migrants = min(owned, 2 * face * self.density * self.skin / 4)
-            messages += neighbours / self.rebuild_every
-            nbytes += (ghosts * 3 * item + migrants * per_atom) / self.rebuild_every
+        stages = sum(split)
+        # every step: the ghosts' positions, 2 messages per split axis; rebuild steps: again, with the migrants
+        migrants = min(owned, faces * self.density * self.skin / 4)
+        messages = 2 * stages * (1 + 1 / self.rebuild_every)
+        rounds = stages * (1 + 1 / self.rebuild_every)
+        nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / self.rebuild_every
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item
                   + 2 * ghosts * 3 * item + (owned + ghosts) * 16)
-        force_s += self.launches_per_step * device.launch_s
-        return step_cost(scheduler, partitions, force_s + build_s / self.rebuild_every, messages, nbytes, link,
-                          memory, bound)
+        force_s += launch_wait_s(device, self.launch_stretches(force_s, pair_bytes / force_bytes, copy_s, stages,
+                                                               device.kind != "cpu"))
+        return step_cost(scheduler, partitions, force_s + build_s / self.rebuild_every + copy_s, messages, nbytes,
+                         link, memory, bound, rounds=rounds, grid=grid)

@@ -63,7 +63,8 @@ def run(args):
     # written are the same on any number of workers (the engine splits a task at any step)
     sim, planned = start(args, lambda: Simulation(
         model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
-        client=client, partitions=args.partitions, steps_per_task=args.steps_per_task, weights=weights), client,
+        client=client, partitions=args.partitions, steps_per_task=args.steps_per_task, weights=weights,
+        grid=args.grid), client,
         steps_per_task=args.steps_per_task, weights=weights)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
     # diagnostics every multiple of 16, the largest default K (auto_steps_per_task picks 16, 8, 4, 2 or 1),
@@ -115,7 +116,8 @@ def _print_summary(s):
             print(f"  {label + ' change:':<27} {value:+.3e} (relative)")
     print(f"  max CFL:      {s.get('max_cfl', float('nan')):.3f}")
     if s.get("executor") == "distributed":
-        print(f"  cluster:      {s['workers']} workers, {s['partitions']} partitions of "
-              f"{s['rows_per_partition']} rows, {s['steps_per_task']} steps per task")
+        print(f"  cluster:      {s['workers']} workers, {s['partitions']} partitions on a {s['process_grid']} process "
+              f"grid (blocks of {s['block_rows']} rows x {s['block_cols']} columns), {s['steps_per_task']} steps per "
+              "task")
     print(f"  output:       {s['zarr']} (xarray.open_zarr)")
     print(f"  picture:      {s['png']}")

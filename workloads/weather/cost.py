@@ -2,12 +2,22 @@
 
 Declared to the registry by :mod:`hpcgpu.workloads.weather.workload` (``plan=``); the
 terms and helpers it builds on live in :mod:`hpcgpu.plan.workload_costs`.
+
+Examples
+--------
+>>> weather = WeatherCost(16384, 16384, steps=1000)
+>>> weather.process_grid(64), weather.steps_per_exchange(64)
+((8, 8), 16)
+>>> weather.process_grid(2), WeatherCost(1024, 512, steps=1).process_grid(2)
+((1, 2), (2, 1))
 """
 
 import math
 from dataclasses import dataclass
 
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, step_cost
+from hpcgpu.errors import ConfigError
+from hpcgpu.partition.process_grid import check_grid, choose_process_grid
+from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_int
 
 __all__ = ["WeatherCost"]
@@ -15,7 +25,7 @@ __all__ = ["WeatherCost"]
 
 @dataclass(frozen=True)
 class WeatherCost:
-    """The shallow-water model (SSP-RK3, Arakawa C-grid) on an ``nx x ny`` grid, split into row blocks.
+    """The shallow-water model (SSP-RK3, Arakawa C-grid) on an ``nx x ny`` grid, split into ``px x py`` blocks.
 
     On a GPU a step is three fused stages reading and writing 6 + 9 + 9
     fields per point (the traffic ``hpcgpu bench stencil`` counts); on a CPU
@@ -24,14 +34,20 @@ class WeatherCost:
     per point (counted in ``kernels/stencil/physics.py`` and
     ``_numba._output_row``: potential vorticity, fluxes and Bernoulli ~27,
     the Arakawa-Lamb coefficients recomputed where used, tendencies,
-    viscosity and the Runge-Kutta update ~104). Every K steps a rank sends
-    its neighbours their halo rows (``ShallowWater.halo_rows(K)``: 3 fields
-    each, one message per neighbour; :mod:`hpcgpu.partition.rows`), writes
-    the halos it receives into the spare rows around its block, and
-    advances its block and halos K steps; the rows it steps shrink stage by
-    stage towards an open edge, so the redundant work is half the halo on
-    average. K is the engine's default
-    (:func:`hpcgpu.partition.rows.auto_steps_per_task`) unless
+    viscosity and the Runge-Kutta update ~104).
+
+    The ranks form the process grid the engine chooses
+    (:mod:`hpcgpu.partition.grid`; x periodic, y walled unless
+    ``periodic``). Every K steps a block receives a frame as wide as K
+    steps read on each side with a neighbour (the model's own
+    ``reach(K)``: 6 K cells west and south, 3 K east and north), corners
+    included, by a staged exchange (x, then y across the framed width: 2
+    messages per split axis, one latency per stage since a stage's two
+    messages travel together), and steps the block with its frame K steps.
+    The stepped rows shrink stage by stage towards an open y edge (half the
+    y frame on average); the x frame is stepped whole. The engine splits
+    each axis for equal stepping work, so every block costs the average.
+    K is the engine's (:meth:`steps_per_exchange`) unless
     ``steps_per_task`` is given.
     """
 
@@ -46,7 +62,7 @@ class WeatherCost:
     field_passes_per_step = {"gpu": 24, "cpu": 6}
     flops_per_point_step = 390
     state_fields = 3
-    launches_per_step = 3  # one fused kernel per Runge-Kutta stage
+    launches_per_step = 3  # one fused kernel per Runge-Kutta stage (launch_stretches adds the halo copies)
 
     def __post_init__(self):
         check_int("nx", self.nx, minimum=4)
@@ -64,72 +80,182 @@ class WeatherCost:
         return f"weather {self.nx} x {self.ny} ({self.dtype}), {self.steps} steps, {k}"
 
     @staticmethod
-    def halo_rows(steps):
-        """Rows ``(south, north)`` that ``steps`` steps read beyond a block (the model's own answer)."""
-        from hpcgpu.workloads.weather import ShallowWater
+    def reach(steps):
+        """Cells ``(west, east, south, north)`` that ``steps`` steps read beyond a block (the model's own answer)."""
+        from hpcgpu.workloads.weather.grid_blocks import GridBlocks
 
-        return ShallowWater.halo_rows(None, steps)
+        return GridBlocks.reach(None, steps)
 
-    def steps_per_exchange(self, partitions):
-        """K on ``partitions`` blocks: the engine's default, or the given K lowered until a block holds its halo.
+    @classmethod
+    def halo_rows(cls, steps):
+        """Rows ``(south, north)`` that ``steps`` steps read beyond a block."""
+        return cls.reach(steps)[2:]
 
-        Returns 0 when even one step's halo is wider than a block.
+    def _choose(self, partitions, steps):
+        west, east, south, north = self.reach(steps)
+        widths = (max(west, east), max(south, north))
+        return choose_process_grid(partitions, (self.nx, self.ny), halo=widths, minimum=widths, tie="last")
+
+    def process_grid(self, partitions):
+        """The ``(px, py)`` grid the engine chooses for ``partitions`` ranks.
+
+        The least frame surface among the grids whose blocks hold the frame
+        of one step (of ``steps_per_task`` steps when given, lowered until
+        some grid holds it), as :class:`hpcgpu.partition.grid.GridDecomposition`
+        chooses it.
+
+        Raises
+        ------
+        ConfigError
+            No grid of that many ranks has blocks as wide as one step's frame.
         """
-        rows = self.ny // partitions
+        k = self.steps_per_task or 1
+        while True:
+            try:
+                return self._choose(partitions, k)
+            except ConfigError:
+                if k == 1:
+                    raise
+                k -= 1
+
+    def steps_per_exchange(self, partitions, grid=None):
+        """K on ``partitions`` blocks (``grid``: default :meth:`process_grid`).
+
+        The engine's rule (:func:`hpcgpu.partition.grid.auto_grid_steps`):
+        the largest of 16, 8, 4, 2 whose frame is at most a quarter of a
+        block along every split axis, else 1; a given ``steps_per_task`` is
+        lowered until the frame fits in a block. Returns 0 when even one
+        step's frame is wider than a block.
+
+        Examples
+        --------
+        >>> weather = WeatherCost(4096, 4096, steps=1)
+        >>> weather.steps_per_exchange(16, grid=(1, 16)), weather.steps_per_exchange(16, grid=(4, 4))
+        (8, 16)
+        """
+        from hpcgpu.partition.grid import auto_grid_steps
+
+        grid = self.process_grid(partitions) if grid is None else check_grid(grid, 2, partitions)
         if partitions == 1:
             return self.steps_per_task or 16
-        if self.steps_per_task is None:
-            from hpcgpu.partition.rows import auto_steps_per_task
+        k = self.steps_per_task or auto_grid_steps(_GridShape(self.nx, self.ny, self.reach), grid)
+        px, py = grid
+        columns, rows = self.nx // px, self.ny // py
 
-            k = auto_steps_per_task(_RowShape(self.ny, self.halo_rows), partitions)
-        else:
-            k = self.steps_per_task
-        # hpcgpu.partition.layout.split_rows: a block must hold the widest halo it gives away
-        while k > 0 and max(self.halo_rows(k)) > rows:
+        def fits(k):
+            west, east, south, north = self.reach(k)
+            return (px == 1 or max(west, east) <= columns) and (py == 1 or max(south, north) <= rows)
+
+        while k > 0 and not fits(k):
             k -= 1
         return k
 
-    def cost(self, partitions, device, link, scheduler):
+    def _stepped(self, extent, count, periodic, low, high, shrink):
+        """Cells along one axis that a block steps: the engine splits for equal work, so the average block's.
+
+        Each block steps its own cells and the frame on each side with a
+        neighbour, all of it along x and half of it along y (the rows
+        shrink); returns ``(stepped, framed)``, the framed being the
+        widest block's cells with its whole frame (the arrays it keeps).
+        """
+        if count == 1:
+            return extent, extent
+        sides = [((p > 0 or periodic), (p < count - 1 or periodic)) for p in range(count)]
+        frames = [low * a + high * b for a, b in sides]
+        factor = 0.5 if shrink else 1.0
+        stepped = (extent + factor * sum(frames)) / count
+        return stepped, math.ceil(extent / count) + max(frames)
+
+    def launch_stretches(self, step_s, copy_s, steps, x_messages, y_messages, copies_launch=True):
+        """The kernels of one superstep (seconds, launch order) between the synchronisations of its exchange.
+
+        As :meth:`hpcgpu.partition.grid.GridDecomposition.fill_frames` and
+        ``advance`` run them: the x stage sends the cut x halos (one
+        contiguous copy per field and message, which needs them done) and
+        writes the received x frames (one copy per field and message);
+        the y stage sends whole rows, frames included, so it waits for those
+        writes; its own writes, the ``3 K`` stage kernels of the K steps
+        and the next superstep's x cuts then queue without a wait. Without
+        ``copies_launch`` (a CPU: NumPy copies the frames, no kernel) only
+        the stage kernels count.
+
+        Parameters
+        ----------
+        step_s : float
+            The stage kernels' seconds per step (three equal kernels).
+        copy_s : float
+            Seconds of all the halo cuts and frame writes of a superstep.
+        steps : int
+            K, steps per superstep.
+        x_messages, y_messages : int
+            Messages a block receives along x and along y.
+
+        Examples
+        --------
+        >>> stretches = WeatherCost(64, 64, steps=1).launch_stretches(3e-3, 1.2e-4, 2, 2, 2)
+        >>> [len(s) for s in stretches], round(stretches[0][0] * 1e6), round(stretches[1][6] * 1e6)
+        ([6, 18], 5, 1000)
+        """
+        fields = self.state_fields
+        copies = fields * 2 * (x_messages + y_messages)  # each message's fields: cut, then written
+        copy = copy_s / copies if copies else 0.0
+        stage_kernels = [step_s / 3] * (3 * steps)
+        if not copies_launch:
+            return [stage_kernels]
+        cuts_x, writes_x, writes_y = ([copy] * (fields * m) for m in (x_messages, x_messages, y_messages))
+        if x_messages and y_messages:
+            return [writes_x, writes_y + stage_kernels + cuts_x]
+        if x_messages:
+            return [writes_x + stage_kernels + cuts_x]
+        return [writes_y + stage_kernels]
+
+    def cost(self, partitions, device, link, scheduler, grid=None):
+        """The StepCost of a block on ``partitions`` ranks (``grid``: default :meth:`process_grid`)."""
         item = 4 if self.dtype == "float32" else 8
-        rows = math.ceil(self.ny / partitions)
-        k = self.steps_per_exchange(partitions)
+        if grid is None:
+            try:
+                grid = self.process_grid(partitions)
+            except ConfigError:
+                return infeasible_step(f"blocks of {self.nx} x {self.ny} cells over {partitions} ranks are thinner "
+                                       f"than the {max(self.reach(1))}-cell frame of one step")
+        grid = check_grid(grid, 2, partitions)
+        px, py = grid
+        k = self.steps_per_exchange(partitions, grid)
         if k == 0:
-            return infeasible_step(f"blocks of {self.ny // partitions} rows are thinner than the "
-                               f"{max(self.halo_rows(1))}-row halo of one step")
-        south, north = self.halo_rows(k)
-        if partitions == 1:
-            sides, halo = 0, 0
-        elif partitions == 2 and not self.periodic:
-            sides, halo = 1, max(south, north)
-        else:
-            sides, halo = 2, south + north
-        extended = (rows + halo) * self.nx
-        computed = (rows + halo / 2) * self.nx  # the stepped rows shrink towards open edges
+            return infeasible_step(f"blocks of {self.nx // px} x {self.ny // py} cells are thinner than the "
+                                   f"{max(self.reach(1))}-cell frame of one step", grid)
+        west, east, south, north = self.reach(k)
+        stepped_x, framed_x = self._stepped(self.nx, px, True, west, east, shrink=False)  # x is periodic
+        stepped_y, framed_y = self._stepped(self.ny, py, self.periodic, south, north, shrink=True)
+        computed = stepped_x * stepped_y
+        columns, rows = math.ceil(self.nx / px), math.ceil(self.ny / py)
+        frame = framed_x * framed_y - columns * rows  # the widest block's halo cells, corners included
         passes = self.field_passes_per_step["cpu" if device.kind == "cpu" else "gpu"]
         kernel_s, bound = kernel_time(passes * item * computed, self.flops_per_point_step * computed, device,
                                       "stencil", self.dtype)
-        kernel_s += self.launches_per_step * device.launch_s
-        # cutting the halos to send and writing the received ones into the block's spare rows
-        copy_bytes = 2 * 2 * self.state_fields * item * halo * self.nx
-        copy_s, _ = kernel_time(copy_bytes, 0, device, "copy", self.dtype)
-        # the rows a rank sends its neighbours every K steps, one message each
-        halo_bytes = self.state_fields * item * halo * self.nx
-        # two generations of the block with spare rows, and the stepper's nine work fields
-        memory = item * (2 * self.state_fields * extended + 3 * self.state_fields * extended)
-        return step_cost(scheduler, partitions, kernel_s + copy_s / k, sides / k, halo_bytes / k, link, memory,
-                          bound, k)
+        # cutting the halos to send and writing the received ones into the frame around the block
+        copy_s, _ = kernel_time(2 * 2 * self.state_fields * item * frame, 0, device, "copy", self.dtype)
+        # what a block sends its neighbours every K steps equals the frame it receives from them
+        halo_bytes = self.state_fields * item * frame
+        x_messages = 0 if px == 1 else 2  # x is periodic
+        y_messages = 0 if py == 1 else (1 if py == 2 and not self.periodic else 2)
+        stages = (x_messages > 0) + (y_messages > 0)
+        kernel_s += launch_wait_s(device, self.launch_stretches(kernel_s, copy_s, k, x_messages, y_messages,
+                                                                device.kind != "cpu")) / k
+        # two generations of the framed block, and the stepper's nine work fields
+        memory = item * 5 * self.state_fields * framed_x * framed_y
+        return step_cost(scheduler, partitions, kernel_s + copy_s / k, (x_messages + y_messages) / k,
+                         halo_bytes / k, link, memory, bound, k, rounds=stages / k, grid=grid)
 
 
 @dataclass(frozen=True)
-class _RowShape:
-    """What :func:`hpcgpu.partition.rows.auto_steps_per_task` reads of a row model."""
+class _GridShape:
+    """What :func:`hpcgpu.partition.grid.auto_grid_steps` reads of a grid model."""
 
-    rows: int
-    halo: object
-    decomposition = "rows"
+    nx: int
+    ny: int
+    reach: object
 
-    def decomposition_size(self):
-        return self.rows
-
-    def halo_rows(self, steps):
-        return self.halo(steps)
+    @property
+    def shape(self):
+        return self.ny, self.nx

@@ -1,13 +1,12 @@
-"""Diagnostics of the shallow-water model as sums over row blocks: mass, energy, potential enstrophy.
+"""Diagnostics of the shallow-water model as sums over grid blocks: mass, energy, potential enstrophy.
 
-Every quantity is a sum over a block of rows (:func:`block_sums`),
+Every quantity is a sum over a block's owned cells (:func:`block_sums`),
 combined afterwards (:func:`combine_sums`), so a partitioned run reduces
-where its partitions live and only one number per row and quantity
-travels. A block keeps its sums row by row and :func:`combine_sums` adds
-all rows with :func:`~hpcgpu.workloads.sums.exact_total` (:func:`math.fsum`:
-correctly rounded, so independent of the order): the diagnostics are then
-bitwise the same on any number of partitions, as the fields are, where one
-total per block would round differently with every split.
+where its partitions live and only a few numbers per quantity travel. A
+block keeps its sums as exact partials (:func:`hpcgpu.exact_sums.exact_partial`),
+which add up to the correctly rounded total of every cell whatever the
+split: the diagnostics are bitwise the same on any process grid, as the
+fields are, where one rounded total per block would differ with every split.
 :meth:`hpcgpu.workloads.weather.ShallowWater.diagnostics` is the entry point;
 these read the model's public attributes (grid, params, backend,
 ``coriolis_rows``).
@@ -15,63 +14,77 @@ these read the model's public attributes (grid, params, backend,
 
 import numpy as np
 
-from hpcgpu.kernels import stencil
-from hpcgpu.kernels.stencil import WALL
+from hpcgpu.exact_sums import exact_partial
 from hpcgpu.workloads.sums import exact_total
 
 __all__ = ["block_sums", "combine_sums"]
 
 
-def block_sums(model, state, start, south=None):
-    """Partial sums over the rows of ``state`` (global rows from ``start``): see :meth:`ShallowWater.block_sums
-    <hpcgpu.workloads.weather.ShallowWater.block_sums>`."""
+def _extended(model, array, where, field):
+    """The owned cells of ``array`` with one row south of them and one column west (float64), plus
+    the north wall's row of corners: what the staggered sums read beyond a block.
+
+    Beyond a side that holds a neighbour's cells the frame has them; a
+    block that holds a periodic axis whole wraps; at a wall scalars and
+    tangential velocity are mirrored and the normal velocity is 0 (the
+    rules of the global grid, so any block sums what one block would).
+    """
     xp = model.backend.xp
+    west, _, south, north = where.sides
+    r, c = where.rows, where.cols
+    r0 = r.start - (1 if south == "halo" else 0)
+    c0 = c.start - (1 if west == "halo" else 0)
+    block = xp.asarray(array[r0:r.stop, c0:c.stop]).astype(np.float64)
+    if south == "wrap":  # the global last row
+        block = xp.concatenate([xp.asarray(array[r.stop - 1:r.stop, c0:c.stop]).astype(np.float64), block])
+    elif south == "wall":
+        block = xp.concatenate([xp.zeros_like(block[:1]) if field == "v" else block[:1], block])
+    if north == "wall":
+        block = xp.concatenate([block, xp.zeros_like(block[-1:]) if field == "v" else block[-1:]])
+    if west == "wrap":
+        block = xp.concatenate([block[:, -1:], block], axis=1)
+    elif west == "wall":
+        block = xp.concatenate([xp.zeros_like(block[:, :1]) if field == "u" else block[:, :1], block], axis=1)
+    return block
+
+
+def block_sums(model, state, where):
+    """Exact partial sums over a block's owned cells: see :meth:`ShallowWater.block_sums
+    <hpcgpu.workloads.weather.ShallowWater.block_sums>`."""
     g = model.grid
-    u, v, h = (xp.asarray(a).astype(np.float64) for a in state.arrays())
-    if south is None:
-        # South wall: scalars and tangential velocity are mirrored, v beyond is 0.
-        su, sv, sh = u[:1], xp.zeros_like(v[:1]), h[:1]
-    else:
-        su, sv, sh = (xp.asarray(a).astype(np.float64) for a in south.arrays())
-    rows = h.shape[0]
-    north_wall = g.wall_y and start + rows == g.ny
-    tail = [(u[-1:], xp.zeros_like(v[-1:]), h[-1:])] if north_wall else []
-    U = xp.concatenate([su, u] + [t[0] for t in tail])
-    V = xp.concatenate([sv, v] + [t[1] for t in tail])
-    H = xp.concatenate([sh, h] + [t[2] for t in tail])
-    bc_x = g.codes[0]
-    # One ghost column each side by the x boundary rule (no y padding: rows are explicit).
-    Hx = stencil.pad(H, (bc_x, WALL, WALL), width=1)[1:-1]
-    Ux = stencil.pad(U, (bc_x, WALL, WALL), normal="x", width=1)[1:-1]
-    Vx = stencil.pad(V, (bc_x, WALL, WALL), width=1)[1:-1]
-    nx = g.nx
-    h_u = 0.5 * (Hx[1:rows + 1, 0:nx] + Hx[1:rows + 1, 1:nx + 1])
-    h_v = 0.5 * (H[0:rows] + H[1:rows + 1])
-    kinetic = (h_u * u * u).sum(axis=1) + (h_v * v * v).sum(axis=1)
+    U, V, H = (_extended(model, a, where, name) for a, name in zip(state.arrays(), "uvh"))
+    south_wall, north_wall = where.sides[2] == "wall", where.sides[3] == "wall"
+    rows = where.rows.stop - where.rows.start
+    cols = where.cols.stop - where.cols.start
+    u, v, h = U[1:rows + 1, 1:], V[1:rows + 1, 1:], H[1:rows + 1, 1:]
+    h_u = 0.5 * (H[1:rows + 1, 0:cols] + H[1:rows + 1, 1:cols + 1])
+    h_v = 0.5 * (H[0:rows, 1:] + H[1:rows + 1, 1:])
+    kinetic = h_u * u * u + h_v * v * v
     deviation = h - model.params.mean_depth
     corners = rows + (1 if north_wall else 0)
-    zeta = ((Vx[1:corners + 1, 1:nx + 1] - Vx[1:corners + 1, 0:nx]) / g.dx
-            - (Ux[1:corners + 1, 1:nx + 1] - Ux[0:corners, 1:nx + 1]) / g.dy)
-    h_q = 0.25 * (Hx[0:corners, 0:nx] + Hx[0:corners, 1:nx + 1]
-                  + Hx[1:corners + 1, 0:nx] + Hx[1:corners + 1, 1:nx + 1])
+    zeta = ((V[1:corners + 1, 1:cols + 1] - V[1:corners + 1, 0:cols]) / g.dx
+            - (U[1:corners + 1, 1:cols + 1] - U[0:corners, 1:cols + 1]) / g.dy)
+    h_q = 0.25 * (H[0:corners, 0:cols] + H[0:corners, 1:cols + 1]
+                  + H[1:corners + 1, 0:cols] + H[1:corners + 1, 1:cols + 1])
+    start = where.owned_rows.start
+    xp = model.backend.xp
     f = xp.asarray(model.coriolis_rows(start, start + corners - 1))[:, None]
     density = 0.5 * (f + zeta) ** 2 / h_q
-    if south is None and start == 0:
+    if south_wall:  # corners on a wall count half (trapezoidal rule along y)
         density[0] *= 0.5
     if north_wall:
         density[-1] *= 0.5
-    # sums by row (host float64 arrays): every row is summed by the same operations in any block
-    host = model.backend.to_host
-    return {"cells": int(h.size), "depth": host(h.sum(axis=1)), "deviation": host(deviation.sum(axis=1)),
-            "deviation2": host((deviation * deviation).sum(axis=1)), "kinetic2": host(kinetic),
-            "enstrophy": host(density.sum(axis=1))}
+    # exact partial sums: any split of the grid into blocks adds up to the same correctly rounded totals
+    return {"cells": int(rows * cols), "depth": exact_partial(h), "deviation": exact_partial(deviation),
+            "deviation2": exact_partial(deviation * deviation), "kinetic2": exact_partial(kinetic),
+            "enstrophy": exact_partial(density)}
 
 
 def combine_sums(model, parts):
     """Mass, energy and potential enstrophy (dict of floats) from the :func:`block_sums` of all rows."""
-    # every row's sum, added with one correctly rounded sum: the same total for any split into blocks
-    total = {key: sum(p[key] for p in parts) if key == "cells" else
-             exact_total(np.concatenate([np.ravel(p[key]) for p in parts])) for key in parts[0]}
+    # exact partials add exactly: one correctly rounded total for any split into blocks
+    total = {key: sum(p[key] for p in parts) if key == "cells" else exact_total([p[key] for p in parts])
+             for key in parts[0]}
     area = model.grid.cell_area
     offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
     # APE about the actual mean depth, summed about the rest depth without cancellation

@@ -29,6 +29,8 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.kernels import stencil
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float
 from hpcgpu.workloads.weather import cases, diagnostics
+from hpcgpu.partition.block_region import whole_grid
+from hpcgpu.workloads.weather.grid_blocks import GridBlocks
 from hpcgpu.workloads.weather.row_blocks import RowBlocks
 from hpcgpu.workloads.weather.stepper import ShallowWaterStepper
 from hpcgpu.workloads.weather.grid import Grid
@@ -103,7 +105,7 @@ class ShallowWaterParams:
         check_float("viscosity", self.viscosity, minimum=0.0)
 
 
-class ShallowWater(RowBlocks):
+class ShallowWater(GridBlocks, RowBlocks):
     """Rotating shallow-water model: a named case on a grid and a backend.
 
     Equations (vector-invariant form, Arakawa C-grid, Arakawa and Lamb 1981)::
@@ -149,7 +151,7 @@ class ShallowWater(RowBlocks):
 
     name = "weather"
     state_type = ShallowWaterState  # the class of its states
-    decomposition = "rows"  # how hpcgpu.partition splits it (hpcgpu.partition.rows)
+    decomposition = "grid"  # how hpcgpu.partition splits it (hpcgpu.partition.grid)
     field_names = ("u", "v", "h")
     cfl_limit = RK3_CFL_LIMIT
     # units of the time axis and of the diagnostics, for the files they are written to (ZarrWriter)
@@ -299,22 +301,22 @@ class ShallowWater(RowBlocks):
         potential energy, m**5/s**2), ``enstrophy`` (potential enstrophy,
         m/s**2), ``max_cfl`` (if ``dt`` is given).
         """
-        south = None if self.grid.wall_y else self.take_block(state, self.grid.ny - 1, self.grid.ny)
-        out = self.combine_sums([self.block_sums(state, 0, south)])
+        out = self.combine_sums([self.block_sums(state, whole_grid(self.shape, self.periodic))])
         if dt is not None:
             out["max_cfl"] = self.cfl(state, dt)
         return out
 
-    def block_sums(self, state, start, south=None):
-        """Partial sums for the diagnostics over the rows of ``state``.
+    def block_sums(self, state, where):
+        """Partial sums for the diagnostics over the owned cells of a (framed) block.
 
-        ``state`` holds global rows ``start .. start + rows - 1``; ``south``
-        is the one-row state just south of it, or None at a south wall.
+        ``where`` (a :class:`~hpcgpu.partition.block_region.BlockRegion`)
+        says which cells are owned and what lies beyond each side; a side
+        that holds a neighbour's cells needs one of them in its frame.
         Corners on a wall count half (trapezoidal rule along y). Partial
-        sums from row blocks add up to the global ones, so a partitioned
+        sums of blocks add up exactly to the global ones, so a partitioned
         model reduces diagnostics where its partitions live.
         """
-        return diagnostics.block_sums(self, state, start, south)
+        return diagnostics.block_sums(self, state, where)
 
     def combine_sums(self, parts):
         """Diagnostics (see :meth:`diagnostics`) from :meth:`block_sums` of all rows."""

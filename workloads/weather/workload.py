@@ -23,7 +23,7 @@ WORKLOAD = Workload(
     plan_sizes=("nx", "ny"),
     plan_options=(
         PlanOption("nx", int, "weather: grid cells along x"),
-        PlanOption("ny", int, "weather: grid cells along y (the axis split into row blocks)"),
+        PlanOption("ny", int, "weather: grid cells along y"),
         PlanOption("steps_per_task", int, "weather: steps per halo exchange K (default: the engine's, up to 16)"),
         PlanOption("periodic", bool, "weather: periodic in y (default: walls)"),
     ),

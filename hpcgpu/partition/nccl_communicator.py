@@ -1,29 +1,140 @@
-"""The NCCL transport: :class:`NcclCommunicator`, its requests, and its per-session state on a worker.
+"""``NcclCommunicator``: the communicator's NCCL transport, CuPy device buffers GPU to GPU, the rest on dask.
 
-The protocol (matching as in MPI, eager receives, streams and completion,
-collectives, faults) is described in :mod:`hpcgpu.partition.nccl_comm`,
-which chooses this transport where it can serve. Built on the base
-communicator of :mod:`hpcgpu.partition.dask_comm`, the messages of
-:mod:`~hpcgpu.partition.nccl_messages` and the device layer of
-:mod:`~hpcgpu.partition.nccl_device`. A session's NCCL communicators are
-made in its first epoch (:func:`_attach`) and kept on the worker until
-:func:`release`, which the base calls as the session closes there.
+:class:`NcclCommunicator` wraps a
+:class:`~hpcgpu.partition.dask_communicator.DaskCommunicator` (the *base*). The
+device buffers of a message (a bare ``cupy.ndarray``, or the CuPy arrays
+inside any picklable object: a model's state dataclass, a tuple, a dict)
+travel through NCCL (``cupy.cuda.nccl``); the rest of the message,
+everything else (Python objects, NumPy arrays, scalars), every abort and
+every timeout go through the base. :func:`choose_communicator` gives the
+engine this transport where every rank has a GPU of its own, else the
+base.
+
+Matching, as in MPI
+-------------------
+A send posts the NCCL sends of its device buffers at once (each in C
+order: a non-contiguous array is copied first), then sends
+two small messages over the base: a *header* on the direction's control
+key (sequence number, shape, dtype of each buffer) and the *envelope*
+under the caller's tag (the object with a placeholder for each buffer).
+The base matches tags and keeps the order per (source, tag) exactly as for
+host objects, so one tag may carry host and device messages in any mix;
+the receiver posts NCCL receives in the order of the headers, which is the
+sender's order, so NCCL's order-matched point-to-point operations never
+cross two messages. The receiver does not need to know shapes or dtypes.
+
+An NCCL send may wait until its receive is posted (NVIDIA/nccl#783).
+Receives are therefore posted *eagerly*: whenever a rank waits for
+anything on this communicator, it reads the headers that reached it from
+every peer and posts their receives (into new arrays, which wait there
+until the caller receives them). A device send completes once its
+receiver has entered the communicator; until then its NCCL kernel waits on
+the sender's GPU. A rank that never waits on the communicator holds its
+peers' device sends (until their timeout), as an MPI rank that never makes
+progress does.
+
+Why one NCCL communicator per direction
+---------------------------------------
+NCCL runs the operations of one communicator one after the other
+(NVIDIA/nccl#574): two ranks that both send before receiving, as every
+halo exchange does, would deadlock on one communicator. So each ordered
+pair (i -> j) has a two-rank communicator that carries only i's sends to
+j, in order; a main communicator of all ranks carries the collectives.
+NCCL connects two ranks at their first send/receive, blocking the host
+until the peer joins (NVIDIA/nccl#783), so the bootstrap connects every
+direction while all ranks are there, in one global order (which cannot
+deadlock). That is P(P-1) + 1 communicators for P ranks:
+:func:`choose_communicator` keeps the base beyond :data:`MAX_RANKS`.
+
+Streams and completion
+----------------------
+Each NCCL communicator has its own non-blocking stream (no implicit
+synchronisation with the legacy default stream where CuPy launches
+kernels). An NCCL operation first waits on an event recorded on the
+caller's current stream (the data to send is written; a receive buffer's
+memory is no longer read there), and a request completes when the event
+recorded after the operation is done, polled against the wait's timeout.
+
+Collectives
+-----------
+``allgather`` of bare device arrays exchanges small descriptors over the
+base first (every rank then takes the same path), then runs one
+ncclAllGather of the bytes, each rank's padded to the longest: exact
+copies. ``allreduce`` of device arrays combines the gathered values on
+every rank with CuPy, in the generic allreduce's fixed tree order
+(:func:`~hpcgpu.partition.collectives.tree_reduce`): bitwise the same on
+every rank, and what the generic reduction gives. With ``ordered=False``,
+arrays of one shape and dtype are reduced by ncclAllReduce (sum, max,
+min): NCCL computes each element once and copies it to every rank (ring
+and tree algorithms), so the ranks agree with each other, but the order of
+the additions is NCCL's: not bitwise the generic sum for floats. Scalars
+and host values are gathered over the base and combined in the same tree
+order. ``gather``, ``bcast``, ``exchange`` and ``barrier``
+are the generic ones on the point-to-point path above.
+
+Faults
+------
+An abort by any rank (the base's) aborts this rank's NCCL communicators
+(ncclCommAbort: kernels waiting for a peer stop) and its waits raise
+:class:`~hpcgpu.errors.CommAborted`. An NCCL operation past its wait's
+timeout aborts the NCCL communicators and the session, then raises
+:class:`~hpcgpu.errors.CommTimeout`. Either way the session's NCCL
+transport is gone; later calls raise CommAborted.
+
+Limits (NCCL's)
+---------------
+- Ranks must be on distinct GPUs: NCCL does not support two ranks of one
+  communicator on one device (NCCL user guide, "Creating a Communicator")
+  and refuses it at init since NCCL 2.5 ("Duplicate GPU detected",
+  NVIDIA/nccl#418). NCCL tells devices apart by host and PCI bus id, the
+  host being ``NCCL_HOSTID`` where set; :func:`choose_communicator` uses
+  the same rule.
+- ncclCommInitRank has no timeout: a rank lost during the bootstrap leaves
+  the others in it (the client still sees the lost worker).
+- Several NCCL communicators run their kernels concurrently, which needs
+  the GPU to hold them all (NCCL user guide, "Using multiple NCCL
+  communicators concurrently"); these kernels are small.
+- A device-wide synchronisation (``cudaDeviceSynchronize``, a
+  ``cudaFree``) while a device send waits for its receiver waits for that
+  receiver, without a timeout: wait for device sends before synchronising
+  the device, and receive a device message in the epoch that sent it (the
+  engine synchronises the device at the end of an epoch; its
+  decompositions receive every halo in the step that sends it).
+- A receive waits for the work queued before it on the caller's stream
+  (its buffer is allocated there), and eagerly posted receives are
+  allocated as their headers arrive.
+
+The NCCL communicators are created inside the first epoch of a session
+and kept on the worker for the next ones
+(:func:`~hpcgpu.partition.nccl_sessions.release` ends them).
+
+Beside this module (:class:`NcclCommunicator`, :func:`attach`):
+:mod:`~hpcgpu.partition.nccl_sessions` (the state kept per session),
+:mod:`~hpcgpu.partition.nccl_messages`, :mod:`~hpcgpu.partition.nccl_device`
+and :mod:`~hpcgpu.partition.communicator_choice` (when NCCL serves); all
+build on :mod:`hpcgpu.partition.dask_communicator`, which knows none of them.
+
+Examples
+--------
+>>> from hpcgpu.partition.communicator_choice import choose_communicator
+>>> def epoch(session, rank):  # doctest: +SKIP
+...     comm = choose_communicator(session, rank)   # NCCL on GPU workers, dask elsewhere
+...     halo = comm.exchange({1 - rank: cupy.arange(4.0) + rank}, [1 - rank])
+...     return comm.transport, float(halo[1 - rank][0])
 """
 
-import collections
-import functools
-import threading
 import time
 
 import numpy as np
 
 from hpcgpu.errors import CommAborted, CommError, CommTimeout, ConfigError
+from hpcgpu.partition.collectives import tree_reduce
 from hpcgpu.partition.communicator import REDUCTIONS, Communicator, Request, raise_timeout
-from hpcgpu.partition.dask_session import on_session_close
-from hpcgpu.partition.nccl_device import _NAP_S, _NcclDevice
-from hpcgpu.partition.nccl_messages import _Envelope, _Header, _Shape, _join, _split
+from hpcgpu.partition.nccl_device import NAP_S, NcclDevice
+from hpcgpu.partition.nccl_messages import DeviceArrayShape, Envelope, Header, join_device_arrays, split_device_arrays
+from hpcgpu.partition.nccl_sessions import RankState, bootstraps, rank_states, registry_lock, release
 
-__all__ = ["NcclCommunicator", "release"]
+__all__ = ["NcclCommunicator", "attach"]
 
 _CONTROL_KEY = "#nccl-header"
 _ALIGN = 256        # bytes: each rank's slot in a gathered buffer starts aligned for any dtype
@@ -32,64 +143,12 @@ _SPIN_S = 2e-4      # event polls spin this long before sleeping
 _HEALTH_S = 0.5     # how often a long wait asks NCCL for asynchronous errors
 
 
-# -- the per-session state on a worker -----------------------------------------------------------------
-class _State:
-    """What outlives an epoch: the device layer, sequence numbers, receives posted and not yet taken."""
-
-    def __init__(self, device, rank, size):
-        self.device = device
-        self.rank, self.size = rank, size
-        self.sent = collections.Counter()      # dest -> next sequence number
-        self.posted = collections.Counter()    # source -> next sequence number to post
-        self.inbound = {}                      # (source, seq) -> (array, event)
-        self.pending = []                      # (events, buffers) of sends still on the wire
-        self.dead = None                       # why the NCCL transport is gone
-        self.lock = threading.Lock()
-
-    def kill(self, reason):
-        with self.lock:
-            if self.dead is not None:
-                return
-            self.dead = reason
-        self.device.abort()
-        self.inbound.clear()
-        self.pending.clear()
-
-
-_states = {}
-_decisions = {}
-_registry_lock = threading.Lock()
-_bootstraps = collections.Counter()
-"""Bootstraps this worker ran, by session id (the tests check that epochs reuse one)."""
-
-
-def release(session_id):
-    """End this worker's NCCL communicators of ``session_id`` (ncclCommAbort; nothing waits for peers)."""
-    with _registry_lock:
-        states = [_states.pop(k) for k in [k for k in _states if k[0] == session_id]]
-        for key in [k for k in _decisions if k[0] == session_id]:
-            del _decisions[key]
-    for state in states:
-        state.kill(f"session {session_id} was released")
-
-
-def _sweep(base):
-    """Release the states of sessions this worker has forgotten (closed by ``close_session``)."""
-    try:
-        alive = set(base._extension.sessions())
-    except AttributeError:
-        return
-    with _registry_lock:
-        gone = {k[0] for k in list(_states) + list(_decisions) if k[0] not in alive}
-    for session_id in gone:
-        release(session_id)
-
-
 # -- the communicator ---------------------------------------------------------------------------------
 class NcclCommunicator(Communicator):
     """A rank whose device arrays travel through NCCL and everything else through ``base``.
 
-    Made by :func:`nccl_communicator` or :func:`choose_communicator`; see the
+    Made by :func:`attach`, through
+    :func:`~hpcgpu.partition.communicator_choice.choose_communicator`; see the
     module doc for the protocol and its semantics.
 
     Parameters
@@ -97,11 +156,11 @@ class NcclCommunicator(Communicator):
     base : DaskCommunicator
         This rank's communicator of the session (every non-device message,
         abort and timeout goes through it).
-    state : _State
+    state : RankState
         The session's NCCL communicators on this worker (kept between epochs).
     ordered : bool
-        ``allreduce`` of device arrays in rank order (True, bitwise the
-        generic result) or by ncclAllReduce (False; see the module doc).
+        ``allreduce`` of device arrays in the generic allreduce's fixed
+        tree order (True, bitwise the generic result) or by ncclAllReduce (False; see the module doc).
     """
 
     transport = "nccl"
@@ -147,7 +206,7 @@ class NcclCommunicator(Communicator):
 
     def _post_send(self, obj, dest, key):
         state = self._live()
-        skeleton, arrays = _split(obj, state.device.array_type)
+        skeleton, arrays = split_device_arrays(obj, state.device.array_type)
         if arrays is None:
             return _Pending(self, f"a send to rank {dest} tagged {key!r}", [self.base._post_send(obj, dest, key)])
         items, header, events, buffers = [], [], [], []
@@ -163,8 +222,8 @@ class NcclCommunicator(Communicator):
             items.append((seq, array.shape, array.dtype.str))
             header.append(items[-1])
         # the NCCL sends are posted first: a receive posted from the header always has its send
-        requests = [self.base._post_send(_Header(tuple(header)), dest, _CONTROL_KEY)] if header else []
-        requests.append(self.base._post_send(_Envelope(skeleton, tuple(items)), dest, key))
+        requests = [self.base._post_send(Header(tuple(header)), dest, _CONTROL_KEY)] if header else []
+        requests.append(self.base._post_send(Envelope(skeleton, tuple(items)), dest, key))
         if events:
             state.pending.append((events, buffers))
         return _Pending(self, f"a send to rank {dest} tagged {key!r}", requests, events)
@@ -251,7 +310,7 @@ class NcclCommunicator(Communicator):
                 time.sleep(0)
             else:
                 time.sleep(min(nap, max(0.0, deadline - now)))
-                nap = min(2 * nap, _NAP_S)
+                nap = min(2 * nap, NAP_S)
         return time.monotonic() - started
 
     def _take(self, source, seq, deadline, timeout, describe):
@@ -266,24 +325,24 @@ class NcclCommunicator(Communicator):
             if now >= deadline:
                 raise_timeout(describe, timeout, self.rank)
             time.sleep(min(nap, deadline - now))
-            nap = min(2 * nap, _NAP_S)
+            nap = min(2 * nap, NAP_S)
         array, event = state.inbound.pop((source, seq))
         self._wait_events([event], deadline, timeout, describe)
         return array
 
     # -- collectives ---------------------------------------------------------------------------------------
     def _describe(self, value, timeout):
-        """Every rank's value, a bare device array standing as its :class:`_Shape` (one round over the base)."""
+        """Every rank's value, a bare device array standing as its :class:`DeviceArrayShape` (one round over the base)."""
         device = self._live().device
         mine = None
         if isinstance(value, device.array_type):
             mine = device.contiguous(value)
-            value = _Shape(tuple(mine.shape), mine.dtype.str, int(mine.nbytes))
+            value = DeviceArrayShape(tuple(mine.shape), mine.dtype.str, int(mine.nbytes))
         return mine, Communicator.allgather(self, value, timeout)
 
     def _assemble(self, value, mine, parts, deadline, timeout):
         """The allgather's result: the ranks' device arrays fetched by one ncclAllGather of their bytes."""
-        shapes = [p for p in parts if isinstance(p, _Shape)]
+        shapes = [p for p in parts if isinstance(p, DeviceArrayShape)]
         if not shapes:
             return parts
         device = self.state.device
@@ -300,7 +359,7 @@ class NcclCommunicator(Communicator):
         for rank, part in enumerate(parts):
             if rank == self.rank:
                 out.append(value)
-            elif isinstance(part, _Shape):
+            elif isinstance(part, DeviceArrayShape):
                 raw = gathered[rank * width:rank * width + part.nbytes] if part.nbytes else device.empty((0,), np.uint8)
                 out.append(raw.view(np.dtype(part.dtype)).reshape(part.shape))
             else:
@@ -327,7 +386,7 @@ class NcclCommunicator(Communicator):
             timeout = self._timeout(timeout)
             deadline = time.monotonic() + timeout
             mine, parts = self._describe(value, timeout)
-            if not self.ordered and all(isinstance(p, _Shape) for p in parts) and \
+            if not self.ordered and all(isinstance(p, DeviceArrayShape) for p in parts) and \
                     len({(p.shape, p.dtype) for p in parts}) == 1 and device.can_allreduce(parts[0].dtype, op):
                 result, event = device.allreduce(mine, op)
                 self.wait_seconds += self._wait_events([event], deadline, timeout, "an NCCL allreduce")
@@ -340,7 +399,7 @@ class NcclCommunicator(Communicator):
             combine = REDUCTIONS[op]
         if len(values) == 1 and op in ("any", "all"):
             return combine(values[0], values[0])
-        return functools.reduce(combine, values)
+        return tree_reduce(values, combine)  # the generic allreduce's order: bitwise its result
 
     def __repr__(self):
         return f"NcclCommunicator(rank={self.rank}, size={self.size})"
@@ -386,7 +445,7 @@ class _NcclReceive(Request):
                     self.comm._progress()
                     return False
                 self.message = self.request.wait(0)
-            if not isinstance(self.message, _Envelope):
+            if not isinstance(self.message, Envelope):
                 self.result = self.message
                 return True
             self.comm._progress()
@@ -402,26 +461,26 @@ class _NcclReceive(Request):
         deadline = time.monotonic() + timeout
         if self.message is _NOTHING:
             self.message = self.comm._wait_base(self.request, deadline, timeout, self.describe)
-        if not isinstance(self.message, _Envelope):
+        if not isinstance(self.message, Envelope):
             self.result = self.message
             return self.result
         state = self.comm._live()
         arrays = [state.device.empty(shape, dtype) if seq is None
                   else self.comm._take(self.source, seq, deadline, timeout, self.describe)
                   for seq, shape, dtype in self.message.items]
-        self.result = _join(self.message.skeleton, arrays)
+        self.result = join_device_arrays(self.message.skeleton, arrays)
         return self.result
 
 
 # -- making one -------------------------------------------------------------------------------------------
-def _attach(base, make_device=None, ordered=True):
+def attach(base, make_device=None, ordered=True):
     """The NcclCommunicator of ``base``'s rank, bootstrapping its session's NCCL communicators on first use."""
     session, rank = base.session, base.rank
     key = (session.id, rank)
-    with _registry_lock:
-        state = _states.get(key)
+    with registry_lock:
+        state = rank_states.get(key)
     if state is None:
-        make = _NcclDevice.bootstrap if make_device is None else make_device
+        make = NcclDevice.bootstrap if make_device is None else make_device
         try:
             device = make(base, rank, session.size, session.timeout)
         except CommAborted:
@@ -433,11 +492,9 @@ def _attach(base, make_device=None, ordered=True):
             if isinstance(error, CommError):
                 raise
             raise CommError(reason, rank=rank) from error
-        state = _State(device, rank, session.size)
-        with _registry_lock:
-            _states[key] = state
-            _bootstraps[session.id] += 1
+        state = RankState(device, rank, session.size)
+        with registry_lock:
+            rank_states[key] = state
+            bootstraps[session.id] += 1
     return NcclCommunicator(base, state, ordered)
 
-
-on_session_close(release)
