@@ -245,11 +245,11 @@ def test_run_md_writes_snapshots_trajectory_picture_and_summary(tmp_path):
 
 
 def test_run_md_on_two_workers(tmp_path):
-    out = tmp_path / "slabs"
+    out = tmp_path / "bricks"
     result = run("run", "md", "--n-cells", "5", "--steps", "30", "--snapshots", "2", "--out", str(out),
                  "--backend", "numba", "--workers", "2", "--no-progress")
     assert result.returncode == 0, result.stderr
-    assert "2 slabs along z holding [250, 250] atoms" in result.stdout
+    assert "2 bricks (2x1x1) holding [250, 250] atoms" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partitions"] == 2 and summary["step"] == 30 and abs(summary["energy_relative_change"]) < 1e-3
 

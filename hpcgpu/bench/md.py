@@ -26,7 +26,7 @@ checks) for one call, and ``seconds_per_build``.
 
 Case ``<name>_slabs`` (with ``--workers N``, N >= 2): the same run on a
 local dask cluster of N workers (one core or one GPU each), the box cut into
-N slabs (:mod:`hpcgpu.partition.slabs`): atoms stay on their
+N bricks (:mod:`hpcgpu.partition.bricks`): atoms stay on their
 workers, ghosts and migrants move between neighbours. The partitions are
 set up once and warmed up by one untimed call; each timed call advances
 ``steps`` more steps of that run and waits for them; ``value`` is

@@ -14,7 +14,8 @@ The modules, each importing only those listed before it (no circles, tested):
   ``nccl_communicator``: the NCCL one for device buffers;
   ``communicator_choice``: the choice between them;
 - ``decomposition``: the base class of a decomposition; ``rows``,
-  ``all_pairs``, ``slabs``: one per kind; ``decompositions``: them by kind;
+  ``all_pairs``, ``bricks``: one per kind (``process_grid``: the
+  layout of ranks over axes, ``brick_geometry``: a box in bricks); ``decompositions``: them by kind;
 - ``epochs``: one epoch of a worker's ranks (the worker side); ``engine``:
   :class:`~hpcgpu.partition.engine.PartitionedExecutor` (the client side);
   ``local``: the executor for one process.

@@ -3,7 +3,7 @@
 A *decomposition* says how a model's state is split into ranks and what a
 rank does in an epoch of the SPMD engine (:mod:`hpcgpu.partition.engine`):
 one module per kind (:mod:`~hpcgpu.partition.rows`,
-:mod:`~hpcgpu.partition.all_pairs`, :mod:`~hpcgpu.partition.slabs`), each a
+:mod:`~hpcgpu.partition.all_pairs`, :mod:`~hpcgpu.partition.bricks`), each a
 subclass of :class:`Decomposition`, found by kind in
 :mod:`hpcgpu.partition.decompositions`. This module sits below them and
 below the engine: it imports neither.
@@ -75,7 +75,7 @@ class Decomposition:
 
         The engine calls this; the default copies the state to the host and
         calls :meth:`split`. A decomposition that needs more of the state
-        than its host copy keeps (slabs: where the neighbour list was built)
+        than its host copy keeps (bricks: where the neighbour list was built)
         reads it here.
         """
         return self.split(model, model.to_host(state))

@@ -6,23 +6,23 @@
   blocks of rows; :class:`~hpcgpu.partition.protocols.RowModel`);
 - ``"bodies"``: :class:`~hpcgpu.partition.all_pairs.AllPairsDecomposition`
   (all-pairs forces; :class:`~hpcgpu.partition.protocols.AllPairsModel`);
-- ``"domains"``: :class:`~hpcgpu.partition.slabs.SlabDecomposition` (short-range
-  particles; :class:`~hpcgpu.partition.protocols.SlabModel`);
+- ``"domains"``: :class:`~hpcgpu.partition.bricks.BrickDecomposition` (short-range
+  particles on px x py x pz bricks; :class:`~hpcgpu.partition.protocols.SlabModel`);
 - ``"spectral"``: :class:`~hpcgpu.partition.spectral.SpectralDecomposition` (row
   blocks with a global FFT solve per stage; :class:`~hpcgpu.partition.protocols.SpectralModel`).
 """
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.all_pairs import AllPairsDecomposition
+from hpcgpu.partition.bricks import BrickDecomposition
 from hpcgpu.partition.grid import GridDecomposition
 from hpcgpu.partition.rows import RowDecomposition
-from hpcgpu.partition.slabs import SlabDecomposition
 from hpcgpu.partition.spectral import SpectralDecomposition
 
 __all__ = ["DECOMPOSITIONS", "decomposition_for"]
 
 DECOMPOSITIONS = {"rows": RowDecomposition, "grid": GridDecomposition, "bodies": AllPairsDecomposition,
-                  "domains": SlabDecomposition, "spectral": SpectralDecomposition}
+                  "domains": BrickDecomposition, "spectral": SpectralDecomposition}
 """The class of each kind of decomposition (``model.decomposition``; a model without one is ``"rows"``)."""
 
 

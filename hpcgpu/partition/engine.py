@@ -25,7 +25,7 @@ diagnostics of every 10th step computed inside them.
 
 How a model's state is split and what the ranks exchange is a
 *decomposition* (:mod:`hpcgpu.partition.grid`, :mod:`~hpcgpu.partition.all_pairs`,
-:mod:`~hpcgpu.partition.slabs`, on the base of :mod:`~hpcgpu.partition.decomposition`),
+:mod:`~hpcgpu.partition.bricks`, on the base of :mod:`~hpcgpu.partition.decomposition`),
 chosen by ``model.decomposition`` (:mod:`~hpcgpu.partition.decompositions`); what a
 model must provide for each is written in :mod:`hpcgpu.partition.protocols`.
 This module is the client side; what runs on the workers is

@@ -103,25 +103,30 @@ class AllPairsModel(Partitionable, Protocol):
 
 @runtime_checkable
 class SlabModel(Partitionable, Protocol):
-    """Short-range particles in slabs of a periodic box (:mod:`hpcgpu.partition.slabs`); ``box`` its sides."""
+    """Short-range particles on bricks of a periodic box (:mod:`hpcgpu.partition.bricks`): local physics only.
+
+    ``box`` holds the sides ``(Lx, Ly, Lz)``. A block's state carries the
+    particle arrays as attributes: ``positions`` ``(3, N)`` wrapped into
+    the box, ``ids`` ``(N,)`` (global, unique) and ``size`` (N); every
+    per-particle array travels through :meth:`select_atoms` and
+    ``concat_blocks``. Forces take the minimum image of the box, so ghosts
+    need no shifts. Two optional pairs of methods make a run better:
+    ``listed_positions(state)`` / ``relist(state, positions)`` (a split
+    state keeps the neighbour list it has, so ranks rebuild at the steps
+    one process would), and ``split_neighbors(state, edge_atoms)`` /
+    ``inner_forces(state, split)`` (on GPUs, the forces of the atoms that
+    need no ghost while the ghosts travel).
+    """
 
     box: Any
 
-    def block_size(self, state): """Atoms a block holds."""
-    def ghost_radius(self): """Atoms this close to a slab are its ghosts."""
-    def migration_margin(self): """How far an atom may stray from its slab before the lists are rebuilt."""
-    def block_positions(self, state): """Positions ``(3, N)`` of a block's atoms."""
-    def atom_ids(self, state): """Global ids ``(N,)`` of a block's atoms."""
-    def select_atoms(self, state, index): """The atoms ``index`` of a block."""
-    def drift_block(self, state, dt): """The part of a step before the forces."""
+    def ghost_radius(self): """Particles this close to a brick are its ghosts (cutoff + skin)."""
+    def migration_margin(self): """How far a particle may stray from its brick before the lists are rebuilt."""
+    def select_atoms(self, state, index): """The particles ``index`` of a block, every per-particle array."""
+    def drift_block(self, state, dt): """The part of a step before the forces (each particle on its own)."""
     def rebuild_progress(self, state): """The largest squared move since the list build over the rebuild threshold's."""
-    def listed_positions(self, state):
-        """Host positions ``(3, N)`` of the block's atoms when its neighbour list was built (None without one)."""
-    def relist(self, state, positions):
-        """The block with its list built at ``positions`` (its atoms', then its ghosts', at the last build)."""
-    def split_neighbors(self, state, edge_atoms): """The block's list cut into the rows of ``edge_atoms`` and the others."""
-    def inner_forces(self, state, split): """Forces on the atoms that list no ghost (while the ghosts travel)."""
-    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None): """Forces from own atoms and ghosts, the rest of the step."""
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None):
+        """Forces on the block's particles from themselves and the ghosts, and the rest of the step."""
 
 
 @runtime_checkable

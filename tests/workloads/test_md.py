@@ -447,17 +447,17 @@ def test_bad_state_and_step_input():
             Simulation(model, state, dt=dt)
 
 
-def test_the_model_holds_its_slab_and_diagnostics_parts_and_a_copy_holds_its_own():
-    # composition, not mixins: the parts use the model's public side only and follow it when copied
+def test_the_model_holds_its_diagnostics_part_and_a_copy_holds_its_own():
+    # the part uses the model's public side only and follows it when copied
     import pickle
 
     model = LennardJones(3, backend="numpy")
     state = model.step(model.initial_state(), 0.005, 2)
-    assert model.slabs.model is model and model.thermo.model is model
+    assert model.thermo.model is model
     assert model.diagnostics(state) == model.thermo.diagnostics(state)
-    assert model.ghost_radius() == model.slabs.ghost_radius() == model.cutoff + model.skin
+    assert model.ghost_radius() == model.cutoff + model.skin
     for copy in (pickle.loads(pickle.dumps(model)), model.with_backend("numpy")):
-        assert copy.slabs.model is copy and copy.thermo.model is copy
+        assert copy.thermo.model is copy
         assert copy.diagnostics(state) == model.diagnostics(state)
 
 

@@ -4,8 +4,8 @@
   step, thermostat); its docstring states the equations and links to the NumPy
   reference that is their statement;
 - :mod:`~hpcgpu.workloads.md.state`: :class:`MDState`, the atoms (a frozen dataclass);
-- :mod:`~hpcgpu.workloads.md.domains`: the slab decomposition's side of the model
-  (ghosts, migration), an object the model holds;
+- :mod:`~hpcgpu.workloads.md.local_steps`: the step in two halves on a block of
+  atoms, forces with ghosts, picking and joining atoms (a mixin of the model);
 - :mod:`~hpcgpu.workloads.md.diagnostics`: energies, temperature, pressure, MSD,
   an object the model holds;
 - :mod:`~hpcgpu.workloads.md.setup`: lattice, counter-based random numbers,

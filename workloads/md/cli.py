@@ -44,7 +44,8 @@ def add_arguments(parser):
     parser.add_argument("--rdf-samples", type=int, default=10,
                         help="states of the second half of the run averaged into g(r) (default 10)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_cluster_arguments(parser, "slabs of the box along z, one per partition (default: one per worker)")
+    add_cluster_arguments(parser, "bricks of the box, one per partition, on the process grid of least ghost surface "
+                                  "(default: one per worker)")
     add_checkpoint_arguments(parser)
 
 
@@ -196,7 +197,8 @@ def _print_summary(s):
     print(f"  structure:      g(r) peak {s['rdf_peak_g']:.2f} at r = {s['rdf_peak_r']:.3f}; MSD {s['msd']:.3f} sigma^2")
     print(f"  neighbour list: {s['neighbor_rebuilds']} builds in {s['step']} steps")
     if s.get("executor") == "distributed":
-        print(f"  cluster:        {s['workers']} workers, {s['partitions']} slabs along z holding "
+        grid = "x".join(str(n) for n in s.get("process_grid", ()))
+        print(f"  cluster:        {s['workers']} workers, {s['partitions']} bricks ({grid}) holding "
               f"{s['atoms_per_partition']} atoms at the start")
     print(f"  output:         {s['zarr']} (xarray.open_zarr)")
     if "xyz" in s:

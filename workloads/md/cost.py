@@ -112,7 +112,7 @@ class MolecularDynamicsCost:
         """The kernels of one step (seconds, launch order) between its synchronisations.
 
         As the engine's domains run a step
-        (:meth:`hpcgpu.partition.slabs.SlabDecomposition.advance`): each
+        (:meth:`hpcgpu.partition.bricks.BrickDecomposition.advance`): each
         stage of the ghost exchange cuts the ghosts for its two neighbours
         (a ``take`` each, from the atoms the earlier stages brought) and
         sends them, which needs them done; after the last stage the

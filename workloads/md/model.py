@@ -26,7 +26,7 @@ Integration (one force evaluation per step, forces carried in the state):
 Each step is split into :meth:`LennardJones.drift_block` (the part before
 the forces: every atom on its own) and :meth:`LennardJones.kick_block`
 (neighbour list, forces, the last half kick), with the block methods a
-partitioned run needs, in :mod:`hpcgpu.workloads.md.atom_blocks`. The Gaussian numbers R of the
+partitioned run needs, in :mod:`hpcgpu.workloads.md.local_steps`. The Gaussian numbers R of the
 O step are a pure function of ``(seed, step, atom id)`` (see
 :mod:`hpcgpu.workloads.md.setup`), so that a partitioned run gives every
 atom the noise the single-partition run gives it.
@@ -64,9 +64,8 @@ from hpcgpu.validation import check_choice, check_dtype, check_finite_array, che
 from hpcgpu.workloads.md import output
 from hpcgpu.workloads.md import pairs
 from hpcgpu.workloads.md import setup
-from hpcgpu.workloads.md.atom_blocks import AtomBlocks
 from hpcgpu.workloads.md.diagnostics import Thermodynamics
-from hpcgpu.workloads.md.domains import SlabDomains
+from hpcgpu.workloads.md.local_steps import LocalSteps
 from hpcgpu.workloads.md.output import XYZWriter
 from hpcgpu.workloads.md.state import MDState
 
@@ -86,7 +85,7 @@ GPU_SORT_EVERY = 50
 1000 steps of a liquid at skin 0.3; LAMMPS sorts every 1000 steps, HOOMD-blue every 300)."""
 
 
-class LennardJones(AtomBlocks):
+class LennardJones(LocalSteps):
     """Lennard-Jones fluid: atoms in a periodic orthorhombic box on a backend.
 
     Equations (reduced units, minimum-image periodic box)::
@@ -101,10 +100,10 @@ class LennardJones(AtomBlocks):
     step is in this class: :meth:`drift_block` (kick, drift, thermostat)
     and :meth:`kick_block` (forces, last half kick).
 
-    The model holds two parts and delegates to them: ``slabs``, a
-    :class:`~hpcgpu.workloads.md.domains.SlabDomains` (what the slab
-    decomposition asks of it), and ``thermo``, a
-    :class:`~hpcgpu.workloads.md.diagnostics.Thermodynamics` (the diagnostics).
+    Its half steps, forces with ghosts and block methods come from
+    :class:`~hpcgpu.workloads.md.local_steps.LocalSteps`; it holds
+    ``thermo``, a :class:`~hpcgpu.workloads.md.diagnostics.Thermodynamics`
+    (the diagnostics), and delegates to it.
 
     Parameters
     ----------
@@ -160,7 +159,7 @@ class LennardJones(AtomBlocks):
 
     name = "md"
     state_type = MDState  # the class of its states
-    decomposition = "domains"  # slabs of space with ghost atoms: hpcgpu.partition.slabs
+    decomposition = "domains"  # bricks of space with ghost atoms: hpcgpu.partition.bricks
     field_names = ("positions", "velocities")
     cfl_limit = 1.0
     # units of the time axis and of the diagnostics (reduced Lennard-Jones units: sigma, epsilon, mass 1)
@@ -208,7 +207,6 @@ class LennardJones(AtomBlocks):
         return check_int("sort_every", sort_every, minimum=0)
 
     def _hold_parts(self):
-        self.slabs = SlabDomains(self)
         self.thermo = Thermodynamics(self)
 
     def memory_estimate(self):
@@ -399,7 +397,7 @@ class LennardJones(AtomBlocks):
 
     def __getstate__(self):
         # the parts point back at the model: rebuilt on unpickling rather than pickled
-        return {k: v for k, v in self.__dict__.items() if k not in ("slabs", "thermo")}
+        return {k: v for k, v in self.__dict__.items() if k != "thermo"}
 
     def __setstate__(self, state):
         self.__dict__.update(state)

@@ -31,7 +31,7 @@ def dataset(model, state, time=None):
     ``potential_energies`` (per atom, half of each pair), the model's
     attributes, and a ``time`` dimension of length 1 when ``time`` is given.
     Atoms in the order of their ids, whatever their order in the state (the
-    model re-sorts them into cell order, slabs exchange them), so that
+    model re-sorts them into cell order, bricks exchange them), so that
     ``atom`` means the same atom in every output.
     """
     import xarray as xr
