@@ -236,23 +236,27 @@ def test_md_ghosts_fill_the_shell_around_a_brick_on_its_split_axes():
     assert ghost_bytes((4, 4, 4)) < ghost_bytes((2, 2, 2)) < ghost_bytes((1, 1, 8))
 
 
-def test_md_exchanges_in_one_stage_per_split_axis_with_no_collective_per_step():
+def test_md_exchanges_in_one_stage_per_split_axis_and_a_collective_only_past_three_layers():
+    from hpcgpu.plan.workload_costs import collective_rounds
+
     md = MolecularDynamicsCost(10_000_000, steps=1, rebuild_every=15)
-    for gpus, grid in [(2, (2, 1, 1)), (8, (4, 2, 1)), (64, (4, 4, 4)), (4096, (16, 16, 16))]:
+    for gpus, grid in [(2, (2, 1, 1)), (8, (4, 2, 1)), (64, (4, 4, 4)), (4096, (16, 16, 16)), (27, (3, 3, 3))]:
         cost = md.cost(gpus, H100, LATENCY_ONLY, SchedulerModel())
         stages = sum(p > 1 for p in grid)
         assert cost.grid == grid
-        # 2 messages per stage, once more on rebuild steps; the rebuild flag rides along
+        # 2 messages per stage, once more on rebuild steps; the rebuild flag rides along up to 3 layers an
+        # axis (hpcgpu.partition.bricks), beyond it an allreduce overlapped with the first stage
         assert cost.messages == pytest.approx(2 * stages * (1 + 1 / 15))
-        assert cost.rounds == pytest.approx(stages * (1 + 1 / 15))
+        collective = collective_rounds(gpus) - 1 if max(grid) > 3 else 0
+        assert cost.rounds == pytest.approx(stages * (1 + 1 / 15) + collective)
         assert cost.exchange_s == pytest.approx(cost.rounds * 1e-3)
 
 
 def test_md_bricks_thinner_than_the_ghost_radius_are_reported_not_planned():
-    md = MolecularDynamicsCost(100_000, steps=1)  # a box of 48.8 sigma: at most 17 bricks of 2.8 per axis
-    assert md.cost(4096, H100, LINKS["ndr"], SchedulerModel()).grid == (16, 16, 16)
-    refused = md.cost(8192, H100, LINKS["ndr"], SchedulerModel())
-    assert not refused.feasible and "thinner than the ghost radius" in refused.note
+    md = MolecularDynamicsCost(100_000, steps=1)  # a box of 48.8 sigma: at most 15 bricks of 3.1 per axis
+    assert md.cost(2744, H100, LINKS["ndr"], SchedulerModel()).grid == (14, 14, 14)
+    refused = md.cost(4096, H100, LINKS["ndr"], SchedulerModel())
+    assert not refused.feasible and "thinner than cutoff + 2 skin" in refused.note
     assert not md.cost(32, H100, LINKS["ndr"], SchedulerModel(), grid=(1, 1, 32)).feasible
 
 
@@ -261,7 +265,7 @@ def test_md_of_1e8_atoms_splits_into_bricks_up_to_1024_gpus():
     assert all(r.feasible for r in result.rows)
     assert result.row(256).grid == (8, 8, 4) and result.row(1024).grid == (16, 8, 8)
     # what bricks buy over slabs: at 128 GPUs slabs gave 0.32 (z slabs of 3.8 sigma, 2 big faces each)
-    assert result.row(128).parallel_efficiency > 0.8
+    assert result.row(128).parallel_efficiency > 0.75
     slab = MolecularDynamicsCost(10 ** 8, steps=1).cost(128, DEVICES["h200"], LINKS["ndr"], SchedulerModel(),
                                                         grid=(1, 1, 128))
     assert result.row(128).seconds_per_step < slab.seconds_per_step

@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.partition.bricks import MAX_LAYERS_CARRIED
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, launch_wait_s, step_cost
+from hpcgpu.plan.workload_costs import collective_rounds, infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_float, check_int
 
 __all__ = ["MolecularDynamicsCost"]
@@ -93,11 +94,18 @@ class MolecularDynamicsCost:
 
     @property
     def ghost_radius(self):
-        """Thickness of the ghost shell, ``cutoff + skin``: also the thinnest brick that holds it."""
+        """Thickness of the ghost shell, ``cutoff + skin``."""
         return self.cutoff + self.skin
 
+    @property
+    def thinnest_brick(self):
+        """The thinnest brick along a split axis, ``cutoff + 2 skin``: as the engine requires
+        (:mod:`hpcgpu.partition.bricks`: atoms move up to ``skin / 2`` between rebuilds, so ghosts and
+        migrants must come from the next layer only)."""
+        return self.cutoff + 2 * self.skin
+
     def process_grid(self, partitions):
-        """The ``(px, py, pz)`` bricks of ``partitions`` ranks: least ghost surface, at least the ghost radius thick.
+        """The ``(px, py, pz)`` bricks of ``partitions`` ranks: least ghost surface, at least ``cutoff + 2 skin`` thick.
 
         Raises
         ------
@@ -105,8 +113,8 @@ class MolecularDynamicsCost:
             No grid of that many ranks has bricks that thick.
         """
         radius = self.ghost_radius
-        return choose_process_grid(partitions, (self.box_side,) * 3, halo=(radius,) * 3, minimum=(radius,) * 3,
-                                   tie="first")
+        return choose_process_grid(partitions, (self.box_side,) * 3, halo=(radius,) * 3,
+                                   minimum=(self.thinnest_brick,) * 3, tie="first")
 
     def launch_stretches(self, step_s, pair_share, copy_s, stages, copies_launch=True):
         """The kernels of one step (seconds, launch order) between its synchronisations.
@@ -156,14 +164,15 @@ class MolecularDynamicsCost:
             try:
                 grid = self.process_grid(partitions)
             except ConfigError:
-                most = max(1, int(side // radius))
-                return infeasible_step(f"bricks would be thinner than the ghost radius cutoff + skin = {radius:g} "
+                thinnest = self.thinnest_brick
+                most = max(1, int(side // thinnest))
+                return infeasible_step(f"bricks would be thinner than cutoff + 2 skin = {thinnest:g} "
                                        f"(box side {side:.4g}: at most {most}^3 = {most ** 3} bricks)")
         grid = check_grid(grid, 3, partitions)
         brick = [side / p for p in grid]
-        if any(p > 1 and b < radius for p, b in zip(grid, brick)):
-            return infeasible_step(f"bricks of {' x '.join(f'{b:.3g}' for b in brick)} sigma are thinner than the "
-                                   f"ghost radius cutoff + skin = {radius:g} (box side {side:.4g})", grid)
+        if any(p > 1 and b < self.thinnest_brick for p, b in zip(grid, brick)):
+            return infeasible_step(f"bricks of {' x '.join(f'{b:.3g}' for b in brick)} sigma are thinner than "
+                                   f"cutoff + 2 skin = {self.thinnest_brick:g} (box side {side:.4g})", grid)
         split = [p > 1 for p in grid]
         owned = math.ceil(self.atoms / partitions)
         # the shell of thickness cutoff + skin around the brick, on its split axes only
@@ -187,6 +196,10 @@ class MolecularDynamicsCost:
         migrants = min(owned, faces * self.density * self.skin / 4)
         messages = 2 * stages * (1 + 1 / self.rebuild_every)
         rounds = stages * (1 + 1 / self.rebuild_every)
+        if max(grid) > MAX_LAYERS_CARRIED:
+            # the rebuild flags ride with the ghosts only up to 3 layers an axis; beyond, an allreduce
+            # every step, overlapped with the first stage's round
+            rounds += max(0, collective_rounds(partitions) - 1)
         nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / self.rebuild_every
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item
                   + 2 * ghosts * 3 * item + (owned + ghosts) * 16)
