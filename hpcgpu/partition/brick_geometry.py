@@ -166,7 +166,7 @@ class Bricks:
 
     def describe(self):
         """The grid and the edges, for a run's summary (JSON-ready)."""
-        return {"process_grid": list(self.grid), "brick_edges": [list(e) for e in self.edges]}
+        return {"process_grid": "x".join(map(str, self.grid)), "brick_edges": [list(e) for e in self.edges]}
 
 
 def _sides(box):

@@ -197,7 +197,7 @@ def _print_summary(s):
     print(f"  structure:      g(r) peak {s['rdf_peak_g']:.2f} at r = {s['rdf_peak_r']:.3f}; MSD {s['msd']:.3f} sigma^2")
     print(f"  neighbour list: {s['neighbor_rebuilds']} builds in {s['step']} steps")
     if s.get("executor") == "distributed":
-        grid = "x".join(str(n) for n in s.get("process_grid", ()))
+        grid = s.get("process_grid", "")
         print(f"  cluster:        {s['workers']} workers, {s['partitions']} bricks ({grid}) holding "
               f"{s['atoms_per_partition']} atoms at the start")
     print(f"  output:         {s['zarr']} (xarray.open_zarr)")
