@@ -197,11 +197,11 @@ def test_bench_scaling_prints_efficiency_and_baseline():
         (side_by_side[0] + side_by_side[1]) / 2 / ceiling["alone_steps_per_s"])
     assert efficiency["ceiling"] == ceiling["value"]
     assert efficiency["efficiency_vs_ceiling"] == pytest.approx(efficiency["value"] / ceiling["value"])
-    # the mixed pair: the emulated slow worker's block gets fewer rows after calibration
+    # the mixed pair: the emulated slow worker's block gets fewer cells after calibration
     calibrated = next(r for r in lines if r["case"] == "balance" and r["weights"] == "calibrate")
     assert calibrated["slowdown"] == 2.0
-    rates, rows = calibrated["rates"], calibrated["rows_per_partition"]
-    assert rates[0] != rates[1] and (rows[0] > rows[1]) == (rates[0] > rates[1])
+    rates, cells = calibrated["rates"], calibrated["cells_per_partition"]
+    assert rates[0] != rates[1] and (cells[0] > cells[1]) == (rates[0] > rates[1])
     for r in lines:
         assert r["value"] > 0
         if r["metric"] == "seconds_per_step" and "scheduler_share" in r:

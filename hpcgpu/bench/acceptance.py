@@ -355,15 +355,17 @@ def _scaling_case(workload, mode, count, largest, quick):
     run's speed before its timed runs are sized.
     """
     from hpcgpu import registry
-    from hpcgpu.partition.rows import auto_steps_per_task
+    from hpcgpu.partition.decompositions import decomposition_for
 
     _, case = registry.benchmark_case("scaling", workload)
     size = case.default_size(quick)
     model = case.model(size, backend="auto", scale=count if mode == "weak" else largest)
     state = model.initial_state()
-    k = auto_steps_per_task(model, count)  # the engine's own default
+    dt = case.dt(model, state)
+    # the engine's own default: the K of the layout it builds for count ranks when given none
+    k = decomposition_for(model).build(model, dt, count, None, None, False).steps_per_task
     steps = k * max(4, math.ceil(20 / k))
-    return model, state, case.dt(model, state), steps, k, case.recorded_size(model, size)
+    return model, state, dt, steps, k, case.recorded_size(model, size)
 
 
 def run_acceptance(client, *, quick=False, thresholds=None, workloads=WORKLOADS, stream=None,

@@ -37,13 +37,14 @@ engine splits the problem on a process grid, that grid (``grid``). Lines
 ``imbalance`` (case ``balance``)
     a mixed cluster of a worker and one ``BALANCE_SLOWDOWN`` times slower
     (emulated: it sleeps that much longer than it computes, see
-    :data:`hpcgpu.partition.rows.SLOWDOWN_ENV`): the slowest rank's compute
+    :data:`hpcgpu.partition.slowdown.SLOWDOWN_ENV`): the slowest rank's compute
     time over the fastest's, with equal blocks and with blocks sized by
     calibration (1 is perfect balance).
 ``speedup_vs_map_overlap``
     the same model stepped by ``dask.array.map_overlap`` once per time step
-    (one graph per step, submitted and waited on), on the same workers and
-    grid, over the time per step of hpcgpu's partitioned engine: on the
+    (one graph per step, submitted and waited on; the grid in one block of
+    rows per worker, each framed by one step's reach), on the same workers
+    and grid, over the time per step of hpcgpu's partitioned engine: on the
     weak-scaling grid (``per_worker`` squared per worker) and on the
     strong-scaling one (``per_worker`` squared in all), field ``scaling``.
 
@@ -61,6 +62,7 @@ import numpy as np
 
 from hpcgpu.partition.engine import PartitionedExecutor
 from hpcgpu.partition.engine import on_worker as _on_worker
+from hpcgpu.partition.grid import reach_of, state_arrays
 
 __all__ = ["run", "scaling_case", "time_engine", "median_run", "process_grid", "EngineRun"]
 
@@ -95,19 +97,30 @@ def scaling_case(workload):
     return registry.benchmark_case("scaling", workload)
 
 
-def _split_by_rows(model):
-    """Whether ``model`` steps row blocks with halos (the rows protocol), which the map_overlap baseline, the
-    balance case and the choice of K here need; a model may offer it beside another decomposition."""
-    return all(callable(getattr(model, name, None)) for name in ("halo_rows", "advance_rows", "periodic_rows"))
+def _on_grid(model):
+    """Whether ``model`` runs on the distributed structured grid (``decomposition = "grid"``), which the
+    map_overlap baseline, the balance case and the choice of K here need."""
+    return getattr(model, "decomposition", None) == "grid"
 
 
 def _steps_per_task(model, steps, partitions):
-    """K on ``partitions`` row blocks: ``steps`` when its halo fits half a block, else 1 (and 1 for other models).
-    (A process grid's blocks are at least that tall; the engine refuses a K whose halo is wider than a block.)
-    """
-    if not _split_by_rows(model):
+    """K on ``partitions`` blocks of a grid model: ``steps`` when the process grid the engine chooses for that K
+    has blocks at least twice as wide as the frame's narrower side along every split axis, else 1 (and 1 for
+    other models, which exchange every step)."""
+    from hpcgpu.errors import ConfigError
+    from hpcgpu.partition.grid import GridDecomposition
+
+    if not _on_grid(model):
         return 1
-    return steps if min(model.halo_rows(steps)) * 2 <= model.decomposition_size() // partitions else 1
+    try:
+        layout = GridDecomposition.build(model, 1.0, partitions, steps, None, False)
+    except ConfigError:  # no process grid holds that K's frame
+        return 1
+    (px, py), (west, east, south, north) = layout.grid, layout.frame
+    described = layout.describe()
+    fits_x = px == 1 or 2 * min(west, east) <= min(described["block_cols"])
+    fits_y = py == 1 or 2 * min(south, north) <= min(described["block_rows"])
+    return steps if fits_x and fits_y else 1
 
 
 class EngineRun(NamedTuple):
@@ -150,7 +163,7 @@ def _mixed_cluster(slowdown):
     """
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
-    from hpcgpu.partition.rows import SLOWDOWN_ENV
+    from hpcgpu.partition.slowdown import SLOWDOWN_ENV
 
     def worker(factor):
         env = {"NUMBA_NUM_THREADS": "1", SLOWDOWN_ENV: str(factor)}
@@ -184,11 +197,12 @@ def _balance(recorder, case, per_worker, dtype, steps_per_task, supersteps):
             executor.advance(steps_per_task * supersteps)
             executor.synchronize()
             times = _rank_compute_times(executor.epoch_stats[done:])
-            rows = [b - a for a, b in executor.bounds]
+            cells = [b - a for a, b in executor.bounds]
+            grid = process_grid(executor.describe())
             recorder.add(case="balance", backend="numba", dtype=dtype, size=per_worker, metric="imbalance",
                          value=max(times) / min(times), unit="1",
-                         durations=times, weights=weights or "equal",
-                         rows_per_partition=rows, slowdown=BALANCE_SLOWDOWN,
+                         durations=times, weights=weights or "equal", **({} if grid is None else {"grid": grid}),
+                         cells_per_partition=cells, slowdown=BALANCE_SLOWDOWN,
                          rates=getattr(executor, "rates", None) and list(executor.rates.values()))
             executor.close()
     finally:
@@ -290,7 +304,7 @@ def process_grid(described):
     """The process grid an executor's ``describe()`` reports, as a list (``[px, py]``), or None when it has none.
 
     Read as given: ``"grid"`` (a sequence) or ``"process_grid"`` (``"4x2"``);
-    row blocks and particle slabs report neither.
+    all-pairs bodies report neither.
 
     Examples
     --------
@@ -315,16 +329,24 @@ def median_run(runs):
     return sorted(runs)[len(runs) // 2]
 
 
-def _overlap_step(block, block_info=None, *, model_bytes, dt, starts, south_depth, periodic):
+def _overlap_step(block, block_info=None, *, model_bytes, state_type, dt, starts, south_depth, periodic):
+    """One step of a chunk of whole rows that ``map_overlap`` framed with the neighbours' rows (none at a wall)."""
+    from hpcgpu.partition.block_region import BlockRegion
+
     model = _on_worker(pickle.loads(model_bytes))
     location = block_info[0]["chunk-location"][1]
     chunks = len(starts)
-    south_open = periodic or location > 0
-    north_open = periodic or location < chunks - 1
-    first_row = starts[location] - (south_depth if south_open else 0)
-    state = model.state_type(*(model.backend.asarray(block[k]) for k in range(3)))
-    new = model.advance_rows(state, dt, 1, first_row, south_open, north_open)
-    return np.stack([model.backend.to_host(a) for a in new.arrays()])
+    ny, nx = model.shape
+    south = "halo" if periodic or location > 0 else "wall"
+    north = "halo" if periodic or location < chunks - 1 else "wall"
+    frame = south_depth if south == "halo" else 0
+    owned = (starts[location + 1] if location + 1 < chunks else ny) - starts[location]
+    x_side = "wrap" if model.periodic[0] else "wall"
+    where = BlockRegion(first_row=starts[location] - frame, first_col=0, rows=slice(frame, frame + owned),
+                        cols=slice(0, nx), sides=(x_side, x_side, south, north), shape=(ny, nx))
+    state = state_type(*(model.backend.asarray(field) for field in block))
+    new = model.step_block(state, dt, 1, where)
+    return np.stack([model.backend.to_host(a) for a in state_arrays(new)])
 
 
 def _time_map_overlap(client, model, workers, steps, repeats=3):
@@ -333,19 +355,23 @@ def _time_map_overlap(client, model, workers, steps, repeats=3):
     import dask.array as da
     from distributed import wait
 
-    state = model.to_host(model.initial_state())
-    dt = model.suggested_dt(model.initial_state(), 0.4)
-    rows = model.decomposition_size()
-    bounds = np.linspace(0, rows, workers + 1).astype(int)
+    initial = model.initial_state()
+    state = model.to_host(initial)
+    dt = model.suggested_dt(initial, 0.4)
+    ny, nx = model.shape
+    fields = state_arrays(state)
+    bounds = np.linspace(0, ny, workers + 1).astype(int)
     chunks = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
-    stacked = da.from_array(np.stack(state.arrays()), chunks=(3, chunks, model.grid.nx))
+    stacked = da.from_array(np.stack(fields), chunks=(len(fields), chunks, nx))
     stacked = client.persist(stacked)
     wait(stacked)
-    south, north = model.halo_rows(1)
-    periodic = model.periodic_rows()
-    depth = {0: 0, 1: south if periodic else (south, north), 2: 0}
+    _, _, south, north = reach_of(model, 1)
+    periodic = bool(model.periodic[1])
+    # dask pads a periodic axis by the same depth on both sides: the wider one
+    depth = {0: 0, 1: max(south, north) if periodic else (south, north), 2: 0}
     boundary = {0: "none", 1: "periodic" if periodic else "none", 2: "none"}
-    kwargs = dict(model_bytes=pickle.dumps(model), dt=dt, starts=list(bounds[:-1]), south_depth=south,
+    kwargs = dict(model_bytes=pickle.dumps(model), state_type=type(state), dt=dt,
+                  starts=[int(b) for b in bounds[:-1]], south_depth=max(south, north) if periodic else south,
                   periodic=periodic)
 
     def step(array):
@@ -378,7 +404,7 @@ def run(recorder, backends, *, workload, sizes=(2048,), dtypes=("float32",), ste
     timing is the median of ``rounds`` x ``repeats`` runs of ``supersteps``
     supersteps. A line carries ``grid``, the process grid, when the engine
     describes one. The map_overlap baseline, the balance case and the
-    contention ceiling run for models split into row blocks.
+    contention ceiling run for models on the distributed grid.
 
     Raises
     ------
@@ -430,18 +456,18 @@ def run(recorder, backends, *, workload, sizes=(2048,), dtypes=("float32",), ste
             for kind, engine in (("weak", weak), ("strong", strong)):
                 runs = overlap[kind]
                 if not runs:
-                    continue  # one worker, or a model not split into rows
+                    continue  # one worker, or a model not on the distributed grid
                 baseline = median_run(runs)
                 recorder.add(case="map_overlap-baseline", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="speedup_vs_map_overlap", value=baseline / engine[top], unit="x",
                              durations=runs, workers=top, **named, problem_size=shapes[(kind, top)], scaling=kind,
                              map_overlap_seconds_per_step=baseline, map_overlap_runs_s_per_step=runs,
                              hpcgpu_seconds_per_step=engine[top])
-            rows = _split_by_rows(case.model(per_worker, dtype=dtype, backend="numpy"))
+            on_grid = _on_grid(case.model(per_worker, dtype=dtype, backend="numpy"))
             for workers in counts[1:]:
                 efficiency = weak[1] / weak[workers]
                 # on CPUs, beside the machine's own ceiling and the share of it the engine reaches
-                extra = _contention_ceiling(recorder, workers, per_worker, dtype, backend) if rows and not gpus else {}
+                extra = _contention_ceiling(recorder, workers, per_worker, dtype, backend) if on_grid and not gpus else {}
                 if extra:
                     extra["efficiency_vs_ceiling"] = efficiency / extra["ceiling"]
                 recorder.add(case="weak-scaling", backend=backend_name, dtype=dtype, size=per_worker,
@@ -450,7 +476,7 @@ def run(recorder, backends, *, workload, sizes=(2048,), dtypes=("float32",), ste
                 recorder.add(case="strong-scaling", backend=backend_name, dtype=dtype, size=per_worker,
                              metric="parallel_efficiency", value=strong[1] / (workers * strong[workers]),
                              unit="1", durations=[strong[workers]], workers=workers, **named)
-            if balance and rows and not gpus:
+            if balance and on_grid and not gpus:
                 k = _steps_per_task(case.model(per_worker, dtype=dtype, backend="numba"), steps, 1)
                 _balance(recorder, case, per_worker, dtype, k, supersteps)
     return recorder.results
@@ -475,7 +501,7 @@ def _time_cluster(timings, overlap, shapes, case, workers, top, gpus, per_worker
     """One round on a fresh cluster of ``workers``: adds its engine runs to
     ``timings`` (keyed by scaling kind, workers and K), the problem's size to
     ``shapes`` and, on the largest cluster, the map_overlap baseline's runs
-    on the weak and strong problems to ``overlap`` (row models only)."""
+    on the weak and strong problems to ``overlap`` (grid models only)."""
     client = _cluster(workers, gpus)
     try:
         ks, models = {}, {}
@@ -494,7 +520,7 @@ def _time_cluster(timings, overlap, shapes, case, workers, top, gpus, per_worker
                 time_engine(client, models["weak"], workers, 1, supersteps * ks["weak"], repeats,
                             time_step=case.dt))
         for kind, model in models.items():
-            if (workers > 1 or kind == "weak") and _split_by_rows(model):
+            if (workers > 1 or kind == "weak") and _on_grid(model):
                 overlap[kind] += _time_map_overlap(client, model, workers, max(OVERLAP_STEPS, supersteps),
                                                    repeats)
     finally:

@@ -13,9 +13,10 @@ The modules, each importing only those listed before it (no circles, tested):
   their plugins; ``nccl_messages``, ``nccl_device``, ``nccl_sessions`` and
   ``nccl_communicator``: the NCCL one for device buffers;
   ``communicator_choice``: the choice between them;
-- ``decomposition``: the base class of a decomposition; ``rows``,
-  ``all_pairs``, ``bricks``: one per kind (``process_grid``: the
+- ``decomposition``: the base class of a decomposition; ``grid``,
+  ``all_pairs``, ``bricks``, ``spectral``: one per kind (``process_grid``: the
   layout of ranks over axes, ``brick_geometry``: a box in bricks); ``decompositions``: them by kind;
+  ``slowdown``: an emulated slow device for benchmarks of mixed clusters;
 - ``epochs``: one epoch of a worker's ranks (the worker side); ``engine``:
   :class:`~hpcgpu.partition.engine.PartitionedExecutor` (the client side);
   ``local``: the executor for one process.

@@ -2,7 +2,7 @@
 
 A *decomposition* says how a model's state is split into ranks and what a
 rank does in an epoch of the SPMD engine (:mod:`hpcgpu.partition.engine`):
-one module per kind (:mod:`~hpcgpu.partition.rows`,
+one module per kind (:mod:`~hpcgpu.partition.grid`,
 :mod:`~hpcgpu.partition.all_pairs`, :mod:`~hpcgpu.partition.bricks`), each a
 subclass of :class:`Decomposition`, found by kind in
 :mod:`hpcgpu.partition.decompositions`. This module sits below them and

@@ -2,8 +2,6 @@
 
 - ``"grid"``: :class:`~hpcgpu.partition.grid.GridDecomposition` (2-D grids on a
   px x py process grid; :class:`~hpcgpu.partition.protocols.GridModel`);
-- ``"rows"``: :class:`~hpcgpu.partition.rows.RowDecomposition` (grids split into
-  blocks of rows; :class:`~hpcgpu.partition.protocols.RowModel`);
 - ``"bodies"``: :class:`~hpcgpu.partition.all_pairs.AllPairsDecomposition`
   (all-pairs forces; :class:`~hpcgpu.partition.protocols.AllPairsModel`);
 - ``"domains"``: :class:`~hpcgpu.partition.bricks.BrickDecomposition` (short-range
@@ -16,19 +14,37 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.partition.all_pairs import AllPairsDecomposition
 from hpcgpu.partition.bricks import BrickDecomposition
 from hpcgpu.partition.grid import GridDecomposition
-from hpcgpu.partition.rows import RowDecomposition
 from hpcgpu.partition.spectral import SpectralDecomposition
 
-__all__ = ["DECOMPOSITIONS", "decomposition_for"]
+__all__ = ["DECOMPOSITIONS", "decomposition_for", "decomposition_kind"]
 
-DECOMPOSITIONS = {"rows": RowDecomposition, "grid": GridDecomposition, "bodies": AllPairsDecomposition,
-                  "domains": BrickDecomposition, "spectral": SpectralDecomposition}
-"""The class of each kind of decomposition (``model.decomposition``; a model without one is ``"rows"``)."""
+DECOMPOSITIONS = {"grid": GridDecomposition, "bodies": AllPairsDecomposition, "domains": BrickDecomposition,
+                  "spectral": SpectralDecomposition}
+"""The class of each kind of decomposition (``model.decomposition``)."""
+
+
+def decomposition_kind(model):
+    """``model.decomposition``, checked: one of :data:`DECOMPOSITIONS`.
+
+    Raises
+    ------
+    ConfigError
+        The model has no ``decomposition`` attribute, or names no known kind.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> decomposition_kind(ShallowWater("rest", nx=8, ny=8, backend="numpy"))
+    'grid'
+    """
+    kind = getattr(model, "decomposition", None)
+    if kind not in DECOMPOSITIONS:
+        got = f"got {kind!r}" if hasattr(model, "decomposition") else "it has none"
+        raise ConfigError(f"{type(model).__name__}.decomposition must be one of {sorted(DECOMPOSITIONS)} "
+                          f"(see hpcgpu.partition.protocols); {got}")
+    return kind
 
 
 def decomposition_for(model):
-    """The decomposition class for ``model.decomposition`` (``rows``, ``grid``, ``bodies``, ``domains``, ``spectral``)."""
-    kind = getattr(model, "decomposition", "rows")
-    if kind not in DECOMPOSITIONS:
-        raise ConfigError(f"model decomposition must be one of {sorted(DECOMPOSITIONS)}; got {kind!r}")
-    return DECOMPOSITIONS[kind]
+    """The decomposition class for ``model.decomposition`` (``grid``, ``bodies``, ``domains``, ``spectral``)."""
+    return DECOMPOSITIONS[decomposition_kind(model)]

@@ -54,7 +54,7 @@ from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, WorkerLost
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
 from hpcgpu.partition.decomposition import Decomposition, forget_rank_caches, on_worker, rank_cache  # noqa: F401
-from hpcgpu.partition.decompositions import decomposition_for
+from hpcgpu.partition.decompositions import decomposition_for, decomposition_kind
 from hpcgpu.partition.epochs import RankResult, Spec, epoch_records, epoch_task, host_blocks, unhealthy  # noqa: F401
 from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
@@ -106,8 +106,8 @@ class PartitionedExecutor:
     ----------
     client : distributed.Client
     model
-        A model whose ``decomposition`` is ``"rows"``, ``"bodies"`` or
-        ``"domains"`` (see :mod:`hpcgpu.partition.protocols`).
+        A model whose ``decomposition`` is ``"grid"``, ``"bodies"``,
+        ``"domains"`` or ``"spectral"`` (see :mod:`hpcgpu.partition.protocols`).
     state
         Initial global state (on the client; split and scattered once).
     dt : float
@@ -167,7 +167,7 @@ class PartitionedExecutor:
         if steps_per_task is not None:
             steps_per_task = check_int("steps_per_task", steps_per_task, minimum=1)
         builder = decomposition_for(model)
-        kind = getattr(model, "decomposition", "rows")
+        kind = decomposition_kind(model)
         missing = missing_methods(model, PROTOCOLS[kind])
         if missing:
             raise ConfigError(f"{type(model).__name__} cannot be partitioned as {kind!r}: it lacks "

@@ -50,7 +50,7 @@ from hpcgpu.partition.block_region import BlockRegion
 from hpcgpu.partition.decomposition import Decomposition
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
-from hpcgpu.partition.rows import emulate_slowdown
+from hpcgpu.partition.slowdown import emulate_slowdown
 
 __all__ = ["FramedBlock", "GridDecomposition", "auto_grid_steps", "reach_of", "state_arrays", "with_arrays"]
 
@@ -117,7 +117,7 @@ def auto_grid_steps(model, grid):
     quarter of a block along every split axis, else 1.
 
     A quarter keeps the redundant frame work low while an exchange is paid
-    once per K steps (the rule of the row blocks it generalises).
+    once per K steps.
 
     Examples
     --------

@@ -2,13 +2,13 @@
 
 Written once, as :class:`typing.Protocol` classes: :class:`SteppedModel` is
 what the driver needs of every model; :class:`Partitionable` what every
-decomposition needs of a block of the state; :class:`RowModel`,
-:class:`AllPairsModel` and :class:`SlabModel` what the grid-row, all-pairs
-and slab decompositions need on top (``model.decomposition`` names which:
-``"rows"``, ``"bodies"`` or ``"domains"``); :class:`SpectralModel` what the
-row blocks with a global spectral solve per stage need (``"spectral"``). A model on the distributed
-structured grid (``"grid"``) describes only its local physics
-(:class:`GridPhysics`, six methods) and gets the rest from
+decomposition of items needs of a block of the state; :class:`AllPairsModel`
+and :class:`SlabModel` what the all-pairs and brick decompositions need on
+top (``model.decomposition`` names which: ``"bodies"`` or ``"domains"``);
+:class:`SpectralModel` what the row blocks with a global spectral solve per
+stage need (``"spectral"``). A model on the distributed structured grid
+(``"grid"``) describes only its local physics (:class:`GridPhysics`, six
+methods) and gets the rest from
 :class:`~hpcgpu.partition.grid_model.GridModelBase`. The models of
 :mod:`hpcgpu.workloads` implement them, and a user's own model plugs in
 the same way; :func:`missing_methods` says what a model lacks.
@@ -25,7 +25,7 @@ Examples
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["AllPairsModel", "GridModel", "GridPhysics", "Partitionable", "PROTOCOLS", "RowModel", "SlabModel",
+__all__ = ["AllPairsModel", "GridModel", "GridPhysics", "Partitionable", "PROTOCOLS", "SlabModel",
            "SpectralModel", "SteppedModel", "missing_methods"]
 
 
@@ -63,7 +63,7 @@ class Partitionable(Protocol):
 
     decomposition: str
 
-    def decomposition_size(self): """Items (rows, bodies, atoms) the state is split over."""
+    def decomposition_size(self): """Items (bodies, atoms) the state is split over."""
     def take_block(self, state, start, stop): """Items ``start:stop`` as independent arrays."""
     def concat_blocks(self, states): """Blocks joined in order, on this model's backend."""
     def to_host(self, state): """The state with NumPy arrays."""
@@ -72,20 +72,6 @@ class Partitionable(Protocol):
     def block_health(self, state): """A block's part of the health check."""
     def combine_health(self, parts, dt): """``(bad_fields, cfl)`` from every block's part."""
     def with_backend(self, backend): """The same model on another backend (``"auto"`` resolves on a worker)."""
-
-
-@runtime_checkable
-class RowModel(Partitionable, Protocol):
-    """Grids split into blocks of rows (:mod:`hpcgpu.partition.rows`)."""
-
-    def block_size(self, state): """Rows a block (or an assembled block with its halos) holds."""
-    def periodic_rows(self): """True when the split axis wraps around."""
-    def halo_rows(self, steps): """Rows ``(south, north)`` that ``steps`` steps read beyond a block."""
-    def assemble_rows(self, south, block, north): """A block with halo rows around it (in place when it can)."""
-    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None, fresh=False):
-        """A block ``steps`` steps later; results within the halo of an open edge are not valid."""
-    def row_view(self, state, start, stop): """Rows ``start:stop`` as views."""
-    def write_rows(self, block, start, rows): """Write a row block into ``block`` from row ``start`` (in place)."""
 
 
 @runtime_checkable
@@ -209,8 +195,7 @@ class SpectralModel(Protocol):
     def with_backend(self, backend): """The same model on another backend (``"auto"`` resolves on a worker)."""
 
 
-PROTOCOLS = {"rows": RowModel, "grid": GridModel, "bodies": AllPairsModel, "domains": SlabModel,
-             "spectral": SpectralModel}
+PROTOCOLS = {"grid": GridModel, "bodies": AllPairsModel, "domains": SlabModel, "spectral": SpectralModel}
 """The protocol of each ``model.decomposition``."""
 
 

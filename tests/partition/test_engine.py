@@ -14,7 +14,7 @@ from dask.sizeof import sizeof  # noqa: E402
 from hpcgpu import Simulation
 from hpcgpu.cluster import start_cluster
 from hpcgpu.errors import ClusterError, ConfigError, WorkerLost
-from hpcgpu.partition.protocols import RowModel, SteppedModel, missing_methods
+from hpcgpu.partition.protocols import GridModel, SteppedModel, missing_methods
 from hpcgpu.workloads.astro import NBody
 from hpcgpu.workloads.md import LennardJones
 from hpcgpu.workloads.weather import ShallowWater
@@ -137,16 +137,27 @@ def test_a_closed_run_keeps_its_final_diagnostics_and_refuses_new_work(client):
 
 def test_a_model_must_provide_its_decompositions_protocol(client):
     class Incomplete:
-        decomposition = "rows"
+        decomposition = "grid"
         name = "incomplete"
 
-    assert "advance_rows" in missing_methods(Incomplete(), RowModel)
+    assert "step_block" in missing_methods(Incomplete(), GridModel)
     model = ShallowWater("rest", nx=8, ny=8, backend="numpy")
-    assert missing_methods(model, RowModel) == [] and isinstance(model, SteppedModel)
+    assert missing_methods(model, GridModel) == [] and isinstance(model, SteppedModel)
     from hpcgpu.partition.engine import PartitionedExecutor
 
-    with pytest.raises(ConfigError, match="cannot be partitioned as 'rows': it lacks .*advance_rows"):
+    with pytest.raises(ConfigError, match="cannot be partitioned as 'grid': it lacks .*step_block"):
         PartitionedExecutor(client, Incomplete(), None, 1.0)
+
+
+@pytest.mark.parametrize("kind", [None, "rows"], ids=["none", "rows"])
+def test_a_model_without_a_known_decomposition_is_refused_naming_the_kinds(client, kind):
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    Unsplit = type("Unsplit", (), {"name": "unsplit"} if kind is None else {"name": "unsplit", "decomposition": kind})
+    got = "it has none" if kind is None else f"got {kind!r}"
+    with pytest.raises(ConfigError, match=rf"Unsplit.decomposition must be one of \['bodies', 'domains', 'grid', "
+                                          rf"'spectral'\] \(see hpcgpu.partition.protocols\); {got}"):
+        PartitionedExecutor(client, Unsplit(), None, 1.0)
 
 
 def test_an_interrupted_wait_loses_no_step_and_no_record(client):

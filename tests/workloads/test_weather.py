@@ -233,3 +233,12 @@ def test_float32_mass_does_not_drift():
     after = model.diagnostics(model.step(state, model.suggested_dt(state), 5000))["mass"]
     print(f"float32 relative mass change over 5000 steps: {(after - before) / before:.2e}")
     assert abs(after - before) <= 2e-6 * before
+
+
+def test_a_checkpointed_host_state_is_restored_onto_the_backend_in_the_models_dtype():
+    model = ShallowWater("gravity_wave", nx=8, ny=12, dtype="float32", backend="numpy")
+    state = model.initial_state()
+    host = type(state)(*(np.asarray(a, dtype=np.float64) for a in model.to_host(state).arrays()))
+    restored = model.restore_state(host)
+    assert all(a.dtype == np.float32 for a in restored.arrays())
+    np.testing.assert_array_equal(restored.h, state.h)

@@ -3,7 +3,9 @@
 - :mod:`~hpcgpu.workloads.weather.model`: :class:`ShallowWater` (state, step,
   diagnostics, partitioning); its docstring states the equations and links to
   the NumPy reference step that is their statement;
-- :mod:`~hpcgpu.workloads.weather.diagnostics`: mass, energy and potential enstrophy as sums over row blocks;
+- :mod:`~hpcgpu.workloads.weather.grid_blocks`: what the distributed grid needs of a block (reach, a
+  framed block's step, its health);
+- :mod:`~hpcgpu.workloads.weather.diagnostics`: mass, energy and potential enstrophy as sums over blocks;
 - :mod:`~hpcgpu.workloads.weather.stepper`: the SSP-RK3 time stepper and its buffers;
 - :mod:`~hpcgpu.workloads.weather.grid`: the Arakawa C-grid (shared with the vorticity model);
 - :mod:`~hpcgpu.workloads.weather.cases`: the named initial conditions;

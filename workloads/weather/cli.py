@@ -33,7 +33,7 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output directory (default: hpcgpu-output/weather-CASE)")
     parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    cluster = add_cluster_arguments(parser, "row blocks of the state (default: one per worker)")
+    cluster = add_cluster_arguments(parser, "blocks of the state on a process grid (default: one per worker)")
     cluster.add_argument("--steps-per-task", type=int,
                          help="time steps per task, K (default: the largest of 16, 8, 4, 2, 1 whose halo is at "
                               "most a quarter of a partition)")
@@ -67,7 +67,7 @@ def run(args):
         grid=args.grid), client,
         steps_per_task=args.steps_per_task, weights=weights)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
-    # diagnostics every multiple of 16, the largest default K (auto_steps_per_task picks 16, 8, 4, 2 or 1),
+    # diagnostics every multiple of 16, the largest default K (auto_grid_steps picks 16, 8, 4, 2 or 1),
     # once they are 16 or more steps apart: on any worker count they then split no task (an extra halo exchange)
     sim.diagnostics_schedule = output_schedule(planned, 200, steps, align=16)
     # a resumed run appends to its own store: named by its model, not by this command line's --case

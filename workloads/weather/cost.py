@@ -86,11 +86,6 @@ class WeatherCost:
 
         return GridBlocks.reach(None, steps)
 
-    @classmethod
-    def halo_rows(cls, steps):
-        """Rows ``(south, north)`` that ``steps`` steps read beyond a block."""
-        return cls.reach(steps)[2:]
-
     def _choose(self, partitions, steps):
         west, east, south, north = self.reach(steps)
         widths = (max(west, east), max(south, north))

@@ -7,7 +7,7 @@ enstrophy to time-truncation error), and a strong-stability-preserving
 third-order Runge-Kutta time stepper (SSP-RK3, Shu and Osher 1988). The
 stencil kernels do the work; this module holds the model: its physics set-up,
 its step and its diagnostics (summed in :mod:`hpcgpu.workloads.weather.diagnostics`);
-how it is split into row blocks is :mod:`hpcgpu.workloads.weather.row_blocks`.
+what the distributed grid needs of its blocks is :mod:`hpcgpu.workloads.weather.grid_blocks`.
 
 Examples
 --------
@@ -31,7 +31,6 @@ from hpcgpu.validation import check_choice, check_dtype, check_finite_array, che
 from hpcgpu.workloads.weather import cases, diagnostics
 from hpcgpu.partition.block_region import whole_grid
 from hpcgpu.workloads.weather.grid_blocks import GridBlocks
-from hpcgpu.workloads.weather.row_blocks import RowBlocks
 from hpcgpu.workloads.weather.stepper import ShallowWaterStepper
 from hpcgpu.workloads.weather.grid import Grid
 
@@ -105,7 +104,7 @@ class ShallowWaterParams:
         check_float("viscosity", self.viscosity, minimum=0.0)
 
 
-class ShallowWater(GridBlocks, RowBlocks):
+class ShallowWater(GridBlocks):
     """Rotating shallow-water model: a named case on a grid and a backend.
 
     Equations (vector-invariant form, Arakawa C-grid, Arakawa and Lamb 1981)::

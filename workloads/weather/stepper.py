@@ -1,14 +1,12 @@
-"""SSP-RK3 stepping of the shallow-water model, and the row-block memory tricks of its partitions.
+"""SSP-RK3 stepping of the shallow-water model, and the memory trick of its partitions.
 
-:class:`ShallowWaterStepper` advances a state (or a row block of one) with reusable
+:class:`ShallowWaterStepper` advances a state (or a framed block of one) with reusable
 work buffers, using the backend's fused one-sweep step where it has one
 (Numba) and three stage calls otherwise; at an open partition edge it steps
-only the rows that stay valid. :func:`spare_rows_base` finds the arrays a
-resident row block is a view of, so that its next halos can be written
-around it in place (``ShallowWater.assemble_rows``). :class:`HostArrayPool`
-hands out the arrays a partition task returns and takes them back once
-nothing refers to them, so a resident partition does not fault in fresh
-pages every superstep.
+only the rows that stay valid. :class:`HostArrayPool` hands out the arrays
+a partition's step returns and takes them back once nothing refers to
+them, so a resident partition does not fault in fresh pages every
+superstep.
 """
 
 import sys
@@ -18,7 +16,7 @@ import numpy as np
 from hpcgpu.kernels import stencil
 from hpcgpu.validation import check_int
 
-__all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_REACH", "spare_rows_base"]
+__all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_REACH"]
 
 # Rows (south, north) one tendency evaluation reads beyond the rows it
 # updates: dv needs the Arakawa-Lamb coefficients of the cell row below, which
@@ -116,25 +114,6 @@ class ShallowWaterStepper:
                 lo, hi = lo + shrink_s, hi - shrink_n
             y0 = last
         return type(state)(*y0)
-
-
-def _address(array):
-    """Device or host address of an array's first element."""
-    data = array.data
-    return data.ptr if hasattr(data, "ptr") else array.__array_interface__["data"][0]
-
-
-def spare_rows_base(view, below, above):
-    """The 2-D array ``view`` is rows of, when it has exactly ``below`` and
-    ``above`` spare rows around it and is writable; else None."""
-    base = getattr(view, "base", None)
-    if not isinstance(base, type(view)) or base.ndim != 2 or view.ndim != 2 or base.shape[1:] != view.shape[1:]:
-        return None
-    if not base.flags.c_contiguous or not view.flags.c_contiguous or not getattr(base.flags, "writeable", True):
-        return None
-    if base.shape[0] != below + view.shape[0] + above:
-        return None
-    return base if _address(view) - _address(base) == below * base.strides[0] else None
 
 
 class HostArrayPool:

@@ -19,8 +19,8 @@ def grid_points(model):
 
 
 def plan_parameters(model):
-    """The ``hpcgpu plan weather`` options that describe ``model``: its grid and whether rows wrap around."""
-    return {"nx": model.grid.nx, "ny": model.grid.ny, "periodic": bool(model.periodic_rows())}
+    """The ``hpcgpu plan weather`` options that describe ``model``: its grid and whether it wraps along y."""
+    return {"nx": model.grid.nx, "ny": model.grid.ny, "periodic": bool(model.periodic[1])}
 
 
 def build_turbulence(size, *, dtype, backend, scale):
