@@ -58,3 +58,28 @@ def test_the_scaling_suite_refuses_a_workload_without_a_scaling_case_before_any_
         scaling.run(Recorder("scaling"), [], workload="vorticity")
     with pytest.raises(ConfigError, match="size=8 cells per side"):
         scaling.run(Recorder("scaling"), [], workload="weather", sizes=[8])
+
+
+@pytest.mark.parametrize("case", ["turbulence", "unstable_jet"], ids=["periodic", "channel"])
+def test_the_map_overlap_baseline_steps_as_one_process_does(case):
+    import numpy as np
+
+    from hpcgpu.workloads.weather import ShallowWater
+
+    model = ShallowWater(case, nx=16, ny=40, backend="numpy", beta=2e-11)  # f varies: each block's rows matter
+    state = model.initial_state()
+    dt = model.suggested_dt(state, 0.4)
+    stacked, step = scaling._overlap_stepper(model, model.to_host(state), dt, 3)
+    stepped = step(step(stacked)).compute(scheduler="synchronous")
+    expected = model.step(state, dt, 2)
+    np.testing.assert_array_equal(stepped, np.stack(expected.arrays()))
+
+
+def test_k_is_the_one_asked_where_the_engines_blocks_hold_its_frame_and_1_elsewhere():
+    from hpcgpu.workloads.astro import NBody
+    from hpcgpu.workloads.weather import ShallowWater
+
+    model = ShallowWater("turbulence", nx=64, ny=128, backend="numpy")  # 2 blocks of 64 rows; K=4 reads 24, 12
+    assert scaling._steps_per_task(model, 4, 2) == 4
+    assert scaling._steps_per_task(model, 16, 2) == 1  # a frame of 96 rows fits no 2-rank grid of it
+    assert scaling._steps_per_task(NBody("galaxy_collision", n=64, backend="numpy"), 4, 2) == 1

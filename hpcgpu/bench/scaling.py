@@ -349,34 +349,43 @@ def _overlap_step(block, block_info=None, *, model_bytes, state_type, dt, starts
     return np.stack([model.backend.to_host(a) for a in state_arrays(new)])
 
 
-def _time_map_overlap(client, model, workers, steps, repeats=3):
-    """Seconds per step when each step is one dask.array.map_overlap graph,
-    for each of ``repeats`` runs of ``steps`` steps."""
+def _overlap_stepper(model, host_state, dt, chunks):
+    """``(stacked, step)``: the fields of ``host_state`` stacked into a dask array of ``chunks`` blocks of whole
+    rows, and ``step(array)``, one time step of such an array as a (lazy) ``map_overlap`` graph."""
     import dask.array as da
-    from distributed import wait
 
-    initial = model.initial_state()
-    state = model.to_host(initial)
-    dt = model.suggested_dt(initial, 0.4)
     ny, nx = model.shape
-    fields = state_arrays(state)
-    bounds = np.linspace(0, ny, workers + 1).astype(int)
-    chunks = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
-    stacked = da.from_array(np.stack(fields), chunks=(len(fields), chunks, nx))
-    stacked = client.persist(stacked)
-    wait(stacked)
+    fields = state_arrays(host_state)
+    bounds = np.linspace(0, ny, chunks + 1).astype(int)
+    sizes = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
+    stacked = da.from_array(np.stack(fields), chunks=(len(fields), sizes, nx))
     _, _, south, north = reach_of(model, 1)
     periodic = bool(model.periodic[1])
     # dask pads a periodic axis by the same depth on both sides: the wider one
     depth = {0: 0, 1: max(south, north) if periodic else (south, north), 2: 0}
     boundary = {0: "none", 1: "periodic" if periodic else "none", 2: "none"}
-    kwargs = dict(model_bytes=pickle.dumps(model), state_type=type(state), dt=dt,
+    kwargs = dict(model_bytes=pickle.dumps(model), state_type=type(host_state), dt=dt,
                   starts=[int(b) for b in bounds[:-1]], south_depth=max(south, north) if periodic else south,
                   periodic=periodic)
 
     def step(array):
-        out = array.map_overlap(_overlap_step, depth=depth, boundary=boundary, dtype=array.dtype, **kwargs)
-        out = client.persist(out)
+        return array.map_overlap(_overlap_step, depth=depth, boundary=boundary, dtype=array.dtype, **kwargs)
+
+    return stacked, step
+
+
+def _time_map_overlap(client, model, workers, steps, repeats=3):
+    """Seconds per step when each step is one dask.array.map_overlap graph,
+    for each of ``repeats`` runs of ``steps`` steps."""
+    from distributed import wait
+
+    initial = model.initial_state()
+    stacked, one_step = _overlap_stepper(model, model.to_host(initial), model.suggested_dt(initial, 0.4), workers)
+    stacked = client.persist(stacked)
+    wait(stacked)
+
+    def step(array):
+        out = client.persist(one_step(array))
         wait(out)
         return out
 
