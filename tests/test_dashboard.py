@@ -143,7 +143,7 @@ def test_data_json_holds_a_runs_name_step_diagnostics_and_partitions(client):
         assert series[key] == pytest.approx(list(sim.diagnostics[key].values), rel=1e-12)
     assert set(run["workers"]) == set(sim._executor.workers)
     assert sum(w["partitions"] for w in run["workers"].values()) == 3
-    assert sum(w["rows"] for w in run["workers"].values()) == 48 and run["unit"] == "rows"
+    assert sum(w["cells"] for w in run["workers"].values()) == 48 * 48 and run["unit"] == "cells"
 
 
 def test_a_run_stopped_by_an_error_shows_as_failed_with_the_error(client):
