@@ -123,13 +123,13 @@ def test_slab_case_on_two_workers_reports_its_rate_beside_the_one_process_rate()
     result = cli("bench", "md", "--size", "500", "--steps", "10", "--budget", "0.05", "--backend", "numba",
                  "--workers", "2", "--dtype", "float64")
     assert result.returncode == 0, result.stderr
-    one, slabs = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    one, bricks = [json.loads(line) for line in result.stdout.strip().splitlines()]
     check_record(one, backend="numba", dtype="float64", atoms=500, steps=10)
-    assert (slabs["case"], slabs["metric"], slabs["size"], slabs["workers"]) == (
-        "lj_liquid_slabs", "atom_steps_per_s", 500, 2)
-    assert slabs["repeats"] >= 2
-    assert math.isclose(slabs["value"], 500 * 10 / slabs["median_s"], rel_tol=1e-9)
-    assert math.isclose(slabs["ratio_to_one_process"], slabs["value"] / one["value"], rel_tol=1e-9)
+    assert (bricks["case"], bricks["metric"], bricks["size"], bricks["workers"]) == (
+        "lj_liquid_bricks", "atom_steps_per_s", 500, 2)
+    assert bricks["repeats"] >= 2
+    assert math.isclose(bricks["value"], 500 * 10 / bricks["median_s"], rel_tol=1e-9)
+    assert math.isclose(bricks["ratio_to_one_process"], bricks["value"] / one["value"], rel_tol=1e-9)
 
 
 def test_slab_case_needs_two_workers():

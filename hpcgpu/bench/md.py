@@ -24,7 +24,7 @@ calls timed one by one (synchronised around each) gives the split:
 ``build_s``, ``forces_s`` and ``other_s`` (drift and kicks, the rebuild
 checks) for one call, and ``seconds_per_build``.
 
-Case ``<name>_slabs`` (with ``--workers N``, N >= 2): the same run on a
+Case ``<name>_bricks`` (with ``--workers N``, N >= 2): the same run on a
 local dask cluster of N workers (one core or one GPU each), the box cut into
 N bricks (:mod:`hpcgpu.partition.bricks`): atoms stay on their
 workers, ghosts and migrants move between neighbours. The partitions are
@@ -156,16 +156,16 @@ def _lj_liquid(recorder, case, backend, dtype, requested, steps, budget_s):
                  final_temperature=after["temperature"], threads=threads, **extra)
 
 
-def _lj_liquid_slabs(recorder, case, backend, dtype, requested, steps, budget_s, workers):
+def _lj_liquid_bricks(recorder, case, backend, dtype, requested, steps, budget_s, workers):
     model = case.model(requested, dtype=dtype, backend=backend.name)
     initial = model.initial_state()
     durations = measure_partitioned(backend, workers, model, initial, case.dt(model, initial), steps,
-                                    name="bench-md-slabs", budget_s=budget_s)
+                                    name="bench-md-bricks", budget_s=budget_s)
     median = float(np.median(durations))
     rate = model.n * steps / median
     size = case.recorded_size(model, requested)
     one_process = one_process_rate(recorder, case.name, backend, dtype, size)
-    recorder.add(case=f"{case.name}_slabs", backend=backend.name, dtype=np.dtype(dtype).name, size=size,
+    recorder.add(case=f"{case.name}_bricks", backend=backend.name, dtype=np.dtype(dtype).name, size=size,
                  metric="atom_steps_per_s", value=rate, unit="1/s", durations=durations, steps_per_call=steps,
                  seconds_per_step=median / steps, workers=workers, partitions=workers,
                  ratio_to_one_process=None if one_process is None else rate / one_process,
@@ -204,8 +204,8 @@ def run(recorder, backends, *, sizes=(32000,), dtypes=("float32",), steps=100, b
                                    size=size, error=error)
                 if workers and backend.name != "numpy":
                     try:
-                        _lj_liquid_slabs(recorder, case, backend, dtype, size, steps, budget_s, workers)
+                        _lj_liquid_bricks(recorder, case, backend, dtype, size, steps, budget_s, workers)
                     except Exception as error:  # noqa: BLE001 - as above
-                        recorder.error(case=f"{case.name}_slabs", backend=backend.name,
+                        recorder.error(case=f"{case.name}_bricks", backend=backend.name,
                                        dtype=np.dtype(dtype).name, size=size, error=error)
     return recorder.results
