@@ -90,6 +90,7 @@ class CommExtension:
         self._links = {}
         self._link_locks = {}  # one per link key: two threads of a rank connect to a peer once
         self._listener = None
+        self._secrets = {}  # the secret of each session opened here: the only ids messages may make mailboxes for
         self._sessions = {}  # the Session of each id a communicator was made for here: whom to tell of an abort
         self._unspread = {}  # (source, reason) of aborts found before a communicator of their session was made
         self._closed = collections.OrderedDict()  # ids of sessions closed here, oldest first
@@ -98,52 +99,85 @@ class CommExtension:
 
     # -- mailboxes --------------------------------------------------------------------------
     def mailbox(self, session_id):
-        """The mailbox of ``session_id`` on this worker (made on first use, by a message or a rank).
+        """The mailbox of ``session_id`` on this worker (made on first use by a rank, which holds the session).
 
         A session closed here gets a mailbox of its own, aborted and kept
         nowhere: a rank made too late fails at once, and nothing stays
         behind on the worker.
         """
-        box = self._live_mailbox(session_id)
+        box = self._live_mailbox(session_id, make=True)
         if box is None:
             box = Mailbox(poll=0.0)
             box.abort(f"session {session_id} was closed on this worker")
         return box
 
-    def _live_mailbox(self, session_id):
-        """The mailbox of ``session_id`` (made on first use), or None once the session was closed here.
+    def _live_mailbox(self, session_id, make=False):
+        """The mailbox of ``session_id``, or None once the session was closed here or was never opened.
 
         The hooks of incoming messages, goodbyes and aborts use this: what
         comes after a session's close (a peer's goodbye, a late message, the
-        scheduler's abort) must not make its mailbox again.
+        scheduler's abort) must not make its mailbox again, and neither may
+        an id this worker never opened (junk ids would grow its memory).
+        ``make=True`` (a rank's own call) makes it for any id not closed.
         """
         with self._lock:
             if session_id in self._closed:
                 return None
             box = self._mailboxes.get(session_id)
-            if box is None:
+            if box is None and (make or session_id in self._secrets):
                 box = self._mailboxes[session_id] = Mailbox()
             return box
+
+    def open(self, session_id, secret, direct=True):
+        """Open ``session_id`` here with its ``secret``: its messages are taken from now on.
+
+        Returns this worker's direct listener address ("host:port", started
+        if it is not running) when ``direct`` and the fast path is on, else
+        None. :func:`~hpcgpu.partition.dask_session.open_session` calls it on
+        every worker of a session before any rank runs.
+        """
+        with self._lock:
+            if session_id not in self._closed:
+                self._secrets.setdefault(session_id, secret)
+        listener = self.listener() if direct else None
+        return None if listener is None else listener.address
+
+    def secret_of(self, session_id):
+        """The secret of ``session_id`` if it is open here, else None (the listener refuses its peers)."""
+        with self._lock:
+            return self._secrets.get(session_id)
 
     def remember(self, session):
         """Note ``session``'s workers (a communicator of it is made here): whom :meth:`spread_abort` tells."""
         with self._lock:
             if session.id in self._closed or session.id in self._sessions:
                 return
+            if session.secret:
+                self._secrets.setdefault(session.id, session.secret)
             self._sessions[session.id] = session
             pending = self._unspread.pop(session.id, None)
         if pending is not None:
             self._notify_peers(session, *pending)
 
     def forget(self, session_id):
-        """Drop what this worker keeps of a closed session, and ignore whatever of it comes later."""
+        """Drop what this worker keeps of a closed session, and ignore whatever of it comes later.
+
+        The direct listener closes with the last session open here (its port
+        is open only while a session needs it; the next session opens one).
+        """
+        listener = None
         with self._lock:
             self._mailboxes.pop(session_id, None)
             self._sessions.pop(session_id, None)
             self._unspread.pop(session_id, None)
+            self._secrets.pop(session_id, None)
             self._closed[session_id] = None
             while len(self._closed) > CLOSED_SESSIONS_KEPT:
                 self._closed.popitem(last=False)
+            if not self._secrets and self._listener is not None:
+                listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
 
     def spread_abort(self, session_id, source, reason):
         """Abort ``session_id`` here and tell its other workers, without waiting (any thread).
@@ -186,7 +220,8 @@ class CommExtension:
         with self._lock:
             if self._listener is None and direct_enabled(self.worker.address):
                 self._listener = Listener(self.worker, self._deliver, self._abort, self._finished,
-                                          lambda session, dest, reason: self.spread_abort(session, dest, reason))
+                                          lambda session, dest, reason: self.spread_abort(session, dest, reason),
+                                          secret_of=self.secret_of)
             return self._listener
 
     # the listener's hooks (its threads): a session closed here takes nothing more
@@ -210,6 +245,9 @@ class CommExtension:
         """The connection of rank ``source`` of ``session`` to the listener at ``address`` (made on first use)."""
         from hpcgpu.partition.direct_comm import Link
 
+        secret = self.secret_of(session)
+        if not secret:
+            raise ConnectionRefusedError(f"session {session} is not open on this worker: no secret to connect with")
         key = (session, source, address)
         with self._lock:
             link = self._links.get(key)
@@ -223,7 +261,8 @@ class CommExtension:
                 link = self._links.get(key)
             if link is None:
                 listener = self.listener()
-                link = Link(address, session, source, None if listener is None else listener.client_ssl)
+                link = Link(address, session, source, None if listener is None else listener.client_ssl,
+                            secret=secret)
                 with self._lock:
                     self._links[key] = link
         return link

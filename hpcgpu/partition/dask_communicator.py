@@ -46,7 +46,7 @@ Examples
 """
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hpcgpu.errors import ClusterError, CommAborted, CommError
 from hpcgpu.partition.comm_extension import NOTIFY_TIMEOUT_S, worker_extension
@@ -58,12 +58,19 @@ __all__ = ["DaskCommunicator", "SendRequest", "Session", "abort_session", "commu
 
 @dataclass(frozen=True)
 class Session:
-    """A communicator group: its id and the address of each rank's worker (rank order)."""
+    """A communicator group: its id and the address of each rank's worker (rank order).
+
+    ``secret`` (made by :func:`~hpcgpu.partition.dask_session.open_session`,
+    it travels to the workers with the session through dask's comm) is what
+    a rank proves at the direct listeners of its peers
+    (:mod:`hpcgpu.partition.direct_comm`); it is never printed.
+    """
 
     id: str
     addresses: tuple
     timeout: float = DEFAULT_TIMEOUT_S
     direct: tuple = ()  # each rank's worker's direct listener ("host:port"), or None: the dask path
+    secret: bytes = field(default=b"", repr=False)
 
     @property
     def size(self):

@@ -30,6 +30,7 @@ import uuid
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
 from hpcgpu.partition.comm_extension import ABORT_OP, NOTIFY_TIMEOUT_S, worker_extension
 from hpcgpu.partition.dask_communicator import Session
+from hpcgpu.partition.direct_comm import new_secret
 
 __all__ = ["CommSchedulerPlugin", "CommWorkerPlugin", "close_session", "on_session_close", "open_session"]
 
@@ -120,9 +121,9 @@ class CommSchedulerPlugin(SchedulerPlugin):
             del self.sessions[session]
 
 
-def _direct_listener(dask_worker):
-    listener = worker_extension(dask_worker).listener()
-    return None if listener is None else listener.address
+def _open_on_worker(session_id, secret, direct, dask_worker=None):
+    """Open the session on this worker (its messages are taken from now on); its direct listener or None."""
+    return worker_extension(dask_worker).open(session_id, secret, direct)
 
 
 def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
@@ -137,10 +138,12 @@ def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
     warning says what is missing.
     """
     client.register_plugin(CommWorkerPlugin())
-    listeners = client.run(_direct_listener, workers=sorted(set(addresses))) if direct else {}
+    # the secret goes to the workers through dask's comm, never over the rank port it protects
+    session_id, secret = uuid.uuid4().hex, new_secret()
+    listeners = client.run(_open_on_worker, session_id, secret, direct, workers=sorted(set(addresses)))
     direct = tuple(listeners.get(a) for a in addresses)
-    session = Session(uuid.uuid4().hex, tuple(addresses), float(timeout),
-                      direct if any(d is not None for d in direct) else ())
+    session = Session(session_id, tuple(addresses), float(timeout),
+                      direct if any(d is not None for d in direct) else (), secret)
     try:
         client.register_plugin(CommSchedulerPlugin())
         client.sync(client.scheduler.hpcgpu_comm_register, session=session.id, workers=list(session.addresses))

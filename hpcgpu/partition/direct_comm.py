@@ -17,10 +17,29 @@ timeouts are the same. Other protocols (``ucx://``) keep the dask path,
 and ``HPCGPU_COMM_DIRECT=0`` turns the fast path off (a firewall that
 allows only dask's ports).
 
-Frames, on one connection per (session, source rank, destination worker):
-``kind`` (``D`` data, ``A`` abort, ``B`` goodbye), then for data the
-length of the pickled header ``(dest, key, buffer lengths)`` and of the
-pickle, the header, the pickle and the buffers. A connection that ends
+Nothing read from this port is unpickled before the peer has proven that
+it belongs to the session (the port is one more the user may not know
+about: anyone who reaches it must not run code as the worker). Each
+session has a secret (:data:`SECRET_BYTES` random bytes made on the client
+when it opens, handed to the workers through dask's own comm, never sent
+on this port). At connect the listener sends a fresh nonce, the sender
+answers with a fixed binary hello (:data:`_HELLO`: magic, the session id's
+length, its rank and the HMAC-SHA256 of the nonce, rank and id under the
+secret) and the id; the listener refuses a session it has not opened, a
+wrong MAC (:func:`hmac.compare_digest`) or a handshake slower than
+:data:`HANDSHAKE_TIMEOUT_S` (all of it, TLS included), and answers
+:data:`_ACCEPTED` otherwise. One HMAC per connection, none per frame: the
+connection is then the session's. At most :data:`MAX_HANDSHAKES`
+handshakes and :data:`MAX_CONNECTIONS` connections run at once; more are
+closed at accept. The traffic itself is not encrypted on ``tcp://``
+(``tls://`` is, with dask's certificates).
+
+Frames, on one connection per (session, source rank, destination worker),
+each a kind byte and a fixed binary header (struct): ``D`` data
+(:data:`_DATA`: destination rank, length of the pickled tag, of the
+pickle and the number of out-of-band buffers, then the buffers' lengths,
+the tag, the pickle and the buffers), ``A`` abort (:data:`_TEXT` and the
+reason in UTF-8), ``B`` goodbye. A connection that ends
 without a goodbye aborts its session on the receiving worker (the sender's
 worker died); a message that cannot be rebuilt there aborts the session
 with the sender's rank, the tag and the error (the stream itself is intact).
@@ -38,6 +57,8 @@ Examples
 [0.0, 1.0, 2.0, 3.0]
 """
 
+import hashlib
+import hmac
 import io
 import logging
 import os
@@ -52,16 +73,53 @@ import numpy as np
 
 from hpcgpu.errors import CommAborted, CommError, CommTimeout
 
-__all__ = ["DIRECT_ENV", "Link", "Listener", "decode", "direct_enabled", "encode"]
+__all__ = ["DIRECT_ENV", "HANDSHAKE_TIMEOUT_S", "Link", "Listener", "MAX_CONNECTIONS", "MAX_HANDSHAKES",
+           "SECRET_BYTES", "decode", "direct_enabled", "encode", "hello_mac", "new_secret"]
 
 logger = logging.getLogger(__name__)
 
 DIRECT_ENV = "HPCGPU_COMM_DIRECT"
 """Environment variable: ``0`` keeps every message on dask's comm layer."""
 
-_HELLO = struct.Struct("!I")       # length of the pickled (session, source rank)
-_SIZES = struct.Struct("!II")      # lengths of the header and of the pickle
-_BUFFER = struct.Struct("!Q")      # length of one out-of-band buffer
+SECRET_BYTES = 32
+"""Length of a session's secret (:func:`new_secret`), the key of its HMAC."""
+
+HANDSHAKE_TIMEOUT_S = 10.0
+"""Longest a connection may take from accept to proven (TLS handshake, nonce, hello): a slow peer is cut."""
+
+MAX_HANDSHAKES = 64
+"""Connections a listener lets prove themselves at once; more are closed at accept."""
+
+MAX_CONNECTIONS = 1024
+"""Connections a listener keeps at once (proven or not; one per session, remote rank and worker)."""
+
+_MAGIC = b"HGR1"                     # hpcgpu rank port, version 1 of the hello
+_NONCE_BYTES = 32
+_MAX_SESSION_ID = 128                # bytes of a session id in a hello (uuid4 hex: 32)
+_HELLO = struct.Struct("!4sHI32s")   # magic, session id length, source rank, HMAC-SHA256; then the id
+_ACCEPTED = b"K"                     # the listener's answer to a proven hello
+_DATA = struct.Struct("!IIIH")       # dest rank, tag pickle length, pickle length, buffer count
+_BUFFER = struct.Struct("!Q")        # length of one out-of-band buffer
+_TEXT = struct.Struct("!I")          # length of an abort's reason (UTF-8)
+_MAC_CONTEXT = b"hpcgpu rank port hello 1"
+
+
+def new_secret():
+    """A fresh session secret (:data:`SECRET_BYTES` bytes of ``os.urandom``)."""
+    return os.urandom(SECRET_BYTES)
+
+
+def hello_mac(secret, nonce, session_id, source):
+    """The HMAC-SHA256 a rank proves ``session_id``'s ``secret`` with, for the listener's ``nonce``.
+
+    Examples
+    --------
+    >>> len(hello_mac(b"k" * 32, b"n" * 32, "s1", 0))
+    32
+    """
+    message = _MAC_CONTEXT + nonce + struct.pack("!I", source) + session_id.encode("utf-8")
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
 
 _COALESCE_BYTES = 1 << 18
 """A message up to this size is joined and sent in one ``sendall`` (the copy
@@ -166,6 +224,14 @@ def _recv_exactly(sock, size):
     return buffer
 
 
+def _cut(holder):
+    """Shut the socket in ``holder[0]`` down: a blocked read of its thread returns at once."""
+    try:
+        holder[0].shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 def _host_port(address):
     """``(host, port)`` of ``tcp://host:port`` (brackets of IPv6 hosts removed)."""
     rest = address.split("://", 1)[-1]
@@ -187,15 +253,23 @@ def _ssl_contexts(worker):
 class Listener:
     """A worker's socket for the direct path; a thread accepts, one thread per connection receives.
 
-    ``deliver(session, dest, source, key, obj)``, ``abort(session, reason)``
-    and ``finished(session, source)`` are the extension's mailbox hooks;
-    ``fail(session, dest, reason)`` aborts the session on every worker (a
-    message this worker cannot rebuild: its peers would wait otherwise).
+    ``secret_of(session)`` is the secret of a session this worker opened
+    (None for any other: the connection is refused, nothing is made for
+    it). ``deliver(session, dest, source, key, obj)``, ``abort(session,
+    reason)`` and ``finished(session, source)`` are the extension's mailbox
+    hooks; ``fail(session, dest, reason)`` aborts the session on every
+    worker (a message this worker cannot rebuild: its peers would wait
+    otherwise).
     """
 
-    def __init__(self, worker, deliver, abort, finished, fail):
+    def __init__(self, worker, deliver, abort, finished, fail, secret_of):
         self._deliver, self._abort, self._finished, self._fail = deliver, abort, finished, fail
+        self._secret_of = secret_of
         self._server_ssl, self.client_ssl = _ssl_contexts(worker)
+        self._lock = threading.Lock()
+        self._handshakes = 0
+        self._connections = 0
+        self.refused = 0  # connections refused or cut before they were proven (for tests and logs)
         host, _ = _host_port(worker.address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
@@ -205,40 +279,103 @@ class Listener:
         self.address = f"{host}:{self._socket.getsockname()[1]}"
         threading.Thread(target=self._accept, name="hpcgpu-comm-accept", daemon=True).start()
 
+    def connections(self):
+        """``(handshakes, connections)`` running now."""
+        with self._lock:
+            return self._handshakes, self._connections
+
     def _accept(self):
         while True:
             try:
                 connection, _ = self._socket.accept()
             except OSError:  # closed
                 return
+            with self._lock:
+                full = self._handshakes >= MAX_HANDSHAKES or self._connections >= MAX_CONNECTIONS
+                if not full:
+                    self._handshakes += 1
+                    self._connections += 1
+                else:
+                    self.refused += 1
+            if full:
+                logger.warning("hpcgpu comm: %s refuses a connection: %d handshakes or %d connections run",
+                               self.address, MAX_HANDSHAKES, MAX_CONNECTIONS)
+                connection.close()
+                continue
             threading.Thread(target=self._receive, args=(connection,), name="hpcgpu-comm-receive",
                              daemon=True).start()
 
-    def _receive(self, connection):
-        session = source = None
+    def _handshake(self, connection):
+        """``(connection, session, source)`` once the peer has proven its session's secret, else None.
+
+        Nothing is unpickled here: the hello is a fixed struct and an ASCII id.
+        """
+        holder = [connection]
+        # one deadline for all of it (a peer sending a byte every few seconds is cut too)
+        timer = threading.Timer(HANDSHAKE_TIMEOUT_S, _cut, args=(holder,))
+        timer.daemon = True
+        timer.start()
         try:
+            connection.settimeout(HANDSHAKE_TIMEOUT_S)
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._server_ssl is not None:
-                connection = self._server_ssl.wrap_socket(connection, server_side=True)
-            (size,) = _HELLO.unpack(_recv_exactly(connection, _HELLO.size))
-            session, source = pickle.loads(_recv_exactly(connection, size))
+                connection = self._server_ssl.wrap_socket(connection, server_side=True,
+                                                          do_handshake_on_connect=False)
+                holder[0] = connection
+                connection.do_handshake()
+            nonce = os.urandom(_NONCE_BYTES)
+            connection.sendall(nonce)
+            magic, id_size, source, mac = _HELLO.unpack(_recv_exactly(connection, _HELLO.size))
+            if magic != _MAGIC or not 0 < id_size <= _MAX_SESSION_ID:
+                return None
+            session = bytes(_recv_exactly(connection, id_size)).decode("ascii")  # UnicodeDecodeError: refused
+            secret = self._secret_of(session)
+            if not secret or not hmac.compare_digest(mac, hello_mac(secret, nonce, session, source)):
+                return None
+            connection.sendall(_ACCEPTED)
+            connection.settimeout(None)  # proven: a rank may stay quiet between steps as long as it likes
+            return connection, session, source
+        except (OSError, ValueError, struct.error):  # closed, cut, timed out, TLS refused, not ASCII
+            return None
+        finally:
+            timer.cancel()
+            if connection.gettimeout() is not None:  # refused (a proven one was set to block)
+                try:
+                    holder[0].close()
+                except OSError:
+                    pass
+
+    def _receive(self, connection):
+        session = source = None
+        proven = False
+        try:
+            proven = self._handshake(connection)
+            with self._lock:
+                self._handshakes -= 1
+                if not proven:
+                    self.refused += 1
+            if not proven:
+                return
+            connection, session, source = proven
             while True:
                 kind = bytes(_recv_exactly(connection, 1))
                 if kind == b"D":
-                    header_size, data_size = _SIZES.unpack(_recv_exactly(connection, _SIZES.size))
-                    dest, key, lengths = pickle.loads(_recv_exactly(connection, header_size))
-                    data = _recv_exactly(connection, data_size)
+                    dest, key_size, data_size, count = _DATA.unpack(_recv_exactly(connection, _DATA.size))
+                    lengths = struct.unpack(f"!{count}Q", _recv_exactly(connection, 8 * count)) if count else ()
+                    body = memoryview(_recv_exactly(connection, key_size + data_size))
                     buffers = [_recv_exactly(connection, n) for n in lengths]
+                    key = "(a tag that cannot be rebuilt)"
                     try:
-                        obj = decode(data, buffers)
+                        key = pickle.loads(body[:key_size])
+                        obj = decode(body[key_size:], buffers)
                     except Exception as error:  # noqa: BLE001 - the frame was read whole: the stream goes on
                         self._fail(session, dest, f"rank {dest} cannot rebuild the message rank {source} sent "
                                                   f"tagged {key!r}: {type(error).__name__}: {error}")
                         continue
                     self._deliver(session, dest, source, key, obj)
                 elif kind == b"A":
-                    (size,) = _HELLO.unpack(_recv_exactly(connection, _HELLO.size))
-                    self._abort(session, _recv_exactly(connection, size).decode())
+                    (size,) = _TEXT.unpack(_recv_exactly(connection, _TEXT.size))
+                    self._abort(session, _recv_exactly(connection, size).decode(errors="replace"))
                 elif kind == b"B":
                     self._finished(session, source)
                     return
@@ -249,24 +386,49 @@ class Listener:
                 self._abort(session, f"rank {source}'s connection closed without a goodbye "
                                      f"({type(error).__name__}): its worker was lost or it stopped")
         finally:
+            with self._lock:
+                self._connections -= 1
             try:
                 connection.close()
             except OSError:
                 pass
 
     def close(self):
+        """Stop accepting (connections already proven run on until their goodbye)."""
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone does not)
+        except OSError:
+            pass
         self._socket.close()
 
 
 class Link:
-    """One rank's connection to a peer worker's :class:`Listener` for one session (thread-safe sends)."""
+    """One rank's connection to a peer worker's :class:`Listener` for one session (thread-safe sends).
 
-    def __init__(self, address, session, source, client_ssl=None, timeout=30.0):
+    Raises
+    ------
+    ConnectionRefusedError
+        The listener refused the hello: the session is not open on that worker, or ``secret`` is not its.
+    """
+
+    def __init__(self, address, session, source, client_ssl=None, timeout=30.0, secret=b""):
         host, port = _host_port("tcp://" + address)
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if client_ssl is not None:
             sock = client_ssl.wrap_socket(sock, server_hostname=host if client_ssl.check_hostname else None)
+        nonce = _recv_exactly(sock, _NONCE_BYTES)
+        session_bytes = session.encode("ascii")
+        mac = hello_mac(secret, bytes(nonce), session, source)
+        sock.sendall(_HELLO.pack(_MAGIC, len(session_bytes), source, mac) + session_bytes)
+        try:
+            answer = sock.recv(1)
+        except OSError:
+            answer = b""
+        if answer != _ACCEPTED:
+            sock.close()
+            raise ConnectionRefusedError(f"the rank port {address} refused rank {source} of session {session}: "
+                                         "the session is not open on that worker, or its secret differs")
         # plain sockets block and send with MSG_DONTWAIT (one call when there is room); an SSL socket
         # refuses flags, so a timeout bounds each of its writes instead
         sock.settimeout(None if client_ssl is None else _WAIT_S)
@@ -275,8 +437,6 @@ class Link:
         self._lock = threading.Lock()
         self.closed = False
         self.source = source
-        hello = pickle.dumps((session, source))
-        self._send(_HELLO.pack(len(hello)) + hello, time.monotonic() + timeout, None)
 
     def send(self, dest, key, obj, timeout=None, aborted=None):
         """Send ``obj`` to rank ``dest`` under ``key``, within ``timeout`` seconds (None: no limit).
@@ -297,13 +457,16 @@ class Link:
         """
         try:
             data, buffers = encode(obj)
+            tag = pickle.dumps(key, protocol=5)
         except Exception as error:  # noqa: BLE001 - what fails to pickle is the caller's object: say which
             raise CommError(f"rank {self.source} cannot send the {type(obj).__module__}.{type(obj).__qualname__} "
                             f"object tagged {key!r} to rank {dest}: neither pickle nor cloudpickle can serialize "
                             f"it ({type(error).__name__}: {error})", rank=self.source) from error
-        header = pickle.dumps((dest, key, [len(b) for b in buffers]))
-        head = b"D" + _SIZES.pack(len(header), len(data)) + header
-        parts = [head, data, *buffers]
+        count = len(buffers)
+        head = b"D" + _DATA.pack(dest, len(tag), len(data), count)
+        if count:
+            head += struct.pack(f"!{count}Q", *[len(b) for b in buffers])
+        parts = [head, tag, data, *buffers]
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if sum(len(part) for part in parts) <= _COALESCE_BYTES:
@@ -362,7 +525,7 @@ class Link:
     def abort(self, reason):
         text = reason.encode()
         with self._lock:
-            self._send(b"A" + _HELLO.pack(len(text)) + text, time.monotonic() + _GOODBYE_S, None)
+            self._send(b"A" + _TEXT.pack(len(text)) + text, time.monotonic() + _GOODBYE_S, None)
 
     def close(self):
         """Say goodbye and close (best effort, within :data:`_GOODBYE_S`)."""

@@ -344,8 +344,12 @@ def test_the_direct_path_refuses_a_plain_connection_on_tls():
     import struct
 
     from hpcgpu.cluster import close_client, start_cluster
-    from hpcgpu.partition.dask_session import _direct_listener
     from hpcgpu.partition.direct_comm import encode
+
+    def _direct_listener(dask_worker=None):
+        from hpcgpu.partition.comm_extension import worker_extension
+
+        return worker_extension(dask_worker).listener().address
 
     secure = start_cluster(workers=1, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0", tls=True,
                      quiet=True)
@@ -478,6 +482,7 @@ def test_two_threads_of_a_rank_connect_to_a_peer_once(monkeypatch):
 
     extension = _make_fake_extension()
     listener = extension.listener()
+    extension.open("s", b"k" * 32)
     made = []
 
     class SlowLink(direct_comm.Link):
@@ -626,7 +631,7 @@ def test_a_ranks_close_leaves_the_connections_of_the_others_on_its_worker(client
 
 @pytest.fixture(params=["plain", "tls"])
 def deaf_peer(request):
-    """``(address, client_ssl)`` of a listener that accepts (and shakes hands on tls) but never reads."""
+    """``(address, client_ssl)`` of a listener that accepts (and shakes hands) but never reads after the hello."""
     import socket
     import threading
 
@@ -646,7 +651,11 @@ def deaf_peer(request):
         connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         if server_ssl is not None:
             connection = server_ssl.wrap_socket(connection, server_side=True)
-        accepted.append(connection)  # kept open, never read
+        # the listener's side of the handshake (any hello accepted), then nothing more is read
+        connection.sendall(b"n" * 32)
+        connection.recv(4096)
+        connection.sendall(b"K")
+        accepted.append(connection)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
