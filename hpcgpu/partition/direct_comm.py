@@ -225,7 +225,9 @@ def _recv_exactly(sock, size):
 
 
 def _cut(holder):
-    """Shut the socket in ``holder[0]`` down: a blocked read of its thread returns at once."""
+    """Shut the socket in ``holder[0]`` down unless ``holder[1]`` (proven): a blocked read returns at once."""
+    if holder[1]:
+        return
     try:
         holder[0].shutdown(socket.SHUT_RDWR)
     except OSError:
@@ -310,7 +312,7 @@ class Listener:
 
         Nothing is unpickled here: the hello is a fixed struct and an ASCII id.
         """
-        holder = [connection]
+        holder = [connection, False]
         # one deadline for all of it (a peer sending a byte every few seconds is cut too)
         timer = threading.Timer(HANDSHAKE_TIMEOUT_S, _cut, args=(holder,))
         timer.daemon = True
@@ -332,6 +334,7 @@ class Listener:
             secret = self._secret_of(session)
             if not secret or not hmac.compare_digest(mac, hello_mac(secret, nonce, session, source)):
                 return None
+            holder[1] = True
             connection.sendall(_ACCEPTED)
             connection.settimeout(None)  # proven: a rank may stay quiet between steps as long as it likes
             return connection, session, source
