@@ -13,8 +13,12 @@ of their session, whichever way they come:
 - the scheduler: an abort when a worker of the session left the cluster
   (``hpcgpu-comm-abort``, :mod:`hpcgpu.partition.dask_session`).
 
-It also spreads an abort found on this worker to the session's other
-workers, and forgets a closed session so that nothing of it comes back.
+Messages make a mailbox only for a session opened on the worker
+(:meth:`CommExtension.open`, called by ``open_session`` with the session's
+secret before any rank runs) or by one of its own ranks: junk session ids
+make nothing. It also spreads an abort found on this worker to the
+session's other workers, and forgets a closed session so that nothing of
+it comes back (the direct listener closes with the last one).
 :class:`~hpcgpu.partition.dask_communicator.DaskCommunicator` is the rank's
 side.
 

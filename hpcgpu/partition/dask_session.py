@@ -6,7 +6,9 @@ installs :class:`CommWorkerPlugin` (the communicator's extension on every
 worker, those that join later included) and :class:`CommSchedulerPlugin`
 (which hooks the scheduler's ``remove_worker``, as dask's P2P shuffle does,
 and tells the remaining workers of every session a lost worker belonged
-to), and finds each worker's direct listener. :func:`close_session` has
+to), and opens the session on each of its workers with a fresh secret
+(sent through dask, never over the rank port it protects: see
+:mod:`hpcgpu.partition.direct_comm`), which starts their direct listeners. :func:`close_session` has
 every rank say goodbye and close its streams, and the scheduler forget the
 session. Transports built on the communicator (NCCL's) end their own
 per-session state through :func:`on_session_close`.

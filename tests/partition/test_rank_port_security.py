@@ -183,7 +183,7 @@ def test_a_slow_peer_is_cut_at_the_handshake_deadline(client, direct_session):
                     closed = time.monotonic() - started
                 except OSError:
                     closed = time.monotonic() - started
-        assert closed is not None and closed < 4.0, closed
+        assert closed is not None and closed < 5.0, closed
         time.sleep(0.3)
         assert all(s["connections"] == (0, 0) for s in client.run(_state).values())
     finally:
