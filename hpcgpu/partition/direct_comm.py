@@ -300,8 +300,9 @@ class Listener:
                 else:
                     self.refused += 1
             if full:
-                logger.warning("hpcgpu comm: %s refuses a connection: %d handshakes or %d connections run",
-                               self.address, MAX_HANDSHAKES, MAX_CONNECTIONS)
+                if self.refused & (self.refused - 1) == 0:  # 1, 2, 4, 8...: a flood does not flood the log
+                    logger.warning("hpcgpu comm: %s refuses connections (%d so far): %d handshakes or %d "
+                                   "connections run", self.address, self.refused, MAX_HANDSHAKES, MAX_CONNECTIONS)
                 connection.close()
                 continue
             threading.Thread(target=self._receive, args=(connection,), name="hpcgpu-comm-receive",
@@ -350,13 +351,15 @@ class Listener:
 
     def _receive(self, connection):
         session = source = None
-        proven = False
+        proven = None
         try:
-            proven = self._handshake(connection)
-            with self._lock:
-                self._handshakes -= 1
-                if not proven:
-                    self.refused += 1
+            try:
+                proven = self._handshake(connection)
+            finally:
+                with self._lock:
+                    self._handshakes -= 1
+                    if not proven:
+                        self.refused += 1
             if not proven:
                 return
             connection, session, source = proven
