@@ -273,7 +273,9 @@ def test_a_slow_spell_of_one_worker_does_not_fail_acceptance(client, monkeypatch
         if function is probes.kernel_checks and ws == [workers[1]]:
             calls[workers[1]] = calls.get(workers[1], 0) + 1
             if calls[workers[1]] == 1:
-                results[workers[1]] = [{**c, "rate": c["rate"] * 0.3} for c in results[workers[1]]]
+                # far below anything a busy host gives the second run (at 0.3 a loaded CI run measured
+                # the second look slower than the slowed first one)
+                results[workers[1]] = [{**c, "rate": c["rate"] * 0.01} for c in results[workers[1]]]
         return results
 
     monkeypatch.setattr(acceptance, "_on_each", first_run_slow)
