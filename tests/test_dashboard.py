@@ -670,9 +670,10 @@ def test_browser_shows_each_hpcgpu_panel_with_live_values_of_a_running_simulatio
             partitions = _wait(lambda: (d := state("hpcgpu-partitions"))["data"] and d["data"]["worker"] and d, 30,
                                "no partitions in the panel")
             assert sorted(partitions["data"]["worker"]) == sorted(client.scheduler_info()["workers"])
-            assert sum(partitions["data"]["items"]) == 64 and partitions["data"]["partitions"] == [1, 1]
+            # the grid's blocks are counted in cells: 96 x 64 of them
+            assert sum(partitions["data"]["items"]) == 96 * 64 and partitions["data"]["partitions"] == [1, 1]
             assert partitions["canvases"] > 0
-            assert state("hpcgpu_partitions")["model_title"] == f"{name}: 2 partitions on 2 workers (rows per worker)"
+            assert state("hpcgpu_partitions")["model_title"] == f"{name}: 2 partitions on 2 workers (cells per worker)"
             _screenshot(browser, "dashboard-panel-partitions.png")
 
             browser.get(_base(client) + "/individual-hpcgpu-gpus")

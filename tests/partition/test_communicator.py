@@ -546,12 +546,16 @@ def _send_unpicklables(comm):
 
     if comm.rank == 0:
         comm.send(lambda x: x + 1, 1, "function")
+        # the abort below may overtake the function on its way (it travels on another connection):
+        # send the lock only once rank 1 has the function
+        comm.recv(1, "got it", timeout=10)
         try:
             comm.send(threading.Lock(), 1, "lock")
         except Exception as error:  # noqa: BLE001 - reported to the test
             return type(error).__name__, str(error)
         return None
     increment = comm.recv(0, "function", timeout=5)
+    comm.send(None, 0, "got it")
     started = time.monotonic()
     try:
         comm.recv(0, "lock", timeout=8)
