@@ -40,10 +40,6 @@ class AllPairsDecomposition(Decomposition):
     steps_per_task = 1
     unit = "bodies"
 
-    @classmethod
-    def calibrate(cls, client, model):
-        raise ConfigError("weights='calibrate' is only available for grid models; give bodies weights as "
-                          "numbers, one per partition")
 
     @classmethod
     def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):

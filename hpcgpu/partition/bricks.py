@@ -149,10 +149,6 @@ class BrickDecomposition(Decomposition):
     steps_per_task = 1
     unit = "atoms"
 
-    @classmethod
-    def calibrate(cls, client, model):
-        raise ConfigError("weights='calibrate' is only available for grid models; give brick weights as "
-                          "numbers, one per partition")
 
     @classmethod
     def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):

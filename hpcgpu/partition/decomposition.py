@@ -69,6 +69,14 @@ class Decomposition:
 
     unit = "items"
 
+    @classmethod
+    def calibrate(cls, client, model):
+        """``{worker: steps/s}`` for ``weights="calibrate"``; only grid decompositions measure it."""
+        from hpcgpu.errors import ConfigError
+
+        raise ConfigError(f"weights='calibrate' is only available for grid models; give {cls.unit} weights as "
+                          "numbers, one per partition")
+
     # client side
     def split_state(self, model, state):
         """The initial block of each rank, from the model's global state wherever it lives.
