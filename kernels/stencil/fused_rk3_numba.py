@@ -22,7 +22,11 @@ Every output point is computed by exactly the operations of three
 - at an open edge each stage only computes the rows its output is valid on
   (2 fewer rows south and 1 fewer north per stage), as the stage-wise
   stepper does; output rows within 6 south / 3 north of an open edge are
-  not valid (and partly not written).
+  not valid (and partly not written);
+- a column window (``cols``) is stepped as if it were the whole grid, by
+  all three stages: the caller shrinks it between steps (by 6 columns west
+  and 3 east at open sides), a few columns more work than shrinking it
+  stage by stage as the rows do, for rings of one width.
 
 Threads take blocks of output rows; each block recomputes the few stage-1
 and stage-2 rows it shares with its neighbours (9 rows per block).
