@@ -54,18 +54,21 @@ def on_device(array):
     return _view(memory.ptr, array.shape, array.strides, array.dtype, memory.device_id)
 
 
-def flat_on_device(array):
+def flat_on_device(array, start=0):
     """A 1-D Numba view of a C-contiguous array (of any shape), as flat kernels index it.
 
-    The same as ``on_device(array.reshape(array.size))`` without making the
-    CuPy view on every call.
+    The same as ``on_device(array.reshape(array.size)[start:])`` without
+    making the CuPy view on every call. ``start`` (an element, ``0 <= start
+    < array.size``) lets a kernel index a window of columns from its first
+    element with the array's own row stride.
     """
     if isinstance(array, np.ndarray):
-        return array.reshape(array.size)
+        return array.reshape(array.size)[start:]
     if not array.flags.c_contiguous:
         raise ValueError("flat_on_device needs a C-contiguous array")
     memory = array.data
-    return _view(memory.ptr, (array.size,), (array.itemsize,), array.dtype, memory.device_id)
+    return _view(memory.ptr + start * array.itemsize, (array.size - start,), (array.itemsize,), array.dtype,
+                 memory.device_id)
 
 
 @functools.lru_cache(maxsize=VIEWS)

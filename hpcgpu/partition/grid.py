@@ -148,8 +148,9 @@ def _balanced(extent, count, periodic, frame_low, frame_high, shrink):
     """Weights that give every block of one axis the same stepping work.
 
     A block steps its own cells plus the frame on each side with a
-    neighbour: all of it along x, about half along y (the stepped rows
-    shrink stage by stage towards an open edge: ``shrink``).
+    neighbour: all of it, or about half where the model's stepped rows or
+    columns shrink stage by stage towards an open edge (``shrink``: the
+    model's ``shrinks_rows`` / ``shrinks_cols``).
     """
     factor = 0.5 if shrink else 1.0
     extras = [factor * (frame_low * (_sides(p, count, periodic)[0] == "halo")
@@ -210,9 +211,8 @@ class GridDecomposition(Decomposition):
                               f"{nx} ranks along x and {ny} along y")
         k = auto_grid_steps(model, grid) if steps_per_task is None else steps_per_task
         frame = reach_of(model, k)
-        shrink = getattr(model, "shrinks_rows", False)
-        x_weights = _balanced(nx, px, periodic[0], frame[0], frame[1], False)
-        y_weights = _balanced(ny, py, periodic[1], frame[2], frame[3], shrink)
+        x_weights = _balanced(nx, px, periodic[0], frame[0], frame[1], getattr(model, "shrinks_cols", False))
+        y_weights = _balanced(ny, py, periodic[1], frame[2], frame[3], getattr(model, "shrinks_rows", False))
         given = None
         if weights is not None:
             given = [float(w) for w in weights]

@@ -9,9 +9,12 @@ every entry point shares are in :mod:`.fields`, the shallow-water entry
 points in :mod:`.shallow_water`; this module re-exports them.
 
 Boundaries are ``"periodic"`` or ``"wall"`` for both axes, a pair
-``(x, y)``, or a triple ``(x, south, north)`` where south and north may also
-be ``"open"`` (the edge of a partition with a halo; results within the
-stencil reach of an open edge are not valid). The scalar kernels
+``(x, y)``, or a triple ``(x, south, north)`` where any may also be
+``"open"`` (the edge of a partition with a halo; results within the
+stencil reach of an open edge are not valid; ``"open"`` x means both the
+west and the east edge). The shallow-water stage and step also take a
+column window ``cols=(lo, hi)``: they step those columns as if they were
+the whole grid, as a row window steps rows. The scalar kernels
 (:func:`laplacian`, :func:`diffuse`) also take ``"dirichlet"`` on any edge:
 the points just beyond it hold ``boundary_value`` (default 0), the textbook
 heat-equation setup (see :mod:`.boundary`).

@@ -282,11 +282,13 @@ def _neighbours(h, u, v, offset, w2, w, e, u_west_zero, u_east_zero, v_zero, zer
 
 
 @cuda.jit
-def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
+def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx, pitch,
                   g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, rows,
                   zero, half, quarter, c24, c_eps, c_phi):
-    # The nine fields are flat views of (ny, nx) grids, indexed with unsigned
-    # offsets (never negative; a signed index costs a wraparound check).
+    # The nine fields are flat views of (ny, nx) windows whose rows lie
+    # ``pitch`` elements apart (a column window of wider arrays: pitch > nx),
+    # indexed with unsigned offsets (never negative; a signed index costs a
+    # wraparound check).
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if i >= nx:
         return
@@ -311,7 +313,7 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
     # _e = i-2, i-1, i, i+1. Corner row r holds the north corners of cell row
     # r-1, so q_o / q_n are corner rows r-1 / r.
     r = j0 - 2
-    offset = _wrap_or_clamp(r, ny, periodic_y) * nx
+    offset = _wrap_or_clamp(r, ny, periodic_y) * pitch
     v_zero = _v_is_zero(r, ny, bc_s, bc_n)
     k = np.uint64(offset + i)
     h_o = h[k]
@@ -321,7 +323,7 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
         h, u, v, offset, w2, w, e, u_west_zero, u_east_zero, v_zero, zero)
     # The own column of the next row, loaded a step ahead.
     r = j0 - 1
-    ahead_offset = _wrap_or_clamp(r, ny, periodic_y) * nx
+    ahead_offset = _wrap_or_clamp(r, ny, periodic_y) * pitch
     ahead_v_zero = _v_is_zero(r, ny, bc_s, bc_n)
     k = np.uint64(ahead_offset + i)
     ahead_h = h[k]
@@ -341,7 +343,7 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
         v_n = ahead_v
         h_n_w2, h_n_w, h_n_e, u_n_w, u_n_e, v_n_w2, v_n_w, v_n_e = _neighbours(
             h, u, v, offset, w2, w, e, u_west_zero, u_east_zero, v_zero, zero)
-        ahead_offset = _wrap_or_clamp(r + 1, ny, periodic_y) * nx
+        ahead_offset = _wrap_or_clamp(r + 1, ny, periodic_y) * pitch
         ahead_v_zero = _v_is_zero(r + 1, ny, bc_s, bc_n)
         k = np.uint64(ahead_offset + i)
         ahead_h = h[k]
@@ -351,7 +353,7 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
         write = jo >= j0
         k_out = np.uint64(0)
         if write:
-            k_out = np.uint64(jo * nx + i)
+            k_out = np.uint64(jo * pitch + i)
         # Corner row r at corners i-1, i, i+1; meridional flux on faces i-1, i.
         f = f_corner[_coriolis_index(r, ny, periodic_y)]
         q_n_w = potential_vorticity(f, h_o_w2, h_o_w, h_n_w2, h_n_w, u_o_w, u_n_w, v_n_w2, v_n_w,
@@ -434,22 +436,27 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, ny, nx,
 
 
 def _stage(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu, a, b, c,
-           bc_x, bc_s, bc_n, launch=None):
-    """The stage kernel with ``launch`` (default :data:`LAUNCH`) on C-contiguous fields."""
+           bc_x, bc_s, bc_n, launch=None, cols=None):
+    """The stage kernel with ``launch`` (default :data:`LAUNCH`) on C-contiguous fields, columns ``cols``."""
     dtype = np.dtype(h.dtype)
     launch = launch or LAUNCH[("stage", dtype.name)]
     t = dtype.type
-    ny, nx = h.shape
+    ny, pitch = h.shape
+    c0, c1 = (0, pitch) if cols is None else cols
     fields = (u0, v0, h0, u, v, h, u_out, v_out, h_out)
-    _stage_kernel[_grid(h.shape, launch), (launch.threads, 1), _stream(h)](
-        *(_flat_on_device(x) for x in fields), _on_device(f_corner), ny, nx,
+    _stage_kernel[_grid((ny, c1 - c0), launch), (launch.threads, 1), _stream(h)](
+        *(_flat_on_device(x, c0) for x in fields), _on_device(f_corner), ny, c1 - c0, pitch,
         t(g), t(rdx), t(rdy), t(nu), t(a), t(b), t(c), bc_x, bc_s, bc_n, launch.rows,
         t(0.0), t(0.5), t(0.25), t(1.0 / 24.0), t(rdx / (24.0 * rdy)), t(rdy / (24.0 * rdx)))
 
 
 def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
-                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
-    """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``."""
+                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, cols=None):
+    """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``.
+
+    ``cols = (lo, hi)`` steps only those columns, as if they were the whole
+    grid; the kernel indexes them with the arrays' own row stride.
+    """
     xp = _xp(h)
     u, v, h = (xp.ascontiguousarray(x) for x in (u, v, h))
     if a == 0:
@@ -458,10 +465,11 @@ def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
         u0, v0, h0 = (xp.ascontiguousarray(x) for x in (u0, v0, h0))
     outs = (u_out, v_out, h_out)
     targets = tuple(_target(o) for o in outs)
-    _stage(u0, v0, h0, u, v, h, *targets, f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n)
+    _stage(u0, v0, h0, u, v, h, *targets, f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, cols=cols)
+    window = (slice(None), slice(None) if cols is None else slice(*cols))
     for out, target in zip(outs, targets):
         if target is not out:
-            out[...] = target
+            out[window] = target[window]
 
 
 def shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n):

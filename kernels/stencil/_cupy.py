@@ -256,23 +256,34 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
 
 
 def _stage(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu, a, b, c,
-           bc_x, bc_s, bc_n, launch=None):
-    """The stage kernel on contiguous arrays of one dtype (``*0`` unread when ``a == 0``)."""
+           bc_x, bc_s, bc_n, launch=None, cols=None):
+    """The stage kernel on contiguous arrays of one dtype (``*0`` unread when ``a == 0``), columns ``cols``.
+
+    The kernel steps the window ``cols`` as if it were the whole grid,
+    indexing it from its first column with the arrays' own row stride.
+    """
     t = h.dtype.type
-    ny, nx = h.shape
+    ny, pitch = h.shape
+    c0, c1 = (0, pitch) if cols is None else cols
     vectors = (u, v, h, u_out, v_out, h_out) + ((u0, v0, h0) if a != 0 else ())
-    launch = _fitting(launch or LAUNCH[("stage", h.dtype.name)], nx, vectors)
-    _launch("sw_stage_kernel", "stage", vectors, h.shape,
+    launch = _fitting(launch or LAUNCH[("stage", h.dtype.name)], c1 - c0, vectors)
+    if pitch % launch.vec or c0 % launch.vec:  # the window's rows must start on whole vectors too
+        launch = launch._replace(vec=1)
+    _launch("sw_stage_kernel", "stage", vectors, (ny, c1 - c0),
             (u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
-             np.int32(ny), np.int32(nx), np.int32(launch.rows), t(g), t(rdx), t(rdy), t(nu),
+             np.int32(ny), np.int32(c1 - c0), np.int32(pitch), np.int32(c0), np.int32(launch.rows),
+             t(g), t(rdx), t(rdy), t(nu),
              t(a), t(b), t(c), t(rdx / (24.0 * rdy)), t(rdy / (24.0 * rdx)),
              np.int32(bc_x), np.int32(bc_s), np.int32(bc_n)),
             launch)
 
 
 def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
-                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
-    """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``."""
+                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, cols=None):
+    """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``.
+
+    ``cols = (lo, hi)`` steps only those columns, as if they were the whole grid.
+    """
     _float_type(h)
     dtype = h.dtype
     u, v, h = (_input(x, h) for x in (u, v, h))
@@ -283,10 +294,11 @@ def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
     f_corner = _input(f_corner, h)
     outs = (u_out, v_out, h_out)
     targets = tuple(_target(o, dtype) for o in outs)
-    _stage(u0, v0, h0, u, v, h, *targets, f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n)
+    _stage(u0, v0, h0, u, v, h, *targets, f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, cols=cols)
+    window = (slice(None), slice(None) if cols is None else slice(*cols))
     for out, target in zip(outs, targets):
         if target is not out:
-            out[...] = target
+            out[window] = target[window]
 
 
 def shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n):

@@ -52,8 +52,10 @@ from hpcgpu.kernels.stencil.rows_numba import (
 @njit(parallel=True, **_OPTS)
 def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
                   g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n,
-                  half, quarter, c24, c_eps, c_phi, n_chunks):
-    ny, nx = h.shape
+                  half, quarter, c24, c_eps, c_phi, n_chunks, col0, col1):
+    # only columns col0:col1 are read and written, as if they were the whole grid
+    ny = h.shape[0]
+    nx = col1 - col0
     width = nx + 2 * GHOST
     rdx2 = rdx * rdx
     rdy2 = rdy * rdy
@@ -67,19 +69,20 @@ def _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
         # (x0 + b (x - x0) is then b x, and the *0 arrays are not read).
         zero_row = np.zeros(nx, h.dtype)
         for r in range(j0 - 2, j1 + 1):
-            _load_rows(r, h, u, v, h_ring[r % 4], u_ring[r % 4], v_ring[r % 4], bc_x, bc_s, bc_n, zero_row)
+            _load_rows(r, h, u, v, h_ring[r % 4], u_ring[r % 4], v_ring[r % 4], bc_x, bc_s, bc_n, zero_row,
+                       col0, col1)
             _sweep_row(r, h_ring, u_ring, v_ring, q_ring, vf_ring, uf_ring, bern_ring, f_corner, g, rdx, rdy,
                        half, quarter, bc_s)
             jo = r - 1
             if jo < j0:
                 continue
             if use_base:
-                u0_r, v0_r, h0_r = u0[jo], v0[jo], h0[jo]
+                u0_r, v0_r, h0_r = u0[jo, col0:col1], v0[jo, col0:col1], h0[jo, col0:col1]
             else:
                 u0_r = v0_r = h0_r = zero_row
             _emit_row(r, u_ring, v_ring, h_ring, q_ring, vf_ring, uf_ring, bern_ring,
-                      u0_r, v0_r, h0_r, u_out[jo], v_out[jo], h_out[jo], rdx, rdy, rdx2, rdy2, nu, b, c,
-                      c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
+                      u0_r, v0_r, h0_r, u_out[jo, col0:col1], v_out[jo, col0:col1], h_out[jo, col0:col1],
+                      rdx, rdy, rdx2, rdy2, nu, b, c, c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
         restore_fp_mode(fp_mode)
 
 
@@ -89,15 +92,25 @@ def _chunks(rows):
     return max(1, min(rows // 8, 4 * numba.get_num_threads()))
 
 
-@adaptive_threads(key=lambda *args: args[5].shape)
+def _window_shape(field, cols):
+    """The ``(rows, columns)`` a call steps: its work size for :func:`adaptive_threads`."""
+    return field.shape[0], field.shape[1] if cols is None else cols[1] - cols[0]
+
+
+@adaptive_threads(key=lambda *args, cols=None: _window_shape(args[5], cols))
 def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
-                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
-    """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``."""
+                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, cols=None):
+    """Fused RK stage ``out = a*state0 + b*state + c*tendency(state)``; see ``_numpy``.
+
+    ``cols = (lo, hi)`` steps only those columns, as if they were the whole
+    grid (``bc_x`` at their edges); the others are neither read nor written.
+    """
     t = h.dtype.type
+    col0, col1 = (0, h.shape[1]) if cols is None else cols
     _stage_kernel(u0, v0, h0, u, v, h, u_out, v_out, h_out, f_corner,
                   t(g), t(rdx), t(rdy), t(nu), t(a), t(b), t(c), bc_x, bc_s, bc_n,
                   t(0.5), t(0.25), t(1.0 / 24.0), t(rdx / (24.0 * rdy)), t(rdy / (24.0 * rdx)),
-                  _chunks(h.shape[0]))
+                  _chunks(h.shape[0]), int(col0), int(col1))
 
 
 def shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n):
@@ -172,7 +185,7 @@ def laplacian(field, out, rdx2, rdy2, bc_x, bc_s, bc_n, value=0.0):
     return out
 
 
-@adaptive_threads(key=lambda *args: args[0].shape)
-def shallow_water_rk3_step(*args):
+@adaptive_threads(key=lambda *args, cols=None: _window_shape(args[0], cols))
+def shallow_water_rk3_step(*args, cols=None):
     """One whole SSP-RK3 step in one sweep; see ``fused_rk3_numba.shallow_water_rk3_step``."""
-    return _fused_rk3_step(*args)
+    return _fused_rk3_step(*args, cols=cols)

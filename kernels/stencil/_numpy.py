@@ -223,7 +223,7 @@ def shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n)
 
 
 def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
-                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n):
+                        f_corner, g, rdx, rdy, nu, a, b, c, bc_x, bc_s, bc_n, cols=None):
     """One fused Runge-Kutta stage: ``out = a*state0 + b*state + c*tendency(state)``.
 
     ``a`` is 0 or ``1 - b`` (a convex combination, as in every SSP Runge-Kutta
@@ -231,7 +231,15 @@ def shallow_water_stage(u0, v0, h0, u, v, h, u_out, v_out, h_out,
     state0)``: written as ``a*x0 + b*x``, float32 rounds RK3's ``1/3 + 2/3``
     to ``1 + 3e-8`` and the mass drifts by that much per step. With
     ``a == 0`` the ``*0`` arrays are not read. ``c`` carries the time step.
+    ``cols = (lo, hi)`` (the column window) steps only those columns, as if
+    they were the whole grid (``bc_x`` at their edges: ``OPEN`` where a
+    partition's frame continues beyond them); the other columns are neither
+    read nor written. Every backend takes the same window.
     """
+    if cols is not None:
+        window = (slice(None), slice(*cols))
+        u0, v0, h0, u, v, h, u_out, v_out, h_out = (
+            x[window] for x in (u0, v0, h0, u, v, h, u_out, v_out, h_out))
     du, dv, dh = shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, bc_x, bc_s, bc_n)
     for out, x0, x, dx in ((u_out, u0, u, du), (v_out, v0, v, dv), (h_out, h0, h, dh)):
         if a == 0:

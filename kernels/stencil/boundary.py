@@ -11,7 +11,8 @@ each of its south (row 0) and north (row ny-1) edges:
 ``OPEN``
     the edge of a partition with a halo: values beyond it are clamped to the
     edge; results within the stencil reach of that edge are not valid and are
-    cut away by the caller;
+    cut away by the caller. Along x it holds for both edges (the west and east
+    ends of a column window whose frame continues on both sides);
 ``DIRICHLET``
     a fixed value (scalar kernels only: ``laplacian`` and ``diffuse``): the
     points just beyond the edge hold the boundary value. The array is then

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC
+from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, PERIODIC
 from hpcgpu.validation import check_float
 
 __all__ = ["MIN_POINTS", "normalize_boundary"]
@@ -37,7 +37,9 @@ def normalize_boundary(boundary, *, allow_dirichlet=False):
     ----------
     boundary : str or tuple
         ``"periodic"``, ``"wall"``, a pair ``(x, y)`` or a triple
-        ``(x, south, north)``; ``"open"`` is allowed for south and north.
+        ``(x, south, north)``; ``"open"`` (the edge of a partition whose
+        frame continues beyond it) is allowed for south, north and x (both
+        x edges: the west and east ends of a column window).
     allow_dirichlet : bool
         Accept ``"dirichlet"`` on any edge: only callers that apply a fixed
         value (the scalar kernels :func:`laplacian` and :func:`diffuse`) set
@@ -46,8 +48,8 @@ def normalize_boundary(boundary, *, allow_dirichlet=False):
     Raises
     ------
     ConfigError
-        Unknown kind, a half-periodic axis, ``"open"`` along x, or
-        ``"dirichlet"`` where it is not allowed.
+        Unknown kind, a half-periodic axis, or ``"dirichlet"`` where it is
+        not allowed.
 
     Examples
     --------
@@ -76,10 +78,6 @@ def normalize_boundary(boundary, *, allow_dirichlet=False):
             raise ConfigError(
                 f"boundary ({label}) must be one of {', '.join(map(repr, kinds))}; got {part!r}")
     x, south, north = (CODES[p] for p in parts)
-    if x == OPEN:
-        raise ConfigError("boundary along x must be " + ("'periodic', 'wall' or 'dirichlet'" if allow_dirichlet
-                                                         else "'periodic' or 'wall'")
-                          + "; 'open' is only for the south/north edges of a partition")
     if (south == PERIODIC) != (north == PERIODIC):
         raise ConfigError(
             f"boundary in y is periodic on one edge only ({NAMES[south]!r} south, "

@@ -22,7 +22,11 @@ Every output point is computed by exactly the operations of three
 - at an open edge each stage only computes the rows its output is valid on
   (2 fewer rows south and 1 fewer north per stage), as the stage-wise
   stepper does; output rows within 6 south / 3 north of an open edge are
-  not valid (and partly not written).
+  not valid (and partly not written);
+- a column window (``cols``) is stepped as if it were the whole grid, by
+  all three stages: the caller shrinks it between steps (by 6 columns west
+  and 3 east at open sides), a few columns more work than shrinking it
+  stage by stage as the rows do, for rings of one width.
 
 Threads take blocks of output rows; each block recomputes the few stage-1
 and stage-2 rows it shares with its neighbours (9 rows per block).
@@ -94,8 +98,10 @@ def _stage_bounds(k, ny, bc_s, bc_n):
 @njit(parallel=True, **_OPTS)
 def _rk3_kernel(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu,
                 b1, c1, b2, c2, b3, c3, bc_x, bc_s, bc_n, half, quarter, c24, c_eps, c_phi,
-                n_chunks, failed):
-    ny, nx = h0.shape
+                n_chunks, failed, col0, col1):
+    # only columns col0:col1 are read and written, as if they were the whole grid
+    ny = h0.shape[0]
+    nx = col1 - col0
     width = nx + 2 * GHOST
     rdx2 = rdx * rdx
     rdy2 = rdy * rdy
@@ -135,9 +141,10 @@ def _rk3_kernel(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu,
                 _sweep_row(r3, h3, u3, v3, q3, vf3, uf3, bern3, f_corner, g, rdx, rdy, half, quarter, bc_s)
                 jo = r3 - 1
                 if jo >= a3:
-                    _emit_row(r3, u3, v3, h3, q3, vf3, uf3, bern3, u0[jo], v0[jo], h0[jo],
-                              u_out[jo], v_out[jo], h_out[jo], rdx, rdy, rdx2, rdy2, nu, b3, c3,
-                              c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
+                    window = slice(col0, col1)
+                    _emit_row(r3, u3, v3, h3, q3, vf3, uf3, bern3, u0[jo, window], v0[jo, window], h0[jo, window],
+                              u_out[jo, window], v_out[jo, window], h_out[jo, window],
+                              rdx, rdy, rdx2, rdy2, nu, b3, c3, c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
                 r3 += 1
             elif r2 <= e2 and _needed_row(r2, ny, periodic) <= done1:
                 _load_ring_rows(r2, out1_h, out1_u, out1_v, ny, h2, u2, v2, bc_x, bc_s, bc_n, zero_row)
@@ -146,13 +153,15 @@ def _rk3_kernel(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu,
                 if jo >= a2:
                     j0 = jo % ny
                     slot = jo % RING
-                    _emit_row(r2, u2, v2, h2, q2, vf2, uf2, bern2, u0[j0], v0[j0], h0[j0],
+                    window = slice(col0, col1)
+                    _emit_row(r2, u2, v2, h2, q2, vf2, uf2, bern2, u0[j0, window], v0[j0, window], h0[j0, window],
                               out2_u[slot], out2_v[slot], out2_h[slot], rdx, rdy, rdx2, rdy2, nu, b2, c2,
                               c24, c_eps, c_phi, bc_x, bc_s == WALL and jo == 0)
                     done2 = jo
                 r2 += 1
             elif r1 <= e1:
-                _load_rows(r1, h0, u0, v0, h1[r1 % 4], u1[r1 % 4], v1[r1 % 4], bc_x, bc_s, bc_n, zero_row)
+                _load_rows(r1, h0, u0, v0, h1[r1 % 4], u1[r1 % 4], v1[r1 % 4], bc_x, bc_s, bc_n, zero_row,
+                           col0, col1)
                 _sweep_row(r1, h1, u1, v1, q1, vf1, uf1, bern1, f_corner, g, rdx, rdy, half, quarter, bc_s)
                 jo = r1 - 1
                 if jo >= a1:
@@ -176,19 +185,23 @@ def _chunks(rows):
 
 
 def shallow_water_rk3_step(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rdy, nu, dt, stages,
-                           bc_x, bc_s, bc_n):
+                           bc_x, bc_s, bc_n, cols=None):
     """One SSP-RK3 step from ``(u0, v0, h0)`` into ``(u_out, v_out, h_out)``.
 
     ``stages`` are the ``(a, b, c)`` of :data:`hpcgpu.kernels.stencil.SSP_RK3_STAGES`
     (the first must have ``a = 0``, the others ``a = 1 - b``). The outputs
     must not overlap the inputs. Bitwise equal to three
-    ``shallow_water_stage`` calls; see the module docstring.
+    ``shallow_water_stage`` calls; see the module docstring. ``cols = (lo,
+    hi)`` steps only those columns, all three stages of them, as if they
+    were the whole grid (``bc_x`` at their edges); the others are neither
+    read nor written.
     """
     t = h0.dtype.type
     (a1, b1, c1), (_, b2, c2), (_, b3, c3) = stages
     if a1 != 0:
         raise ValueError(f"the first stage of the fused step must have a = 0; got {a1}")
     ny = h0.shape[0]
+    col0, col1 = (0, h0.shape[1]) if cols is None else cols
     lo, hi = _stage_bounds(2, ny, bc_s, bc_n)
     if hi <= lo:
         return
@@ -196,6 +209,6 @@ def shallow_water_rk3_step(u0, v0, h0, u_out, v_out, h_out, f_corner, g, rdx, rd
     _rk3_kernel(u0, v0, h0, u_out, v_out, h_out, f_corner, t(g), t(rdx), t(rdy), t(nu),
                 t(b1), t(c1 * dt), t(b2), t(c2 * dt), t(b3), t(c3 * dt), bc_x, bc_s, bc_n,
                 t(0.5), t(0.25), t(1.0 / 24.0), t(rdx / (24.0 * rdy)), t(rdy / (24.0 * rdx)),
-                len(failed), failed)
+                len(failed), failed, int(col0), int(col1))
     if failed.any():
         raise RuntimeError("internal error: the fused RK3 pipeline stalled; please report this grid shape")

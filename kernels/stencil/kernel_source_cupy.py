@@ -118,8 +118,8 @@ struct sw_row {
 };
 
 // The thread's own columns of u, v, h on logical row r (one vector load per
-// field), and where that row is stored. These are the loads that go to DRAM:
-// the kernel issues them one row ahead.
+// field), and where that row is stored (rows lie `pitch` elements apart).
+// These are the loads that go to DRAM: the kernel issues them one row ahead.
 template<typename T, int VEC>
 struct sw_own {
     hg_vec<T, VEC> h, u, v;
@@ -130,9 +130,9 @@ struct sw_own {
 template<typename T, int VEC>
 __device__ __forceinline__ void sw_load_own(sw_own<T, VEC>& x, const T* __restrict__ u,
                                             const T* __restrict__ v, const T* __restrict__ h,
-                                            int r, int ny, int nx, int i0, int bc_s, int bc_n)
+                                            int r, int ny, int pitch, int i0, int bc_s, int bc_n)
 {
-    x.row = (long long)neighbour_row(r, ny, bc_s) * nx;
+    x.row = (long long)neighbour_row(r, ny, bc_s) * pitch;
     x.v_zero = (r < 0 && bc_s == BC_WALL) || (r >= ny && bc_n == BC_WALL);
     x.h = load_vec<T, VEC>(h + x.row + i0);
     x.u = load_vec<T, VEC>(u + x.row + i0);
@@ -206,9 +206,14 @@ __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ 
                                 const T* __restrict__ h,
                                 T* __restrict__ u_out, T* __restrict__ v_out, T* __restrict__ h_out,
                                 const T* __restrict__ f_corner,
-                                int ny, int nx, int rows, T g, T rdx, T rdy, T nu, T a, T b, T c,
+                                int ny, int nx, int pitch, int col0, int rows,
+                                T g, T rdx, T rdy, T nu, T a, T b, T c,
                                 T c_eps, T c_phi, int bc_x, int bc_s, int bc_n)
 {
+    // The window of columns col0 .. col0+nx-1 of arrays whose rows lie pitch
+    // elements apart, stepped as if it were the whole grid (bc_x at its edges).
+    u0 += col0; v0 += col0; h0 += col0; u += col0; v += col0; h += col0;
+    u_out += col0; v_out += col0; h_out += col0;
     constexpr int W = VEC + 3;
     const int i0 = (int)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (i0 >= nx) return;
@@ -235,9 +240,9 @@ __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ 
     // flight during the compute of row r.
     sw_own<T, VEC> ahead;
     sw_row<T, VEC> prev, cur;
-    sw_load_own<T, VEC>(ahead, u, v, h, j0 - 2, ny, nx, i0, bc_s, bc_n);
+    sw_load_own<T, VEC>(ahead, u, v, h, j0 - 2, ny, pitch, i0, bc_s, bc_n);
     sw_fill_row<T, VEC>(prev, ahead, u, v, h, w2, w, e, u_west_zero, u_east_zero);
-    sw_load_own<T, VEC>(ahead, u, v, h, j0 - 1, ny, nx, i0, bc_s, bc_n);
+    sw_load_own<T, VEC>(ahead, u, v, h, j0 - 1, ny, pitch, i0, bc_s, bc_n);
     T q_o[W] = {}, vf_o[W] = {}, vf_s[W] = {}, uf_s[W] = {};
     T alpha_s[W] = {}, beta_s[W] = {}, phi_s[W] = {}, bern_s[W] = {}, u_s[W] = {}, v_s[W] = {};
 
@@ -246,10 +251,10 @@ __global__ void sw_stage_kernel(const T* __restrict__ u0, const T* __restrict__ 
 #pragma unroll (sw_stage_tuning<T, VEC>::unroll)
     for (int r = j0 - 1; r <= j1; ++r) {
         sw_fill_row<T, VEC>(cur, ahead, u, v, h, w2, w, e, u_west_zero, u_east_zero);
-        sw_load_own<T, VEC>(ahead, u, v, h, r + 1, ny, nx, i0, bc_s, bc_n);
+        sw_load_own<T, VEC>(ahead, u, v, h, r + 1, ny, pitch, i0, bc_s, bc_n);
         const int jo = r - 1;
         const bool write = jo >= j0;
-        const long long k_out = (long long)jo * nx + i0;
+        const long long k_out = (long long)jo * pitch + i0;
 
         // Corner row r (corners k = 1 .. VEC+2) and face row r (k = 1 .. VEC+1).
         const T f = coriolis_row(f_corner, r, ny, bc_s);

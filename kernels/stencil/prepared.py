@@ -54,8 +54,11 @@ class PreparedShallowWater:
         self.__dict__.update(state)
         self._kernels = self.backend.kernels("stencil")
 
-    def _window(self, arrays, rows):
-        """The rows ``lo:hi`` of each array (and of the Coriolis corners), checked."""
+    def _window(self, arrays, rows, cols):
+        """The rows ``lo:hi`` of each array (and of the Coriolis corners), checked; ``cols`` checked too."""
+        if cols is not None and not 0 <= cols[0] < cols[1] <= self.nx:
+            raise ConfigError(f"cols must be (lo, hi) with 0 <= lo < hi <= {self.nx} (the fields' width); "
+                              f"got {tuple(cols)}")
         lo, hi = rows
         window = (slice(lo, hi),)
         out = []
@@ -69,24 +72,29 @@ class PreparedShallowWater:
             raise ConfigError(f"rows {lo}:{hi} reach beyond the {self.f_corner.shape[0]} Coriolis corner rows")
         return out, corners
 
-    def stage(self, state0, state, out, *, a, b, c, rows):
+    def stage(self, state0, state, out, *, a, b, c, rows, cols=None):
         """``out = a*state0 + b*state + c*tendency(state)`` on rows ``lo:hi`` (see ``shallow_water_stage``).
 
-        ``c`` carries the time step; ``rows`` is ``(lo, hi)``.
+        ``c`` carries the time step; ``rows`` is ``(lo, hi)``. ``cols``, a
+        column window ``(lo, hi)`` (default: every column), steps only those
+        columns as if they were the whole grid (the x boundary at their
+        edges); the columns outside are neither read nor written.
         """
-        arrays, corners = self._window((*state0, *state, *out), rows)
-        self._kernels.shallow_water_stage(*arrays, corners, *self.physics, a, b, c, *self.boundary)
+        arrays, corners = self._window((*state0, *state, *out), rows, cols)
+        self._kernels.shallow_water_stage(*arrays, corners, *self.physics, a, b, c, *self.boundary, cols=cols)
 
-    def rk3_step(self, state0, out, dt, stages, *, rows):
+    def rk3_step(self, state0, out, dt, stages, *, rows, cols=None):
         """One fused SSP-RK3 step from ``state0`` into ``out`` on rows ``lo:hi`` (only where ``fused``).
 
-        ``stages`` are the ``(a, b, c)`` of :data:`SSP_RK3_STAGES`.
+        ``stages`` are the ``(a, b, c)`` of :data:`SSP_RK3_STAGES`; ``cols``
+        as for :meth:`stage` (all three stages step the same columns).
         """
         if not self.fused:
             raise ConfigError(f"backend {self.backend.name!r} has no fused shallow_water_rk3_step (those "
                               f"that do: {', '.join(FAST_PATHS['shallow_water_rk3_step'])}); use stage()")
-        arrays, corners = self._window((*state0, *out), rows)
-        self._kernels.shallow_water_rk3_step(*arrays, corners, *self.physics, dt, stages, *self.boundary)
+        arrays, corners = self._window((*state0, *out), rows, cols)
+        self._kernels.shallow_water_rk3_step(*arrays, corners, *self.physics, dt, stages, *self.boundary,
+                                             cols=cols)
 
 
 def boundary_names(boundary):

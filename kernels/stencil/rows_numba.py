@@ -59,16 +59,16 @@ def _neighbour_row(r, ny, bc_s, bc_n):
 
 
 @njit(**_OPTS)
-def _row_source(src, r, bc_s, bc_n, normal_y, zero_row):
-    """The stored row of ``src`` that logical row ``r`` reads: ``zero_row``
-    for the normal velocity beyond a wall."""
+def _row_source(src, r, bc_s, bc_n, normal_y, zero_row, col0, col1):
+    """Columns ``col0:col1`` of the stored row of ``src`` that logical row ``r``
+    reads: ``zero_row`` for the normal velocity beyond a wall."""
     ny = src.shape[0]
     rr = _source_row(r, ny, bc_s, bc_n)
     if rr < 0:
         if normal_y:
             return zero_row
         rr = _neighbour_row(r, ny, bc_s, bc_n)
-    return src[rr]
+    return src[rr, col0:col1]
 
 
 @njit(**_OPTS)
@@ -103,10 +103,13 @@ def _load_padded(h_src, u_src, v_src, h_buf, u_buf, v_buf, bc_x):
 
 
 @njit(**_OPTS)
-def _load_rows(r, h, u, v, h_buf, u_buf, v_buf, bc_x, bc_s, bc_n, zero_row):
-    """Logical row ``r`` of the 2-D fields h, u and v into padded rows."""
-    _load_padded(_row_source(h, r, bc_s, bc_n, False, zero_row), _row_source(u, r, bc_s, bc_n, False, zero_row),
-                 _row_source(v, r, bc_s, bc_n, True, zero_row), h_buf, u_buf, v_buf, bc_x)
+def _load_rows(r, h, u, v, h_buf, u_buf, v_buf, bc_x, bc_s, bc_n, zero_row, col0, col1):
+    """Columns ``col0:col1`` (the column window) of logical row ``r`` of the 2-D
+    fields h, u and v into padded rows; the ghost columns follow ``bc_x`` at
+    the window's edges."""
+    _load_padded(_row_source(h, r, bc_s, bc_n, False, zero_row, col0, col1),
+                 _row_source(u, r, bc_s, bc_n, False, zero_row, col0, col1),
+                 _row_source(v, r, bc_s, bc_n, True, zero_row, col0, col1), h_buf, u_buf, v_buf, bc_x)
 
 
 @njit(**_OPTS)

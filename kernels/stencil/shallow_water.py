@@ -152,7 +152,10 @@ def prepare_shallow_water(nx, dtype, *, f_corner, g, dx, dy, viscosity=0.0, boun
     call of the returned :class:`PreparedShallowWater` checks only the
     arrays' dtype and width. Its ``stage`` is :func:`shallow_water_stage`
     on raw arrays; its ``rk3_step`` is the backend's fused step where it has
-    one (:data:`FAST_PATHS`), bitwise the same as three stages.
+    one (:data:`FAST_PATHS`), bitwise the same as three stages. Both step a
+    window of rows (``rows``) and, optionally, of columns (``cols``), as if
+    it were the whole grid: a partition's stepper shrinks them towards its
+    open edges.
 
     Parameters
     ----------

@@ -449,6 +449,30 @@ def test_every_stage_launch_matches_numpy(emulated, dtype_name, launch, shape, b
         assert err <= tolerance("cupy", dtype) * 50 + 1e-15, f"{name}: {err}"
 
 
+@pytest.mark.parametrize("cols", [(4, 20), (3, 17), (0, 24), (8, 24)], ids=str)
+@pytest.mark.parametrize("dtype_name, launch", _launch_cases("stage"))
+def test_every_stage_launch_steps_a_column_window_alone(emulated, dtype_name, launch, cols, rng):
+    """A window of columns (whole vectors or not) is stepped as if it were the whole grid, through the
+    arrays' own row stride; the columns outside it are not written (the launcher's guards see any read
+    beyond the arrays)."""
+    lo, hi = cols
+    bc = normalize_boundary(("open", "wall", "open"))
+    dtype = np.dtype(dtype_name)
+    shape = (21, 24)
+    state0 = random_state(rng, shape, dtype)
+    state = random_state(rng, shape, dtype)
+    f_corner = rng.uniform(-1.0, 1.0, shape[0] + 1).astype(dtype)
+    params = (f_corner, 2.0, 1.0 / 0.9, 1.0 / 1.1, 0.01, 0.75, 0.25, 0.075, *bc)
+    out_ref = tuple(np.empty((shape[0], hi - lo), dtype) for _ in range(3))
+    _numpy.shallow_water_stage(*(np.ascontiguousarray(x[:, lo:hi]) for x in (*state0, *state)), *out_ref, *params)
+    out = tuple(nan_like(x) for x in state)
+    emulated._stage(*state0, *state, *out, *params, launch=launch, cols=cols)
+    for name, got, ref in zip("uvh", out, out_ref):
+        err = relative_error(got[:, lo:hi], ref)
+        assert err <= tolerance("cupy", dtype) * 50 + 1e-15, f"{name}: {err}"
+        assert np.isnan(got[:, :lo]).all() and np.isnan(got[:, hi:]).all(), name
+
+
 def _unaligned(array):
     """A C-contiguous copy of ``array`` one element past a 256-byte boundary."""
     raw = np.empty(array.size + 512 // array.itemsize, array.dtype)

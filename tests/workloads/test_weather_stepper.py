@@ -1,9 +1,11 @@
-"""The shallow-water stepper on blocks of whole rows (:mod:`hpcgpu.workloads.weather.stepper`,
-``ShallowWater.advance_rows``): open edges step only the valid rows, and results come in pooled arrays."""
+"""The shallow-water stepper on framed blocks (:mod:`hpcgpu.workloads.weather.stepper`,
+``ShallowWater.advance_rows``): open edges step only the valid rows and columns, and results come in pooled
+arrays."""
 
 import weakref
 
 import numpy as np
+import pytest
 
 from hpcgpu.workloads.weather import STAGE_REACH, ShallowWater
 
@@ -59,9 +61,9 @@ def test_open_edges_step_only_the_rows_that_stay_valid():
     kernels = model.backend.kernels("stencil")
     original = kernels.shallow_water_stage
 
-    def recording(*args):
+    def recording(*args, cols=None):
         calls.append(args[0].shape[0])
-        return original(*args)
+        return original(*args, cols=cols)
 
     kernels.shallow_water_stage = recording
     try:
@@ -71,3 +73,56 @@ def test_open_edges_step_only_the_rows_that_stay_valid():
         kernels.shallow_water_stage = original
     shrink = sum(STAGE_REACH)
     assert calls == [48 - shrink * s for s in range(6)] + [48, 48, 48]
+
+
+@pytest.mark.parametrize("west, east", [(True, True), (True, False), (False, True), (False, False)])
+def test_open_sides_step_only_the_columns_that_stay_valid(west, east):
+    model = ShallowWater("turbulence", nx=40, ny=16, backend="numpy")
+    state = model.initial_state()
+    windows = []
+    kernels = model.backend.kernels("stencil")
+    original = kernels.shallow_water_stage
+
+    def recording(*args, cols=None):
+        windows.append(cols)
+        return original(*args, cols=cols)
+
+    kernels.shallow_water_stage = recording
+    try:
+        model.advance_rows(state, 30.0, 2, 0, south_open=False, north_open=False, west_open=west, east_open=east)
+    finally:
+        kernels.shallow_water_stage = original
+    if not (west or east):
+        assert windows == [None] * 6  # whole rows, as before windows existed
+    else:
+        assert windows == [(STAGE_REACH[0] * s * west, 40 - STAGE_REACH[1] * s * east) for s in range(6)]
+
+
+def _framed(state, rows, cols, frame):
+    """The block ``rows`` x ``cols`` of a periodic ``state`` with ``frame = (west, east, south, north)`` cells of
+    its neighbours around it, as the distributed grid's exchange leaves it."""
+    west, east, south, north = frame
+    ny, nx = state.h.shape
+    r = np.arange(rows[0] - south, rows[1] + north) % ny
+    c = np.arange(cols[0] - west, cols[1] + east) % nx
+    return type(state)(*(a[np.ix_(r, c)] for a in state.arrays()))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])  # three stage calls; the fused step
+def test_two_by_two_framed_blocks_with_shrinking_windows_equal_the_whole_grid_bitwise(backend):
+    model = ShallowWater("turbulence", nx=44, ny=46, backend=backend)
+    state = model.initial_state()
+    steps = 2
+    frame = model.reach(steps)
+    west, _, south, _ = frame
+    reference = model.step(state, 30.0, steps=steps)
+    got = {name: np.full(state.h.shape, np.nan) for name in ("u", "v", "h")}
+    for rows in ((0, 21), (21, 46)):
+        for cols in ((0, 25), (25, 44)):
+            result = model.advance_rows(_framed(state, rows, cols, frame), 30.0, steps, rows[0] - south,
+                                        south_open=True, north_open=True, west_open=True, east_open=True)
+            for name in got:
+                block = getattr(result, name)[south:south + rows[1] - rows[0], west:west + cols[1] - cols[0]]
+                got[name][rows[0]:rows[1], cols[0]:cols[1]] = block
+    for name in got:
+        np.testing.assert_array_equal(got[name], getattr(reference, name), err_msg=name)

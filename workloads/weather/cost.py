@@ -44,9 +44,10 @@ class WeatherCost:
     included, by a staged exchange (x, then y across the framed width: 2
     messages per split axis, one latency per stage since a stage's two
     messages travel together), and steps the block with its frame K steps.
-    The stepped rows shrink stage by stage towards an open y edge (half the
-    y frame on average); the x frame is stepped whole. The engine splits
-    each axis for equal stepping work, so every block costs the average.
+    The stepped rows and columns shrink stage by stage towards every side
+    with a neighbour (the kernels' row and column windows: half the frame
+    on average, along both axes). The engine splits each axis for equal
+    stepping work, so every block costs the average.
     K is the engine's (:meth:`steps_per_exchange`) unless
     ``steps_per_task`` is given.
     """
@@ -145,20 +146,20 @@ class WeatherCost:
             k -= 1
         return k
 
-    def _stepped(self, extent, count, periodic, low, high, shrink):
+    def _stepped(self, extent, count, periodic, low, high):
         """Cells along one axis that a block steps: the engine splits for equal work, so the average block's.
 
-        Each block steps its own cells and the frame on each side with a
-        neighbour, all of it along x and half of it along y (the rows
-        shrink); returns ``(stepped, framed)``, the framed being the
-        widest block's cells with its whole frame (the arrays it keeps).
+        Each block steps its own cells and, on average over the K steps,
+        half the frame on each side with a neighbour (the stepped window
+        shrinks stage by stage from the whole frame to the owned cells);
+        returns ``(stepped, framed)``, the framed being the widest block's
+        cells with its whole frame (the arrays it keeps).
         """
         if count == 1:
             return extent, extent
         sides = [((p > 0 or periodic), (p < count - 1 or periodic)) for p in range(count)]
         frames = [low * a + high * b for a, b in sides]
-        factor = 0.5 if shrink else 1.0
-        stepped = (extent + factor * sum(frames)) / count
+        stepped = (extent + 0.5 * sum(frames)) / count
         return stepped, math.ceil(extent / count) + max(frames)
 
     def launch_stretches(self, step_s, copy_s, steps, x_messages, y_messages, copies_launch=True):
@@ -220,8 +221,8 @@ class WeatherCost:
             return infeasible_step(f"blocks of {self.nx // px} x {self.ny // py} cells are thinner than the "
                                    f"{max(self.reach(1))}-cell frame of one step", grid)
         west, east, south, north = self.reach(k)
-        stepped_x, framed_x = self._stepped(self.nx, px, True, west, east, shrink=False)  # x is periodic
-        stepped_y, framed_y = self._stepped(self.ny, py, self.periodic, south, north, shrink=True)
+        stepped_x, framed_x = self._stepped(self.nx, px, True, west, east)  # x is periodic
+        stepped_y, framed_y = self._stepped(self.ny, py, self.periodic, south, north)
         computed = stepped_x * stepped_y
         columns, rows = math.ceil(self.nx / px), math.ceil(self.ny / py)
         frame = framed_x * framed_y - columns * rows  # the widest block's halo cells, corners included

@@ -8,20 +8,18 @@ framed block (``step_block``) and its diagnostic partial sums
 block lies comes in a :class:`~hpcgpu.partition.block_region.BlockRegion`;
 the model never sees a neighbour.
 
-The kernels know one boundary rule for x (periodic or wall) and one for
-each of south and north (periodic, wall or open). A frame along x is
-stepped with the grid's own x rule: at a side whose frame holds a
-neighbour's columns that rule computes garbage, but only within the
-frame, which K steps' reach never lets into the owned cells (the same
-argument as the open edges along y; it costs the frame's columns of
-work, which :func:`hpcgpu.partition.grid.auto_grid_steps` keeps to about
-a quarter of a block).
-
-Along y the step itself shrinks: :meth:`GridBlocks.advance_rows` steps a
-block whose south or north edge is open (a neighbour's rows in the frame)
-with the kernels' ``open`` rule, and each stage steps only the rows that
-stay valid. Beside the physics it holds each block's share of the health
-check and the moves of a state between host and backend.
+The kernels know one boundary rule for x (periodic, wall, or open at both
+ends) and one for each of south and north (periodic, wall or open), and
+step a window of rows and one of columns. The step shrinks towards every
+side whose frame holds a neighbour's cells: :meth:`GridBlocks.advance_rows`
+steps such a block with the kernels' ``open`` rule there, and each stage
+steps only the rows and columns that stay valid (half the frame's work,
+on average, of stepping it whole). A block with one open x side and a
+wall on the other keeps the wall rule for x: at the open side it computes
+garbage only within the stage's reach, which the shrinking window leaves
+behind (the open rule would do the same). Beside the physics it holds
+each block's share of the health check and the moves of a state between
+host and backend.
 
 Examples
 --------
@@ -43,6 +41,7 @@ class GridBlocks:
     """The distributed-grid methods of the shallow-water model (a mixin of :class:`ShallowWater`)."""
 
     shrinks_rows = True  # the stepper steps fewer rows stage by stage towards an open south or north edge
+    shrinks_cols = True  # and fewer columns towards an open west or east side
 
     @property
     def shape(self):
@@ -74,19 +73,23 @@ class GridBlocks:
         """A framed block ``steps`` steps later; only the cells the frame protects are valid.
 
         ``where`` says which sides hold a neighbour's cells (stepped as
-        open edges along y, with the grid's rule along x) and the global
-        row of the block's first row (for the Coriolis parameter).
+        open edges, the stepped rows and columns shrinking towards them)
+        and the global row of the block's first row (for the Coriolis
+        parameter).
         """
-        _, _, south, north = where.sides
-        return self.advance_rows(state, dt, steps, where.first_row, south_open=south == "halo",
-                                 north_open=north == "halo", cache=cache, fresh=True)
+        west, east, south, north = where.opens()
+        return self.advance_rows(state, dt, steps, where.first_row, south_open=south, north_open=north,
+                                 cache=cache, fresh=True, west_open=west, east_open=east)
 
-    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None, fresh=False):
-        """Advance a block of whole rows whose first row is global row ``first_row``.
+    def advance_rows(self, state, dt, steps, first_row, south_open, north_open, cache=None, fresh=False,
+                     west_open=False, east_open=False):
+        """Advance a block whose first row is global row ``first_row``.
 
-        Open edges (a neighbour's rows in the frame) use the kernels'
-        ``open`` rule; results within ``reach(steps)`` of an open edge are
-        not valid. Closed edges are the grid's own boundary. ``cache`` (a
+        Open edges (a neighbour's cells in the frame: ``*_open``) use the
+        kernels' ``open`` rule (along x where both sides are open, else
+        the grid's x rule, whose garbage at the open side stays within the
+        stage's reach); results within ``reach(steps)`` of an open edge
+        are not valid. Closed edges are the grid's own boundary. ``cache`` (a
         dict owned by the caller's thread) keeps steppers, so repeated calls
         on blocks of one shape reuse their work buffers; the result then
         lives in those buffers until the next call with the same cache,
@@ -96,12 +99,13 @@ class GridBlocks:
         """
         bc_x, bc_s, bc_n = self.grid.codes
         rows = state.h.shape[0]
-        boundary = (bc_x, OPEN if south_open else bc_s, OPEN if north_open else bc_n)
-        key = (rows, first_row, boundary, dt)
+        open_cols = (bool(west_open), bool(east_open))
+        boundary = (OPEN if all(open_cols) else bc_x, OPEN if south_open else bc_s, OPEN if north_open else bc_n)
+        key = (rows, first_row, boundary, open_cols, dt)
         stepper = None if cache is None else cache.get(key)
         if stepper is None:
             f_corner = self.backend.asarray(self.coriolis_rows(first_row, first_row + rows), dtype=self.dtype)
-            stepper = self.stepper(dt, boundary=boundary, f_corner=f_corner)
+            stepper = self.stepper(dt, boundary=boundary, f_corner=f_corner, open_cols=open_cols)
             if cache is not None:
                 cache[key] = stepper
         out = None

@@ -245,15 +245,17 @@ class ShallowWater(GridBlocks):
         """
         return self.stepper(dt).advance(state, steps)
 
-    def stepper(self, dt, *, boundary=None, f_corner=None):
+    def stepper(self, dt, *, boundary=None, f_corner=None, open_cols=(False, False)):
         """A :class:`ShallowWaterStepper` that advances states by ``dt`` reusing buffers.
 
         ``boundary`` (kernel codes ``(x, south, north)``) and ``f_corner``
         (Coriolis on the state's corner rows) override the grid's, for
-        partitions of the domain with open edges.
+        partitions of the domain with open edges; ``open_cols`` says which
+        of the west and east sides is a partition's frame.
         """
         dt = check_float("dt", dt, minimum=0.0, strict_min=True)
-        return ShallowWaterStepper(self, dt, self.grid.codes if boundary is None else boundary, f_corner)
+        return ShallowWaterStepper(self, dt, self.grid.codes if boundary is None else boundary, f_corner,
+                                   open_cols)
 
     def warm_up(self):
         """Compile the kernels of this backend and dtype on a tiny grid."""

@@ -3,7 +3,7 @@
 :class:`ShallowWaterStepper` advances a state (or a framed block of one) with reusable
 work buffers, using the backend's fused one-sweep step where it has one
 (Numba) and three stage calls otherwise; at an open partition edge it steps
-only the rows that stay valid. :class:`HostArrayPool` hands out the arrays
+only the rows (south, north) or columns (west, east) that stay valid. :class:`HostArrayPool` hands out the arrays
 a partition's step returns and takes them back once nothing refers to
 them, so a resident partition does not fault in fresh pages every
 superstep.
@@ -20,7 +20,8 @@ __all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_REACH"]
 
 # Rows (south, north) one tendency evaluation reads beyond the rows it
 # updates: dv needs the Arakawa-Lamb coefficients of the cell row below, which
-# need potential vorticity one row further; the north side reads one row.
+# need potential vorticity one row further; the north side reads one row. The
+# C-grid is the same along x: columns (west, east).
 STAGE_REACH = (2, 1)
 
 
@@ -38,6 +39,13 @@ class ShallowWaterStepper:
         Time step (s).
     boundary : tuple of int
         Kernel boundary codes ``(x, south, north)``.
+    f_corner : array, optional
+        Coriolis parameter on the state's corner rows (default: the model's).
+    open_cols : tuple of bool
+        ``(west, east)``: whether the state's first or last columns are a
+        partition's frame (a neighbour's columns). The stepped column window
+        shrinks towards an open side stage by stage, as the rows do towards
+        an ``OPEN`` south or north edge.
 
     Examples
     --------
@@ -49,11 +57,12 @@ class ShallowWaterStepper:
     (24, 32)
     """
 
-    def __init__(self, model, dt, boundary, f_corner=None):
+    def __init__(self, model, dt, boundary, f_corner=None, open_cols=(False, False)):
         self.model = model
         self.dt = dt
         self.boundary = tuple(boundary)
         self.f_corner = f_corner
+        self.open_cols = tuple(bool(side) for side in open_cols)
         self._work = []
         self._kernels = None
 
@@ -93,25 +102,36 @@ class ShallowWaterStepper:
         # that are still valid: the window shrinks stage by stage and ends on
         # exactly the rows the halo protects. Half the redundant halo work of
         # stepping the whole block; every valid point sees the same operations.
+        # Columns shrink the same way towards an open west or east side.
         _, bc_s, bc_n = self.boundary
         shrink_s = STAGE_REACH[0] if bc_s == stencil.OPEN else 0
         shrink_n = STAGE_REACH[1] if bc_n == stencil.OPEN else 0
+        shrink_w, shrink_e = (reach if side else 0 for reach, side in zip(STAGE_REACH, self.open_cols))
         lo, hi = 0, state.h.shape[0]
+        west, east = 0, state.h.shape[1]
+        # without an open side the kernels step whole rows (no window to pass)
+        windowed = shrink_w or shrink_e
         for step in range(steps):
             free = [w for w in work if w[0] is not y0[0]]
             first, second = free[0], free[1]
             last = first if out is None or step < steps - 1 else out.arrays()
             # Backends with a fused step (Numba) do the three stages in one
-            # sweep over memory; bitwise the same as the stage calls.
+            # sweep over memory; bitwise the same as the stage calls. Its
+            # three stages step one column window (the rows shrink within
+            # the sweep): the window shrinks by a step's reach between steps.
             if kernels.fused:
-                kernels.rk3_step(y0, last, self.dt, stencil.SSP_RK3_STAGES, rows=(lo, hi))
+                kernels.rk3_step(y0, last, self.dt, stencil.SSP_RK3_STAGES, rows=(lo, hi),
+                                 cols=(west, east) if windowed else None)
                 lo, hi = lo + 3 * shrink_s, hi - 3 * shrink_n
+                west, east = west + 3 * shrink_w, east - 3 * shrink_e
                 y0 = last
                 continue
             stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, last))
             for (a, b, c), src, dst in stages:
-                kernels.stage(y0, src, dst, a=a, b=b, c=c * self.dt, rows=(lo, hi))
+                kernels.stage(y0, src, dst, a=a, b=b, c=c * self.dt, rows=(lo, hi),
+                              cols=(west, east) if windowed else None)
                 lo, hi = lo + shrink_s, hi - shrink_n
+                west, east = west + shrink_w, east - shrink_e
             y0 = last
         return type(state)(*y0)
 
