@@ -23,6 +23,10 @@ Faults, so that no rank ever hangs:
 - the scheduler plugin (:mod:`hpcgpu.partition.dask_session`) hooks the scheduler's
   ``remove_worker`` (as the P2P shuffle's does) and tells the remaining
   workers of every session the lost worker belonged to;
+- a peer that falls silent (a stopped or cut-off worker keeps its TCP
+  connections open) is found by heartbeats within seconds
+  (:mod:`hpcgpu.partition.heartbeats`): the waits raise
+  :class:`~hpcgpu.errors.PeerLost`;
 - every wait has a timeout.
 
 A session is the communicator group of one simulation (raft-dask's
@@ -94,8 +98,7 @@ class SendRequest(Request):
             self.future.result(timeout)
         except concurrent.futures.TimeoutError:
             if self.mailbox.aborted is not None:
-                raise CommAborted(f"rank {self.rank}: the run was aborted during {self.describe}: "
-                                  f"{self.mailbox.aborted}", rank=self.rank) from None
+                raise self.mailbox.failure(self.rank, f" during {self.describe}") from None
             raise_timeout(self.describe, timeout, self.rank)
         except CommAborted:
             raise
@@ -132,6 +135,7 @@ class DaskCommunicator(Communicator):
                 self._extension.link(self.session.id, self.rank, direct).send(dest, key, obj, self.timeout,
                                                                               self._aborted_reason)
             except CommAborted:
+                self.check()  # PeerLost when a peer's silence aborted the session
                 raise
             except CommError as error:
                 # an object no pickler takes, or a peer that took no data within the timeout: the peers
@@ -171,9 +175,9 @@ class DaskCommunicator(Communicator):
         return self._mailbox.aborted
 
     def check(self):
-        """Raise CommAborted if the session was aborted (cheap: call it between steps)."""
+        """Raise CommAborted (PeerLost after a peer's silence) if the session was aborted (cheap: between steps)."""
         if self._mailbox.aborted is not None:
-            raise CommAborted(f"rank {self.rank}: the run was aborted: {self._mailbox.aborted}", rank=self.rank)
+            raise self._mailbox.failure(self.rank)
 
     def abort(self, reason):
         reason = f"rank {self.rank} aborted: {reason}"
