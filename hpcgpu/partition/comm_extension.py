@@ -247,10 +247,7 @@ class CommExtension:
             links = list(self._links.values())
         for link in links:
             link.heartbeat()
-        try:
-            self.post(self._beat_streams(answer))
-        except RuntimeError:  # the worker's loop is closing
-            pass
+        self._post_if_running(self._beat_streams(answer))
 
     async def _beat_streams(self, answer):
         answer()
@@ -284,10 +281,7 @@ class CommExtension:
                   f"stopped, cut off or frozen, and taken as lost ({SILENCE_ENV} sets the limit)")
         logger.warning("hpcgpu comm: %s", reason)
         if address is not None:
-            try:
-                self.post(self._report_silent(session_id, address, seconds))
-            except RuntimeError:  # the worker's loop is closing
-                pass
+            self._post_if_running(self._report_silent(session_id, address, seconds))
         # the report is posted before the ranks wake: the scheduler reads it before their task's error
         box.abort(reason, lost=source)
         if session is not None:
@@ -426,6 +420,16 @@ class CommExtension:
     def post(self, coroutine):
         """Run ``coroutine`` on the worker's event loop from a task's thread; a concurrent future."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop())
+
+    def _post_if_running(self, coroutine):
+        """Post ``coroutine`` from a background thread if the worker's loop runs (else close it unrun)."""
+        loop = getattr(getattr(self.worker, "loop", None), "asyncio_loop", None)
+        try:
+            if loop is None or loop.is_closed():
+                raise RuntimeError("no event loop")
+            asyncio.run_coroutine_threadsafe(coroutine, loop)
+        except RuntimeError:  # the worker is closing: nobody is left to beat to or to tell
+            coroutine.close()
 
     def _outbound_to(self, session, source, address):
         key = (session, source, address)

@@ -237,7 +237,7 @@ def test_a_worker_stopped_mid_run_is_found_within_10_s_and_the_run_recovers_on_t
                                                          folder=tmp_path)
     try:
         assert detected is not None and detected < 10, f"detected after {detected} s: {error}"
-        assert "WorkerLost" in error and ("heard nothing from rank" in error or "left the cluster" in error), error
+        assert error.startswith("WorkerLost"), error  # the engine's words: the peer's PeerLost, or the removal
         assert len(restarted) == 1 and "restarted from the checkpoint at step 200 on 1 worker(s)" in restarted[0]
         assert sim.step == steps and sim.restarts[0]["workers"] == 1
         np.testing.assert_array_equal(sim.state.h, reference.state.h)  # rows: bitwise on any count
