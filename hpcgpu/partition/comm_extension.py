@@ -13,13 +13,10 @@ of their session, whichever way they come:
 - the scheduler: an abort when a worker of the session left the cluster
   (``hpcgpu-comm-abort``, :mod:`hpcgpu.partition.dask_session`).
 
-Every frame from a peer rank is noted in the mailbox (its last sign of
-life); the worker's :class:`~hpcgpu.partition.heartbeats.Heartbeats`
-thread, running while a session is open here, sends this worker's
-heartbeats on its idle connections and aborts a session whose peer fell
-silent (:meth:`CommExtension.peer_silent`: the ranks raise
-:class:`~hpcgpu.errors.PeerLost`, the peers are told, and the scheduler
-is asked to remove the silent worker).
+Every frame from a peer is noted in its mailbox; the worker's
+:class:`~hpcgpu.partition.heartbeats.Heartbeats` beat on the idle
+connections and abort a session whose peer fell silent
+(:meth:`CommExtension.peer_silent`).
 
 Messages make a mailbox only for a session opened on the worker
 (:meth:`CommExtension.open`, called by ``open_session`` with the session's
@@ -264,12 +261,7 @@ class CommExtension:
         await asyncio.gather(*(beat(o) for o in idle))
 
     def peer_silent(self, session_id, source, seconds, limit):
-        """Rank ``source`` of ``session_id`` was not heard from for ``seconds``: abort the session as lost.
-
-        Its waits here raise :class:`~hpcgpu.errors.PeerLost`, its other
-        workers are told, and the scheduler is asked to remove the silent
-        worker (it does if it stopped hearing from that worker too).
-        """
+        """Rank ``source`` was silent ``seconds``: waits raise PeerLost, peers are told, the scheduler is asked."""
         box = self._live_mailbox(session_id)
         if box is None or box.aborted is not None:
             return
