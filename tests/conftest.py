@@ -79,8 +79,10 @@ def _skip_reason(report):
     return reason.removeprefix("Skipped: ")
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # the outermost wrapper: after -ra's list, seen last in a log's tail
 def pytest_terminal_summary(terminalreporter):
     """Count the skips by reason at the end of the run: what did not run, and why, in a few lines."""
+    yield
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.skipped]
     if not skipped:
         return
