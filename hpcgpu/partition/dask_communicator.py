@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from hpcgpu.errors import ClusterError, CommAborted, CommError
 from hpcgpu.partition.comm_extension import NOTIFY_TIMEOUT_S, worker_extension
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, Communicator, Request, _Finished, raise_timeout
+from hpcgpu.partition.heartbeats import silence_seconds
 from hpcgpu.partition.mailbox import MailboxReceive, poll_seconds
 
 __all__ = ["DaskCommunicator", "SendRequest", "Session", "abort_session", "communicator", "current_worker"]
@@ -228,9 +229,11 @@ def communicator(session, rank, worker=None):
     ClusterError
         Called outside a dask worker, or on a worker that is not ``rank``'s.
     ConfigError
-        The worker's :data:`POLL_ENV` is not a number of seconds between 0 and 1.
+        The worker's :data:`POLL_ENV` is not a number of seconds between 0 and 1, or its
+        :data:`~hpcgpu.partition.heartbeats.SILENCE_ENV` is out of range.
     """
     poll_seconds()  # a bad setting stops the rank here, with its name, not a mailbox made by a message
+    silence_seconds()  # the heartbeat thread only logs it
     worker = current_worker(worker)
     if worker.address != session.addresses[rank]:
         raise ClusterError(f"rank {rank} of session {session.id} belongs to {session.addresses[rank]}, not to "

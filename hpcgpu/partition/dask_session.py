@@ -121,7 +121,7 @@ class CommSchedulerPlugin(SchedulerPlugin):
         scheduler.stream_handlers[SILENT_OP] = self.silent
 
     async def silent(self, worker=None, silent=None, seconds=None, session=None):
-        """Stream handler: ``worker`` heard nothing from ``silent`` for ``seconds``; remove it if it is silent here too."""
+        """Stream handler: ``worker`` heard nothing from ``silent`` for ``seconds``; remove it if silent here too."""
         from distributed.metrics import time
         from distributed.scheduler import heartbeat_interval
 
