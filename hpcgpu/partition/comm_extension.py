@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 EXTENSION = "hpcgpu-comm"
 STREAM_OP = "hpcgpu_comm_stream"
 ABORT_OP = "hpcgpu-comm-abort"
-SILENT_OP = "hpcgpu-comm-silent"  # worker -> scheduler: a peer of a session fell silent
+SILENT_OP = "hpcgpu_comm_silent"  # worker -> scheduler (rpc): a peer of a session fell silent
 # seconds an abort or a goodbye may take to reach a peer (best effort: the peer has its own timeout)
 NOTIFY_TIMEOUT_S = 5.0
 # closed sessions a worker remembers, so that a late message, goodbye or abort of one does not make its
@@ -105,8 +105,7 @@ class CommExtension:
         self._sessions = {}  # the Session of each id a communicator was made for here: whom to tell of an abort
         self._unspread = {}  # (source, reason) of aborts found before a communicator of their session was made
         self._closed = collections.OrderedDict()  # ids of sessions closed here, oldest first
-        self.listener_problem = None  # why the rank port could not open here (the last time it was tried)
-        self._problem_logged = False
+        self.listener_problem, self._problem_logged = None, False  # why the rank port could not open here
         self.heartbeats = Heartbeats(self)
         worker.handlers[STREAM_OP] = self.serve_stream
         worker.stream_handlers[ABORT_OP] = self.abort_from_scheduler
@@ -233,16 +232,13 @@ class CommExtension:
             return list(self._mailboxes)
 
     def live_mailboxes(self):
-        """``[(session id, mailbox)]`` of the sessions open here now (for the heartbeats)."""
-        with self._lock:
+        with self._lock:  # for the heartbeats: [(session id, mailbox)] of the sessions open here
             return list(self._mailboxes.items())
 
     # -- heartbeats (hpcgpu.partition.heartbeats) ------------------------------------------------
     def send_heartbeats(self, answer):
         """Beat on every idle connection of this worker; the event loop calls ``answer()`` when it gets to it."""
-        with self._lock:
-            links = list(self._links.values())
-        for link in links:
+        for link in list(self._links.values()):  # a copy in one C call: safe against the ranks' inserts
             link.heartbeat()
         self._post_if_running(self._beat_streams(answer))
 
@@ -251,14 +247,13 @@ class CommExtension:
         idle = [o for o in self._outbound.values() if o.comm is not None and not o.comm.closed()
                 and (o.tail is None or o.tail.done())]  # a stream busy writing needs no heartbeat
 
-        async def beat(outbound):
-            comm = outbound.comm
+        async def beat(outbound, comm):
             try:
                 await outbound.in_turn(lambda: comm.write({"hb": True}))
             except Exception as error:  # noqa: BLE001 - a broken stream: the next data write reports it
                 logger.debug("hpcgpu comm: no heartbeat on %s: %s", comm, error)
 
-        await asyncio.gather(*(beat(o) for o in idle))
+        await asyncio.gather(*(beat(o, o.comm) for o in idle))
 
     def peer_silent(self, session_id, source, seconds, limit):
         """Rank ``source`` was silent ``seconds``: waits raise PeerLost, peers are told, the scheduler is asked."""
@@ -272,17 +267,22 @@ class CommExtension:
                   f"for {seconds:.1f} s (heartbeats every {HEARTBEAT_S:g} s, limit {limit:g} s): its worker is "
                   f"stopped, cut off or frozen, and taken as lost ({SILENCE_ENV} sets the limit)")
         logger.warning("hpcgpu comm: %s", reason)
-        if address is not None:
-            self._post_if_running(self._report_silent(session_id, address, seconds))
-        # the report is posted before the ranks wake: the scheduler reads it before their task's error
-        box.abort(reason, lost=source)
+        # posted before the ranks wake: it reaches the scheduler well before their task's error reaches the client
+        report = None if address is None else self._post_if_running(self._report_silent(session_id, address, seconds))
+        box.abort(reason, lost=source)  # before the scheduler's own abort for the removal comes back
         if session is not None:
             own = [r for r, a in enumerate(session.addresses) if a == self.worker.address]
             self._notify_peers(session, own[0] if own else source, reason)
+        try:
+            if report is not None:
+                report.result(NOTIFY_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - no plugin there, or no answer: the ranks' error still comes
+            logger.warning("hpcgpu comm: the scheduler did not take the report on %s: %s", address, error)
 
     async def _report_silent(self, session_id, address, seconds):
-        self.worker.batched_stream.send({"op": SILENT_OP, "silent": address, "seconds": seconds,
-                                         "session": session_id})
+        # an rpc: an op unknown to the scheduler (no plugin) on the worker's stream would end it, and drop us
+        await getattr(self.worker.scheduler, SILENT_OP)(reporter=self.worker.address, silent=address,
+                                                        seconds=seconds, session=session_id)
 
     # -- the direct path (hpcgpu.partition.direct_comm) ----------------------------------------
     def listener(self):
@@ -414,14 +414,15 @@ class CommExtension:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop())
 
     def _post_if_running(self, coroutine):
-        """Post ``coroutine`` from a background thread if the worker's loop runs (else close it unrun)."""
+        """Post ``coroutine`` from a background thread if the worker's loop runs (its future; else None, unrun)."""
         loop = getattr(getattr(self.worker, "loop", None), "asyncio_loop", None)
         try:
             if loop is None or loop.is_closed():
                 raise RuntimeError("no event loop")
-            asyncio.run_coroutine_threadsafe(coroutine, loop)
+            return asyncio.run_coroutine_threadsafe(coroutine, loop)
         except RuntimeError:  # the worker is closing: nobody is left to beat to or to tell
             coroutine.close()
+            return None
 
     def _outbound_to(self, session, source, address):
         key = (session, source, address)

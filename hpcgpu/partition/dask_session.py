@@ -118,10 +118,10 @@ class CommSchedulerPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         scheduler.handlers[REGISTER_OP] = self.register
         scheduler.handlers[FORGET_OP] = self.forget
-        scheduler.stream_handlers[SILENT_OP] = self.silent
+        scheduler.handlers[SILENT_OP] = self.silent
 
-    async def silent(self, worker=None, silent=None, seconds=None, session=None):
-        """Stream handler: ``worker`` heard nothing from ``silent`` for ``seconds``; remove it if silent here too."""
+    async def silent(self, reporter=None, silent=None, seconds=None, session=None):
+        """Handler: ``reporter`` heard nothing from ``silent`` for ``seconds``; remove it if silent here too."""
         from distributed.metrics import time
         from distributed.scheduler import heartbeat_interval
 
@@ -132,11 +132,12 @@ class CommSchedulerPlugin(SchedulerPlugin):
         limit = max(SCHEDULER_SILENCE_S, 4 * heartbeat_interval(len(self.scheduler.workers)))
         if quiet < limit:
             logger.warning("hpcgpu comm: %s found %s silent for %.1f s in session %s, but the scheduler heard from it "
-                           "%.1f s ago: not removed", worker, silent, seconds, session, quiet)
-            return
+                           "%.1f s ago: not removed", reporter, silent, seconds, session, quiet)
+            return "kept"
         logger.warning("hpcgpu comm: removing worker %s: silent to its peer %s for %.1f s and to the scheduler for "
-                       "%.1f s (stopped, cut off or frozen)", silent, worker, seconds, quiet)
+                       "%.1f s (stopped, cut off or frozen)", silent, reporter, seconds, quiet)
         await self.scheduler.remove_worker(silent, stimulus_id=f"hpcgpu-silent-{time()}", close=True)
+        return "removed"
 
     def register(self, session=None, workers=None):
         self.sessions[session] = set(workers)
