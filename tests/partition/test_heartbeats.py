@@ -196,6 +196,47 @@ def test_a_stopped_worker_is_found_within_seconds_and_removed_by_the_scheduler(c
         close_session(client, session)
 
 
+def _quiet_then_send(session, rank, quiet):
+    from hpcgpu.partition.dask_communicator import communicator
+
+    comm = communicator(session, rank)
+    comm.barrier()
+    if rank == 1:
+        time.sleep(quiet)  # alive, just sending nothing (the GIL released, as in a GPU wait or I/O)
+        comm.send("late", 0, "late")
+        return None
+    return comm.recv(1, "late")
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "dask"])
+def test_a_live_peer_that_sends_nothing_for_longer_than_the_limit_is_not_taken_for_lost(client, direct):
+    from hpcgpu.partition.dask_session import close_session, open_session
+
+    addresses = sorted(worker_info(client))
+    session = open_session(client, addresses, timeout=60, direct=direct)
+    try:
+        futures = [client.submit(_quiet_then_send, session, rank, 2 * SILENCE_S, workers=[address],
+                                 allow_other_workers=False, pure=False) for rank, address in enumerate(addresses)]
+        assert client.gather(futures) == ["late", None]  # the heartbeats spoke for rank 1 meanwhile
+    finally:
+        close_session(client, session)
+
+
+def test_the_scheduler_keeps_a_worker_it_still_hears_from(client):
+    from hpcgpu.partition.dask_session import close_session, open_session
+
+    addresses = sorted(worker_info(client))
+    session = open_session(client, addresses, timeout=60)  # installs the scheduler plugin
+    try:
+        # a network split between the workers only: one says the other is silent, the scheduler hears both
+        answer = client.sync(client.scheduler.hpcgpu_comm_silent, reporter=addresses[0], silent=addresses[1],
+                             seconds=6.0, session=session.id)
+        assert answer == "kept"
+        assert sorted(worker_info(client)) == addresses
+    finally:
+        close_session(client, session)
+
+
 # -- a stopped worker in the middle of a partitioned run --------------------------------------------------
 def freeze_and_recover(client, n, steps, stop_at, checkpoint_every, folder):
     """Run weather ``n`` x ``n`` on 2 workers, SIGSTOP one at step ``stop_at``; seconds to detect, and the run."""
