@@ -18,7 +18,7 @@ and ``HPCGPU_COMM_DIRECT=0`` turns the fast path off (a firewall that
 allows only dask's ports). The listener binds to the host of the worker's
 *listen* address and advertises the host of its *contact* address (dask's
 ``--contact-address``: a worker behind NAT or in a container), on a port
-of its own.
+of its own (:func:`rank_port_hosts`).
 
 Nothing read from this port is unpickled before the peer has proven that
 it belongs to the session (the port is one more the user may not know
@@ -173,22 +173,28 @@ def _host_port(address):
 
 
 def rank_port_hosts(worker):
-    """``(bind host, advertised host)`` of ``worker``'s rank port: its listen and its contact address's hosts.
+    """``(hosts to bind, in the order tried; the host advertised)`` of ``worker``'s rank port.
 
-    They differ for a worker started with dask's ``--contact-address`` (behind
-    NAT, in a container): the contact host is not one of its own, so the port
-    binds where dask's own listener does. A wildcard listen address (``0.0.0.0``)
-    binds every interface, as dask's does.
+    The port binds to the host of the worker's listen address and is
+    advertised at the host of its contact address. They differ for a worker
+    started with dask's ``--contact-address`` (behind NAT, in a container),
+    whose contact host is not one of its own. A wildcard listen address
+    (``0.0.0.0``, ``::``) tries the contact host first, to open the port on
+    no more interfaces than its peers use, and every interface if that host
+    is not this machine's.
 
     Examples
     --------
     >>> from types import SimpleNamespace
     >>> rank_port_hosts(SimpleNamespace(address="tcp://203.0.113.7:9000", listen_address="tcp://0.0.0.0:9000"))
-    ('0.0.0.0', '203.0.113.7')
+    (('203.0.113.7', '0.0.0.0'), '203.0.113.7')
+    >>> rank_port_hosts(SimpleNamespace(address="tcp://203.0.113.7:9000", listen_address="tcp://10.0.0.5:9000"))
+    (('10.0.0.5',), '203.0.113.7')
     """
     contact, _ = _host_port(worker.address)
-    listen = getattr(worker, "listen_address", None) or worker.address
-    return _host_port(listen)[0] or "0.0.0.0", contact
+    listen = _host_port(getattr(worker, "listen_address", None) or worker.address)[0] or "0.0.0.0"
+    wildcard = listen in ("0.0.0.0", "::")
+    return ((contact, listen) if wildcard and contact != listen else (listen,)), contact
 
 
 def _ssl_contexts(worker):
@@ -228,15 +234,19 @@ class Listener:
         self._handshakes = 0
         self._connections = 0
         self.refused = 0  # connections refused or cut before they were proven (for tests and logs)
-        bind, advertised = rank_port_hosts(worker)
-        self._socket = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._socket.bind((bind, 0))
-            self._socket.listen(64)
-        except OSError:
-            self._socket.close()
-            raise
+        binds, advertised = rank_port_hosts(worker)
+        for k, host in enumerate(binds):
+            self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self._socket.bind((host, 0))
+                self._socket.listen(64)
+                self.bound_host = host  # where it listens (the address advertised may be another's)
+                break
+            except OSError:
+                self._socket.close()
+                if k == len(binds) - 1:
+                    raise
         self.address = f"{advertised}:{self._socket.getsockname()[1]}"
         threading.Thread(target=self._accept, name="hpcgpu-comm-accept", daemon=True).start()
 

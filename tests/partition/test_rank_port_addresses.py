@@ -27,10 +27,28 @@ def _worker(address, listen_address=None):
 
 
 def test_the_port_binds_the_listen_host_and_advertises_the_contact_host():
-    assert rank_port_hosts(_worker("tcp://127.0.0.1:9000")) == ("127.0.0.1", "127.0.0.1")
-    assert rank_port_hosts(_worker(f"tcp://{UNREACHABLE}:9000", "tcp://0.0.0.0:9000")) == ("0.0.0.0", UNREACHABLE)
-    assert rank_port_hosts(_worker("tls://[2001:db8::5]:9000", "tls://[::]:9000")) == ("::", "2001:db8::5")
-    assert rank_port_hosts(SimpleNamespace(address="tcp://10.1.2.3:9000")) == ("10.1.2.3", "10.1.2.3")
+    assert rank_port_hosts(_worker("tcp://127.0.0.1:9000")) == (("127.0.0.1",), "127.0.0.1")
+    assert rank_port_hosts(_worker(f"tcp://{UNREACHABLE}:9000", "tcp://10.0.0.5:9000")) == (("10.0.0.5",),
+                                                                                         UNREACHABLE)
+    # a wildcard listen address: the contact host first (no more interfaces than the peers use), then all
+    assert rank_port_hosts(_worker(f"tcp://{UNREACHABLE}:9000", "tcp://0.0.0.0:9000")) == ((UNREACHABLE, "0.0.0.0"),
+                                                                                        UNREACHABLE)
+    assert rank_port_hosts(_worker("tls://[2001:db8::5]:9000", "tls://[::]:9000")) == (("2001:db8::5", "::"),
+                                                                                      "2001:db8::5")
+    assert rank_port_hosts(SimpleNamespace(address="tcp://10.1.2.3:9000")) == (("10.1.2.3",), "10.1.2.3")
+
+
+def test_a_wildcard_listen_address_binds_the_contact_host_when_it_is_this_machines_else_every_interface():
+    own = Listener(_worker("tcp://127.0.0.1:9000", "tcp://0.0.0.0:9000"), None, None, None, None,
+                   secret_of=lambda session: None)
+    nat = Listener(_worker(f"tcp://{UNREACHABLE}:9000", "tcp://0.0.0.0:9000"), None, None, None, None,
+                   secret_of=lambda session: None)
+    try:
+        assert own.bound_host == "127.0.0.1" and own.address.startswith("127.0.0.1:")
+        assert nat.bound_host == "0.0.0.0" and nat.address.startswith(f"{UNREACHABLE}:")
+    finally:
+        own.close()
+        nat.close()
 
 
 def test_a_worker_with_a_contact_address_not_its_own_opens_its_port_and_is_reached_through_it():
