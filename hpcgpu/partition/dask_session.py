@@ -17,8 +17,9 @@ that cannot be bound either, ...) runs on dask's comm layer, and
 a worker's heartbeats find a peer silent
 (:mod:`hpcgpu.partition.heartbeats`), the scheduler plugin removes that
 peer if the scheduler has not heard from it for :data:`SCHEDULER_SILENCE_S`
-either, so that the run restarts on the workers left. Transports built on the communicator (NCCL's) end their own
-per-session state through :func:`on_session_close`.
+either, so that the run restarts on the workers left. Transports built on
+the communicator (NCCL's) end their own per-session state through
+:func:`on_session_close`.
 
 Examples
 --------
