@@ -11,6 +11,7 @@ __all__ = [
     "UnstableSimulation",
     "ClusterError",
     "WorkerLost",
+    "PeerLost",
     "ConvergenceError",
 ]
 
@@ -73,6 +74,17 @@ class CommAborted(CommError):
 
 class CommTimeout(CommError):
     """A wait for a message or a send took longer than its timeout (a peer hangs or is gone)."""
+
+
+class PeerLost(WorkerLost, CommError):
+    """A rank's peer fell silent: no heartbeat from its worker for longer than the silence limit.
+
+    Both a :class:`WorkerLost` (the run restarts from its last checkpoint on
+    the workers left) and a :class:`CommError` (the communicator found it;
+    ``rank`` is the rank that noticed). A worker that is stopped (SIGSTOP),
+    cut off the network, or frozen keeps its TCP connections open: only its
+    silence shows it (:mod:`hpcgpu.partition.heartbeats`).
+    """
 
 
 def _rebuild_comm(kind, message, rank):

@@ -70,3 +70,25 @@ def client():
     cluster_object = client.cluster
     client.close()
     cluster_object.close()
+
+
+def _skip_reason(report):
+    """The reason a skipped test report gives (``Skipped: `` and the location dropped)."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # the outermost wrapper: after -ra's list, seen last in a log's tail
+def pytest_terminal_summary(terminalreporter):
+    """Count the skips by reason at the end of the run: what did not run, and why, in a few lines."""
+    yield
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.skipped]
+    if not skipped:
+        return
+    import collections
+
+    counts = collections.Counter(_skip_reason(report) for report in skipped)
+    terminalreporter.write_sep("=", f"{len(skipped)} skipped, by reason")
+    for reason, count in counts.most_common():
+        terminalreporter.write_line(f"{count:6d}  {reason}")

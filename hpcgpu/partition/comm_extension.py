@@ -13,6 +13,11 @@ of their session, whichever way they come:
 - the scheduler: an abort when a worker of the session left the cluster
   (``hpcgpu-comm-abort``, :mod:`hpcgpu.partition.dask_session`).
 
+Every frame from a peer is noted in its mailbox; the worker's
+:class:`~hpcgpu.partition.heartbeats.Heartbeats` beat on the idle
+connections and abort a session whose peer fell silent
+(:meth:`CommExtension.peer_silent`).
+
 Messages make a mailbox only for a session opened on the worker
 (:meth:`CommExtension.open`, called by ``open_session`` with the session's
 secret before any rank runs) or by one of its own ranks: junk session ids
@@ -41,16 +46,18 @@ import collections
 import logging
 import threading
 
+from hpcgpu.partition.heartbeats import HEARTBEAT_S, SILENCE_ENV, Heartbeats
 from hpcgpu.partition.mailbox import Mailbox
 
 __all__ = ["ABORT_OP", "CLOSED_SESSIONS_KEPT", "CommExtension", "EXTENSION", "NOTIFY_TIMEOUT_S", "Outbound",
-           "STREAM_OP", "worker_extension"]
+           "SILENT_OP", "STREAM_OP", "worker_extension"]
 
 logger = logging.getLogger(__name__)
 
 EXTENSION = "hpcgpu-comm"
 STREAM_OP = "hpcgpu_comm_stream"
 ABORT_OP = "hpcgpu-comm-abort"
+SILENT_OP = "hpcgpu_comm_silent"  # worker -> scheduler (rpc): a peer of a session fell silent
 # seconds an abort or a goodbye may take to reach a peer (best effort: the peer has its own timeout)
 NOTIFY_TIMEOUT_S = 5.0
 # closed sessions a worker remembers, so that a late message, goodbye or abort of one does not make its
@@ -98,6 +105,8 @@ class CommExtension:
         self._sessions = {}  # the Session of each id a communicator was made for here: whom to tell of an abort
         self._unspread = {}  # (source, reason) of aborts found before a communicator of their session was made
         self._closed = collections.OrderedDict()  # ids of sessions closed here, oldest first
+        self.listener_problem, self._problem_logged = None, False  # why the rank port could not open here
+        self.heartbeats = Heartbeats(self)
         worker.handlers[STREAM_OP] = self.serve_stream
         worker.stream_handlers[ABORT_OP] = self.abort_from_scheduler
 
@@ -137,12 +146,15 @@ class CommExtension:
 
         Returns this worker's direct listener address ("host:port", started
         if it is not running) when ``direct`` and the fast path is on, else
-        None. :func:`~hpcgpu.partition.dask_session.open_session` calls it on
-        every worker of a session before any rank runs.
+        None (:attr:`listener_problem` then says why, if the port could not
+        open). :func:`~hpcgpu.partition.dask_session.open_session` calls it
+        on every worker of a session before any rank runs. The heartbeats
+        run from now on while a session is open here.
         """
         with self._lock:
             if session_id not in self._closed:
                 self._secrets.setdefault(session_id, secret)
+        self.heartbeats.start()
         listener = self.listener() if direct else None
         return None if listener is None else listener.address
 
@@ -178,8 +190,11 @@ class CommExtension:
             self._closed[session_id] = None
             while len(self._closed) > CLOSED_SESSIONS_KEPT:
                 self._closed.popitem(last=False)
-            if not self._secrets and self._listener is not None:
+            idle = not self._secrets
+            if idle and self._listener is not None:
                 listener, self._listener = self._listener, None
+        if idle:
+            self.heartbeats.stop()
         if listener is not None:
             listener.close()
 
@@ -216,6 +231,59 @@ class CommExtension:
         with self._lock:
             return list(self._mailboxes)
 
+    def live_mailboxes(self):
+        with self._lock:  # for the heartbeats: [(session id, mailbox)] of the sessions open here
+            return list(self._mailboxes.items())
+
+    # -- heartbeats (hpcgpu.partition.heartbeats) ------------------------------------------------
+    def send_heartbeats(self, answer):
+        """Beat on every idle connection of this worker; the event loop calls ``answer()`` when it gets to it."""
+        for link in list(self._links.values()):  # a copy in one C call: safe against the ranks' inserts
+            link.heartbeat()
+        self._post_if_running(self._beat_streams(answer))
+
+    async def _beat_streams(self, answer):
+        answer()
+        idle = [o for o in self._outbound.values() if o.comm is not None and not o.comm.closed()
+                and (o.tail is None or o.tail.done())]  # a stream busy writing needs no heartbeat
+
+        async def beat(outbound, comm):
+            try:
+                await outbound.in_turn(lambda: comm.write({"hb": True}))
+            except Exception as error:  # noqa: BLE001 - a broken stream: the next data write reports it
+                logger.debug("hpcgpu comm: no heartbeat on %s: %s", comm, error)
+
+        await asyncio.gather(*(beat(o, o.comm) for o in idle))
+
+    def peer_silent(self, session_id, source, seconds, limit):
+        """Rank ``source`` was silent ``seconds``: waits raise PeerLost, peers are told, the scheduler is asked."""
+        box = self._live_mailbox(session_id)
+        if box is None or box.aborted is not None:
+            return
+        with self._lock:
+            session = self._sessions.get(session_id)
+        address = session.addresses[source] if session is not None else None
+        reason = (f"worker {self.worker.address} heard nothing from rank {source} (worker {address or 'unknown'}) "
+                  f"for {seconds:.1f} s (heartbeats every {HEARTBEAT_S:g} s, limit {limit:g} s): its worker is "
+                  f"stopped, cut off or frozen, and taken as lost ({SILENCE_ENV} sets the limit)")
+        logger.warning("hpcgpu comm: %s", reason)
+        # posted before the ranks wake: it reaches the scheduler well before their task's error reaches the client
+        report = None if address is None else self._post_if_running(self._report_silent(session_id, address, seconds))
+        box.abort(reason, lost=source)  # before the scheduler's own abort for the removal comes back
+        if session is not None:
+            own = [r for r, a in enumerate(session.addresses) if a == self.worker.address]
+            self._notify_peers(session, own[0] if own else source, reason)
+        try:
+            if report is not None:
+                report.result(NOTIFY_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - no plugin there, or no answer: the ranks' error still comes
+            logger.warning("hpcgpu comm: the scheduler did not take the report on %s: %s", address, error)
+
+    async def _report_silent(self, session_id, address, seconds):
+        # an rpc: an op unknown to the scheduler (no plugin) on the worker's stream would end it, and drop us
+        await getattr(self.worker.scheduler, SILENT_OP)(reporter=self.worker.address, silent=address,
+                                                        seconds=seconds, session=session_id)
+
     # -- the direct path (hpcgpu.partition.direct_comm) ----------------------------------------
     def listener(self):
         """This worker's direct listener (started on first use), or None where the fast path is off."""
@@ -223,9 +291,17 @@ class CommExtension:
 
         with self._lock:
             if self._listener is None and direct_enabled(self.worker.address):
-                self._listener = Listener(self.worker, self._deliver, self._abort, self._finished,
-                                          lambda session, dest, reason: self.spread_abort(session, dest, reason),
-                                          secret_of=self.secret_of)
+                try:
+                    self._listener = Listener(self.worker, self._deliver, self._abort, self._finished,
+                                              lambda session, dest, reason: self.spread_abort(session, dest, reason),
+                                              secret_of=self.secret_of, heard=self._heard)
+                    self.listener_problem = None
+                except OSError as error:  # a contact address not its own, no free port: dask's comm layer
+                    self.listener_problem = f"{type(error).__name__}: {error}"
+                    if not self._problem_logged:  # once per worker: every session would say it again
+                        self._problem_logged = True
+                        logger.warning("hpcgpu comm: the rank port of worker %s cannot open (%s); its sessions "
+                                       "use dask's comm layer", self.worker.address, self.listener_problem)
             return self._listener
 
     # the listener's hooks (its threads): a session closed here takes nothing more
@@ -238,6 +314,11 @@ class CommExtension:
         box = self._live_mailbox(session)
         if box is not None:
             box.abort(reason)
+
+    def _heard(self, session, source):
+        box = self._live_mailbox(session)
+        if box is not None:
+            box.hear(source)
 
     def _finished(self, session, source):
         box = self._live_mailbox(session)
@@ -298,7 +379,10 @@ class CommExtension:
         comm.deserialize = False
         try:
             while True:
+                box.hear(source)
                 message = await comm.read()
+                if "hb" in message:
+                    continue
                 if "data" in message:
                     try:
                         obj = _rebuilt(message["data"])
@@ -328,6 +412,17 @@ class CommExtension:
     def post(self, coroutine):
         """Run ``coroutine`` on the worker's event loop from a task's thread; a concurrent future."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop())
+
+    def _post_if_running(self, coroutine):
+        """Post ``coroutine`` from a background thread if the worker's loop runs (its future; else None, unrun)."""
+        loop = getattr(getattr(self.worker, "loop", None), "asyncio_loop", None)
+        try:
+            if loop is None or loop.is_closed():
+                raise RuntimeError("no event loop")
+            return asyncio.run_coroutine_threadsafe(coroutine, loop)
+        except RuntimeError:  # the worker is closing: nobody is left to beat to or to tell
+            coroutine.close()
+            return None
 
     def _outbound_to(self, session, source, address):
         key = (session, source, address)

@@ -23,6 +23,10 @@ Faults, so that no rank ever hangs:
 - the scheduler plugin (:mod:`hpcgpu.partition.dask_session`) hooks the scheduler's
   ``remove_worker`` (as the P2P shuffle's does) and tells the remaining
   workers of every session the lost worker belonged to;
+- a peer that falls silent (a stopped or cut-off worker keeps its TCP
+  connections open) is found by heartbeats within seconds
+  (:mod:`hpcgpu.partition.heartbeats`): the waits raise
+  :class:`~hpcgpu.errors.PeerLost`;
 - every wait has a timeout.
 
 A session is the communicator group of one simulation (raft-dask's
@@ -51,6 +55,7 @@ from dataclasses import dataclass, field
 from hpcgpu.errors import ClusterError, CommAborted, CommError
 from hpcgpu.partition.comm_extension import NOTIFY_TIMEOUT_S, worker_extension
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S, Communicator, Request, _Finished, raise_timeout
+from hpcgpu.partition.heartbeats import silence_seconds
 from hpcgpu.partition.mailbox import MailboxReceive, poll_seconds
 
 __all__ = ["DaskCommunicator", "SendRequest", "Session", "abort_session", "communicator", "current_worker"]
@@ -94,8 +99,7 @@ class SendRequest(Request):
             self.future.result(timeout)
         except concurrent.futures.TimeoutError:
             if self.mailbox.aborted is not None:
-                raise CommAborted(f"rank {self.rank}: the run was aborted during {self.describe}: "
-                                  f"{self.mailbox.aborted}", rank=self.rank) from None
+                raise self.mailbox.failure(self.rank, f" during {self.describe}") from None
             raise_timeout(self.describe, timeout, self.rank)
         except CommAborted:
             raise
@@ -132,6 +136,7 @@ class DaskCommunicator(Communicator):
                 self._extension.link(self.session.id, self.rank, direct).send(dest, key, obj, self.timeout,
                                                                               self._aborted_reason)
             except CommAborted:
+                self.check()  # PeerLost when a peer's silence aborted the session
                 raise
             except CommError as error:
                 # an object no pickler takes, or a peer that took no data within the timeout: the peers
@@ -171,9 +176,9 @@ class DaskCommunicator(Communicator):
         return self._mailbox.aborted
 
     def check(self):
-        """Raise CommAborted if the session was aborted (cheap: call it between steps)."""
+        """Raise CommAborted (PeerLost after a peer's silence) if the session was aborted (cheap: between steps)."""
         if self._mailbox.aborted is not None:
-            raise CommAborted(f"rank {self.rank}: the run was aborted: {self._mailbox.aborted}", rank=self.rank)
+            raise self._mailbox.failure(self.rank)
 
     def abort(self, reason):
         reason = f"rank {self.rank} aborted: {reason}"
@@ -224,9 +229,11 @@ def communicator(session, rank, worker=None):
     ClusterError
         Called outside a dask worker, or on a worker that is not ``rank``'s.
     ConfigError
-        The worker's :data:`POLL_ENV` is not a number of seconds between 0 and 1.
+        The worker's :data:`POLL_ENV` is not a number of seconds between 0 and 1, or its
+        :data:`~hpcgpu.partition.heartbeats.SILENCE_ENV` is out of range.
     """
     poll_seconds()  # a bad setting stops the rank here, with its name, not a mailbox made by a message
+    silence_seconds()  # the heartbeat thread only logs it
     worker = current_worker(worker)
     if worker.address != session.addresses[rank]:
         raise ClusterError(f"rank {rank} of session {session.id} belongs to {session.addresses[rank]}, not to "

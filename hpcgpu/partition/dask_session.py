@@ -10,8 +10,16 @@ to), and opens the session on each of its workers with a fresh secret
 (sent through dask, never over the rank port it protects: see
 :mod:`hpcgpu.partition.direct_comm`), which starts their direct listeners. :func:`close_session` has
 every rank say goodbye and close its streams, and the scheduler forget the
-session. Transports built on the communicator (NCCL's) end their own
-per-session state through :func:`on_session_close`.
+session. A session whose workers cannot all open their rank port (a
+``--contact-address`` that is not the worker's own and a listen address
+that cannot be bound either, ...) runs on dask's comm layer, and
+:func:`open_session` says so once, naming the worker and the reason. When
+a worker's heartbeats find a peer silent
+(:mod:`hpcgpu.partition.heartbeats`), the scheduler plugin removes that
+peer if the scheduler has not heard from it for :data:`SCHEDULER_SILENCE_S`
+either, so that the run restarts on the workers left. Transports built on
+the communicator (NCCL's) end their own per-session state through
+:func:`on_session_close`.
 
 Examples
 --------
@@ -27,14 +35,22 @@ Examples
 >>> close_session(client, session)  # doctest: +SKIP
 """
 
+import logging
 import uuid
 
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
-from hpcgpu.partition.comm_extension import ABORT_OP, NOTIFY_TIMEOUT_S, worker_extension
+from hpcgpu.partition.comm_extension import ABORT_OP, NOTIFY_TIMEOUT_S, SILENT_OP, worker_extension
 from hpcgpu.partition.dask_communicator import Session
 from hpcgpu.partition.direct_comm import new_secret
 
-__all__ = ["CommSchedulerPlugin", "CommWorkerPlugin", "close_session", "on_session_close", "open_session"]
+__all__ = ["CommSchedulerPlugin", "CommWorkerPlugin", "SCHEDULER_SILENCE_S", "close_session", "on_session_close",
+           "open_session"]
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_SILENCE_S = 2.0
+"""Seconds without a heartbeat to the scheduler (at least four of dask's intervals) after which a worker that its
+peers find silent is removed; one the scheduler still hears from is not (a network split between workers only)."""
 
 REGISTER_OP = "hpcgpu_comm_register"
 FORGET_OP = "hpcgpu_comm_forget"
@@ -103,6 +119,26 @@ class CommSchedulerPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         scheduler.handlers[REGISTER_OP] = self.register
         scheduler.handlers[FORGET_OP] = self.forget
+        scheduler.handlers[SILENT_OP] = self.silent
+
+    async def silent(self, reporter=None, silent=None, seconds=None, session=None):
+        """Handler: ``reporter`` heard nothing from ``silent`` for ``seconds``; remove it if silent here too."""
+        from distributed.metrics import time
+        from distributed.scheduler import heartbeat_interval
+
+        state = self.scheduler.workers.get(silent)
+        if state is None:
+            return
+        quiet = time() - state.last_seen
+        limit = max(SCHEDULER_SILENCE_S, 4 * heartbeat_interval(len(self.scheduler.workers)))
+        if quiet < limit:
+            logger.warning("hpcgpu comm: %s found %s silent for %.1f s in session %s, but the scheduler heard from it "
+                           "%.1f s ago: not removed", reporter, silent, seconds, session, quiet)
+            return "kept"
+        logger.warning("hpcgpu comm: removing worker %s: silent to its peer %s for %.1f s and to the scheduler for "
+                       "%.1f s (stopped, cut off or frozen)", silent, reporter, seconds, quiet)
+        await self.scheduler.remove_worker(silent, stimulus_id=f"hpcgpu-silent-{time()}", close=True)
+        return "removed"
 
     def register(self, session=None, workers=None):
         self.sessions[session] = set(workers)
@@ -124,8 +160,13 @@ class CommSchedulerPlugin(SchedulerPlugin):
 
 
 def _open_on_worker(session_id, secret, direct, dask_worker=None):
-    """Open the session on this worker (its messages are taken from now on); its direct listener or None."""
-    return worker_extension(dask_worker).open(session_id, secret, direct)
+    """Open the session on this worker (its messages are taken from now on).
+
+    Returns ``(its direct listener or None, why the rank port could not open or None)``.
+    """
+    extension = worker_extension(dask_worker)
+    address = extension.open(session_id, secret, direct)
+    return address, (extension.listener_problem if direct and address is None else None)
 
 
 def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
@@ -133,7 +174,9 @@ def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
 
     ``direct=False`` keeps every message on dask's comm layer (the direct
     socket path of :mod:`hpcgpu.partition.direct_comm` is used otherwise
-    wherever the workers speak tcp or tls).
+    wherever the workers speak tcp or tls). Where a worker's rank port
+    cannot open, the whole session uses dask's comm layer, with a
+    RuntimeWarning that names the worker and the reason.
 
     The scheduler plugin needs hpcgpu importable on the scheduler; without
     it lost workers are still noticed (closed streams, timeouts) and a
@@ -142,8 +185,15 @@ def open_session(client, addresses, timeout=DEFAULT_TIMEOUT_S, direct=True):
     client.register_plugin(CommWorkerPlugin())
     # the secret goes to the workers through dask's comm, never over the rank port it protects
     session_id, secret = uuid.uuid4().hex, new_secret()
-    listeners = client.run(_open_on_worker, session_id, secret, direct, workers=sorted(set(addresses)))
-    direct = tuple(listeners.get(a) for a in addresses)
+    opened = client.run(_open_on_worker, session_id, secret, direct, workers=sorted(set(addresses)))
+    problems = {worker: problem for worker, (_, problem) in opened.items() if problem is not None}
+    direct = () if problems else tuple(opened[a][0] if a in opened else None for a in addresses)
+    if problems:
+        import warnings
+
+        said = "; ".join(f"{worker}: {problem}" for worker, problem in sorted(problems.items()))
+        warnings.warn(f"hpcgpu: the rank port cannot open on {len(problems)} worker(s) ({said}); session "
+                      f"{session_id} runs on dask's comm layer instead", RuntimeWarning, stacklevel=2)
     session = Session(session_id, tuple(addresses), float(timeout),
                       direct if any(d is not None for d in direct) else (), secret)
     try:

@@ -15,7 +15,10 @@ go out in one ``send`` (joined, up to :data:`_COALESCE_BYTES`). A receiver threa
 session's mailbox, exactly where the dask path files it: waits, aborts and
 timeouts are the same. Other protocols (``ucx://``) keep the dask path,
 and ``HPCGPU_COMM_DIRECT=0`` turns the fast path off (a firewall that
-allows only dask's ports).
+allows only dask's ports). The listener binds to the host of the worker's
+*listen* address and advertises the host of its *contact* address (dask's
+``--contact-address``: a worker behind NAT or in a container), on a port
+of its own (:func:`rank_port_hosts`).
 
 Nothing read from this port is unpickled before the peer has proven that
 it belongs to the session (the port is one more the user may not know
@@ -39,7 +42,9 @@ each a kind byte and a fixed binary header (struct): ``D`` data
 (:data:`_DATA`: destination rank, length of the pickled tag, of the
 pickle and the number of out-of-band buffers, then the buffers' lengths,
 the tag, the pickle and the buffers), ``A`` abort (:data:`_TEXT` and the
-reason in UTF-8), ``B`` goodbye. A connection that ends
+reason in UTF-8), ``H`` heartbeat (the kind byte alone, every second from
+:mod:`hpcgpu.partition.heartbeats`: every frame tells the receiver that
+its sender lives), ``B`` goodbye. A connection that ends
 without a goodbye aborts its session on the receiving worker (the sender's
 worker died); a message that cannot be rebuilt there aborts the session
 with the sender's rank, the tag and the error (the stream itself is intact).
@@ -59,7 +64,6 @@ Examples
 
 import hashlib
 import hmac
-import io
 import logging
 import os
 import pickle
@@ -69,12 +73,11 @@ import struct
 import threading
 import time
 
-import numpy as np
-
 from hpcgpu.errors import CommAborted, CommError, CommTimeout
+from hpcgpu.partition.message_codec import decode, encode
 
 __all__ = ["DIRECT_ENV", "HANDSHAKE_TIMEOUT_S", "Link", "Listener", "MAX_CONNECTIONS", "MAX_HANDSHAKES",
-           "SECRET_BYTES", "decode", "direct_enabled", "encode", "hello_mac", "new_secret"]
+           "SECRET_BYTES", "decode", "direct_enabled", "encode", "hello_mac", "new_secret", "rank_port_hosts"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,78 +143,6 @@ def direct_enabled(address):
     return address.startswith(("tcp://", "tls://"))
 
 
-class _Pickler(pickle.Pickler):
-    """Protocol 5 with non-contiguous NumPy arrays made contiguous first.
-
-    NumPy pickles a non-contiguous array in band, and that path drops a
-    non-native byte order (a strided ``>f8`` view arrives as ``<f8``): such
-    an array travels as its contiguous copy, out of band like any other.
-    Everything else pickles as with :func:`pickle.dumps` (the hook is not
-    even called for ints, floats, strings, tuples, lists and dicts).
-    """
-
-    def reducer_override(self, obj):
-        if type(obj) is np.ndarray and not obj.flags.forc:
-            return np.ascontiguousarray(obj).__reduce_ex__(5)
-        return NotImplemented
-
-
-_SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
-
-
-def _contiguous(obj):
-    """True if ``obj`` is a contiguous NumPy array, a scalar, or a tuple or list of them (nothing for _Pickler).
-
-    A quick look at the shapes halo and ghost messages take; anything else
-    (dicts, dataclasses, nested containers) goes through :class:`_Pickler`.
-    """
-    kind = type(obj)
-    if kind is np.ndarray:
-        return obj.flags.forc
-    if kind is tuple or kind is list:
-        for item in obj:
-            kind = type(item)
-            if kind is np.ndarray:
-                if not item.flags.forc:
-                    return False
-            elif kind not in _SCALARS and not isinstance(item, np.generic):  # NumPy scalars: native order
-                return False
-        return True
-    return kind in _SCALARS or isinstance(obj, np.generic)
-
-
-def encode(obj):
-    """``(pickle bytes, out-of-band buffers)`` of ``obj`` (protocol 5: arrays travel without a copy).
-
-    Objects plain pickle refuses but dask would send (lambdas, functions of
-    ``__main__``) go with cloudpickle.
-
-    Raises
-    ------
-    pickle.PicklingError, TypeError, AttributeError
-        Neither pickle nor cloudpickle can serialize ``obj`` (the error of cloudpickle).
-    """
-    buffers = []
-    try:
-        if _contiguous(obj):  # the messages of a step: pickle.dumps, the cheapest (no Pickler object to make)
-            data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-        else:
-            stream = io.BytesIO()
-            _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
-            data = stream.getvalue()
-    except Exception:  # noqa: BLE001 - whatever pickle refuses, cloudpickle may take
-        import cloudpickle
-
-        buffers = []
-        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return data, [b.raw() for b in buffers]
-
-
-def decode(data, buffers):
-    """The object :func:`encode` gave ``data`` and ``buffers`` for."""
-    return pickle.loads(data, buffers=buffers)
-
-
 def _recv_exactly(sock, size):
     buffer = bytearray(size)
     view = memoryview(buffer)
@@ -241,6 +172,31 @@ def _host_port(address):
     return host.strip("[]"), int(port)
 
 
+def rank_port_hosts(worker):
+    """``(hosts to bind, in the order tried; the host advertised)`` of ``worker``'s rank port.
+
+    The port binds to the host of the worker's listen address and is
+    advertised at the host of its contact address. They differ for a worker
+    started with dask's ``--contact-address`` (behind NAT, in a container),
+    whose contact host is not one of its own. A wildcard listen address
+    (``0.0.0.0``, ``::``) tries the contact host first, to open the port on
+    no more interfaces than its peers use, and every interface if that host
+    is not this machine's.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> rank_port_hosts(SimpleNamespace(address="tcp://203.0.113.7:9000", listen_address="tcp://0.0.0.0:9000"))
+    (('203.0.113.7', '0.0.0.0'), '203.0.113.7')
+    >>> rank_port_hosts(SimpleNamespace(address="tcp://203.0.113.7:9000", listen_address="tcp://10.0.0.5:9000"))
+    (('10.0.0.5',), '203.0.113.7')
+    """
+    contact, _ = _host_port(worker.address)
+    listen = _host_port(getattr(worker, "listen_address", None) or worker.address)[0] or "0.0.0.0"
+    wildcard = listen in ("0.0.0.0", "::")
+    return ((contact, listen) if wildcard and contact != listen else (listen,)), contact
+
+
 def _ssl_contexts(worker):
     """``(server, client)`` SSL contexts of a ``tls://`` worker (its dask security), or ``(None, None)``."""
     if not worker.address.startswith("tls://"):
@@ -261,24 +217,37 @@ class Listener:
     reason)`` and ``finished(session, source)`` are the extension's mailbox
     hooks; ``fail(session, dest, reason)`` aborts the session on every
     worker (a message this worker cannot rebuild: its peers would wait
-    otherwise).
+    otherwise); ``heard(session, source)`` is called on every frame of a
+    proven connection (the heartbeats' evidence of life).
+
+    Raises
+    ------
+    OSError
+        The port cannot be bound (the caller falls back to dask's comm layer).
     """
 
-    def __init__(self, worker, deliver, abort, finished, fail, secret_of):
+    def __init__(self, worker, deliver, abort, finished, fail, secret_of, heard=lambda session, source: None):
         self._deliver, self._abort, self._finished, self._fail = deliver, abort, finished, fail
-        self._secret_of = secret_of
+        self._secret_of, self._heard = secret_of, heard
         self._server_ssl, self.client_ssl = _ssl_contexts(worker)
         self._lock = threading.Lock()
         self._handshakes = 0
         self._connections = 0
         self.refused = 0  # connections refused or cut before they were proven (for tests and logs)
-        host, _ = _host_port(worker.address)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, 0))
-        self._socket.listen(64)
-        self.address = f"{host}:{self._socket.getsockname()[1]}"
+        binds, advertised = rank_port_hosts(worker)
+        for k, host in enumerate(binds):
+            self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self._socket.bind((host, 0))
+                self._socket.listen(64)
+                self.bound_host = host  # where it listens (the address advertised may be another's)
+                break
+            except OSError:
+                self._socket.close()
+                if k == len(binds) - 1:
+                    raise
+        self.address = f"{advertised}:{self._socket.getsockname()[1]}"
         threading.Thread(target=self._accept, name="hpcgpu-comm-accept", daemon=True).start()
 
     def connections(self):
@@ -364,7 +333,10 @@ class Listener:
                 return
             connection, session, source = proven
             while True:
+                self._heard(session, source)
                 kind = bytes(_recv_exactly(connection, 1))
+                if kind == b"H":
+                    continue
                 if kind == b"D":
                     dest, key_size, data_size, count = _DATA.unpack(_recv_exactly(connection, _DATA.size))
                     lengths = struct.unpack(f"!{count}Q", _recv_exactly(connection, 8 * count)) if count else ()
@@ -519,6 +491,26 @@ class Link:
                         sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
             except (BlockingIOError, TimeoutError):
                 pass
+
+    def heartbeat(self):
+        """Send a heartbeat frame if the link is idle and its socket has room; never waits.
+
+        A link busy sending needs none (its data is the sign of life), and a
+        full socket buffer is the receiver's silence, not this sender's.
+        """
+        if self.closed or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self.closed:
+                return
+            if not self._tls:
+                self._socket.send(b"H", socket.MSG_DONTWAIT)  # one byte: sent whole or not at all
+            elif select.select([], [self._socket], [], 0)[1]:
+                self._send(b"H", time.monotonic() + _GOODBYE_S, None)  # an SSL write is retried until whole
+        except (OSError, CommError):  # no room, or broken: the next data send reports it
+            pass
+        finally:
+            self._lock.release()
 
     def _break(self):
         """Close without a goodbye: a message went out in part, nothing more may follow it."""

@@ -5,7 +5,11 @@ files each message with :meth:`Mailbox.put` by (destination rank, source
 rank, tag); the rank takes it with :meth:`Mailbox.take`, polling for
 :func:`poll_seconds` before it sleeps on the mailbox's condition. An abort
 (:meth:`Mailbox.abort`) ends every wait with
-:class:`~hpcgpu.errors.CommAborted`. :class:`MailboxReceive` is the
+:class:`~hpcgpu.errors.CommAborted`, or with :class:`~hpcgpu.errors.PeerLost`
+when the abort came from a peer's silence. The mailbox also keeps when each
+peer rank was last heard from (:meth:`Mailbox.hear`: every message, goodbye
+and heartbeat), which :mod:`hpcgpu.partition.heartbeats` judges.
+:class:`MailboxReceive` is the
 :class:`~hpcgpu.partition.communicator.Request` of one such receive.
 
 Examples
@@ -23,7 +27,7 @@ import os
 import threading
 import time
 
-from hpcgpu.errors import CommAborted, ConfigError
+from hpcgpu.errors import CommAborted, ConfigError, PeerLost
 from hpcgpu.partition.communicator import Request, raise_timeout
 
 __all__ = ["Mailbox", "MailboxReceive", "POLL_ENV", "POLL_SECONDS", "poll_seconds"]
@@ -84,7 +88,9 @@ class Mailbox:
         self.condition = threading.Condition()
         self.queues = collections.defaultdict(collections.deque)
         self.aborted = None   # the reason, once aborted
+        self.lost = None      # the silent peer rank, when the abort came from its silence (PeerLost)
         self.finished = set()  # peers that said goodbye
+        self.heard = {}       # peer rank -> time.monotonic() of the last frame from it (watched once heard)
         if poll is None:
             try:
                 poll = poll_seconds()
@@ -98,12 +104,26 @@ class Mailbox:
             self.queues[dest, source, key].append(obj)
             self.condition.notify_all()
 
-    def abort(self, reason):
-        """Abort the session here (the first reason is kept): every wait raises CommAborted."""
+    def abort(self, reason, lost=None):
+        """Abort the session here (the first reason is kept): every wait raises CommAborted.
+
+        ``lost`` is the peer rank whose silence caused it: the waits then
+        raise :class:`~hpcgpu.errors.PeerLost` (a lost worker) instead.
+        """
         with self.condition:
             if self.aborted is None:
                 self.aborted = reason
+                self.lost = lost
             self.condition.notify_all()
+
+    def hear(self, source):
+        """Note that rank ``source`` was heard from now (any frame: data, heartbeat, goodbye)."""
+        self.heard[source] = time.monotonic()  # one dict store: atomic, no lock on the receive path
+
+    def failure(self, rank, during=""):
+        """The error a wait of ``rank`` raises once the session is aborted (PeerLost after a silence)."""
+        kind = PeerLost if self.lost is not None else CommAborted
+        return kind(f"rank {rank}: the run was aborted{during}: {self.aborted}", rank=rank)
 
     def ready(self, dest, source, key):
         """True when :meth:`take` would return (or raise) at once."""
@@ -129,8 +149,7 @@ class Mailbox:
                         del self.queues[dest, source, key]
                     return obj
                 if self.aborted is not None:
-                    raise CommAborted(f"rank {rank}: the run was aborted while waiting for {describe}: "
-                                      f"{self.aborted}", rank=rank)
+                    raise self.failure(rank, f" while waiting for {describe}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise_timeout(describe, timeout, rank)
