@@ -221,7 +221,7 @@ def _cg_rank(comm, part, x, r, job, activity=None):
     window = job.stall_window
     while True:
         if activity is not None:
-            activity.set(f"round {job.round} of the conjugate gradient, iteration {k + 1}")
+            activity.set(f"round {job.round + 1} of the conjugate gradient, iteration {k + 1}")
         spmv(A, full, out=q, backend=backend)
         pq = _sum_over_ranks(comm, dot(p, q, backend=backend))
         if not pq > 0:
