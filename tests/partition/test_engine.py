@@ -171,7 +171,8 @@ def test_an_interrupted_wait_loses_no_step_and_no_record(client):
     sim = Simulation(model, dt=100.0, stop_steps=40, diagnostics=2, progress=False, client=client, partitions=2,
                      steps_per_task=2)
     executor = sim._executor
-    original_wait, original_advance, advancing, interrupted = executor._wait, executor.advance, [], []
+    watch = executor._watch  # the executor's waits
+    original_wait, original_advance, advancing, interrupted = watch.wait, executor.advance, [], []
 
     def advance(steps):
         advancing.append(steps)
@@ -180,13 +181,13 @@ def test_an_interrupted_wait_loses_no_step_and_no_record(client):
         finally:
             advancing.pop()
 
-    def interrupting_wait(futures):
+    def interrupting_wait(futures, deadline=None):
         if (advancing and not interrupted) or len(interrupted) == 1:
             interrupted.append(bool(advancing))
             raise KeyboardInterrupt  # as Ctrl-C does, inside dask's wait
-        return original_wait(futures)
+        return original_wait(futures, deadline)
 
-    executor.advance, executor._wait = advance, interrupting_wait
+    executor.advance, watch.wait = advance, interrupting_wait
     for _ in range(2):
         with pytest.raises(KeyboardInterrupt):
             sim.run()
