@@ -49,7 +49,10 @@ rank has returned; a worker lost during the solve is a
 :class:`~hpcgpu.errors.ClusterError` naming it (the client watches the
 session's workers while it waits); a client that stops waiting (an
 interrupt) aborts the ranks too, so they do not hold their workers until
-they converge. Every wait has a timeout: nothing hangs.
+they converge. Every wait has a timeout: nothing hangs. Each rank records
+the iteration it begins (:mod:`hpcgpu.partition.rank_activity`): when no
+rank began one within the deadline's floor, the client aborts them and
+raises :class:`~hpcgpu.errors.EpochDeadline` saying what each was doing.
 """
 
 import math

@@ -42,7 +42,8 @@ the workers left. Errors are told apart by their types
 (:func:`hpcgpu.partition.faults.is_lost_worker`), never by their words;
 ranks aborted with no rank's error behind them are a lost worker only when
 a worker of the run really left. Every wait has a timeout, and every wait
-of the client for an epoch a deadline (:mod:`hpcgpu.partition.faults`):
+of the client for an epoch a deadline (:mod:`hpcgpu.partition.faults`;
+the client's waits are :mod:`hpcgpu.partition.epoch_watch`):
 past it the client aborts every rank and raises
 :class:`~hpcgpu.errors.EpochDeadline`, naming the ranks not done and what
 they were doing. A failed or closed run aborts the ranks it leaves

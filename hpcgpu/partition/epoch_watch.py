@@ -94,7 +94,7 @@ class EpochWatch:
         raise error
 
     def _ask(self, workers):
-        """``{worker: {rank: what it does}}`` of the session's ranks running on ``workers`` (an error where one failed)."""
+        """``{worker: {rank: what it does}}`` of the session's ranks on ``workers`` (an error where one failed)."""
         try:
             return self.client.run(activity_here, self.session.id, workers=list(workers), on_error="return")
         except Exception:  # noqa: BLE001 - a gone worker: its ranks are named without what they did
@@ -136,6 +136,7 @@ class EpochWatch:
         raise error
 
     def _errors(self, failed):
+        """The error of each failed future; a cancelled or lost one's is a WorkerLost (its worker took it)."""
         errors = []
         for future in failed:
             if future.status == "error":
@@ -149,6 +150,7 @@ class EpochWatch:
         return errors
 
     def gather(self, futures):
+        """``client.gather(futures)``; a lost worker's error becomes WorkerLost, the run abandoned."""
         try:
             return self.client.gather(futures, errors="raise")
         except Exception as error:  # noqa: BLE001 - translated when it is a lost worker

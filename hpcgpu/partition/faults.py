@@ -1,4 +1,4 @@
-"""How the client of a partitioned run judges a failing epoch: how long it may take, and which errors mean a lost worker.
+"""How the client of a partitioned run judges a failing epoch: how long it may take, which errors mean a lost worker.
 
 Deadlines
     Every wait of the client for an epoch ends at a deadline
