@@ -221,7 +221,8 @@ class PartitionedExecutor:
         self._halted = False  # a failed health check is filed and the driver has not collected it yet
         self._ready = []
         self._seconds_per_step = None
-        self._submitted = {}  # epoch -> (time.monotonic() it was sent, the run's step at its start)
+        self._submitted = {}  # epoch -> (time.monotonic() it was sent, the run's step at its start, its operations)
+        self._operations_done = set()  # kinds of operation of the epochs taken: a new one may compile kernels
         self._taken_at = 0.0  # when the client last took an epoch: the next one cannot have started before
         self._closed = False
         self._lost_at_close = False  # close() dropped checks or diagnostics that were asked for
@@ -445,7 +446,7 @@ class PartitionedExecutor:
         # the executor's own state changes only now: an interrupt above leaves the program queued
         self._program, self.epoch, self._results = [], epoch, results
         self._in_flight.append((epoch, steps, records, results))
-        self._submitted[epoch] = (time.monotonic(), first_step)
+        self._submitted[epoch] = (time.monotonic(), first_step, {op for op, _ in program})
 
     def _take(self):
         """Wait for the oldest epoch in flight, file its records and learn its speed (raises on a failed epoch).
@@ -458,7 +459,7 @@ class PartitionedExecutor:
         self._watch.wait([records, *results.values()], self._deadline(epoch, steps, results))
         found, seconds, done, ranks, transport = self._watch.gather([records])[0]
         self._in_flight.popleft()
-        self._submitted.pop(epoch, None)
+        self._operations_done |= self._submitted.pop(epoch, (0, 0, set()))[2]
         self._taken_at = time.monotonic()
         self.transport = transport
         self._ready.extend(found)
@@ -510,10 +511,13 @@ class PartitionedExecutor:
         """The deadline of ``epoch`` (``steps`` steps, its futures ``results``), see :mod:`hpcgpu.partition.faults`.
 
         Counted from when it could start: not before it was sent, nor
-        before the client took the epoch before it.
+        before the client took the epoch before it. An epoch with a kind of
+        operation no epoch before it had (the first diagnostics) may compile
+        kernels: its speed counts as not measured.
         """
-        sent, first_step = self._submitted.get(epoch, (time.monotonic(), self.step - steps))
-        expected = None if self._seconds_per_step is None else steps * self._seconds_per_step
+        sent, first_step, operations = self._submitted.get(epoch, (time.monotonic(), self.step - steps, set()))
+        new = bool(operations - self._operations_done)
+        expected = None if self._seconds_per_step is None or new else steps * self._seconds_per_step
         seconds = epoch_deadline(expected, self.deadline_floor, self.session.timeout)
         return dict(at=max(sent, self._taken_at) + seconds, seconds=seconds, epoch=epoch, results=results,
                     why=deadline_why(expected, self.deadline_floor, self._deadline_source),

@@ -9,8 +9,9 @@ Deadlines
     :class:`~hpcgpu.partition.engine.PartitionedExecutor`, else
     :data:`DEADLINE_ENV` in the client's environment, else
     :data:`DEFAULT_DEADLINE_S` (:func:`deadline_floor`). An epoch whose
-    speed is not known yet (the first of a run, with its JIT compile) may
-    also take as long as a rank's wait timeout. Past the deadline the
+    speed is not known yet (the first of a run, or the first with a kind of
+    work no epoch had before, the first diagnostics: they may compile
+    kernels) may also take as long as a rank's wait timeout. Past the deadline the
     client aborts every rank and raises
     :class:`~hpcgpu.errors.EpochDeadline`, naming the ranks not done and
     what each was doing (:mod:`hpcgpu.partition.rank_activity`).

@@ -361,6 +361,30 @@ def test_a_session_worker_missing_is_a_lost_worker(client, monkeypatch):
     # ranks aborted with no worker gone, and aborted because one left: tests/partition/test_epoch_watch.py
 
 
+def test_an_epoch_may_take_ten_times_its_expected_time_and_a_new_kind_of_work_its_rank_timeout(client):
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    executor = PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2,
+                                   timeout=30, epoch_deadline=5)
+    try:
+        assert executor._deadline(1, 4, {})["seconds"] == 30  # nothing measured yet: the rank timeout
+        executor.advance(4)
+        executor.synchronize()  # one epoch of advances: its speed is measured
+        executor._seconds_per_step = 1.0  # as if a step took a second
+        now = time.monotonic()
+        for operations, seconds in (({"advance"}, 40), ({"advance", "diagnostics"}, 30)):
+            executor._submitted[99] = (now, 8, operations)
+            deadline = executor._deadline(99, 4, {})
+            assert deadline["seconds"] == seconds and deadline["at"] == pytest.approx(now + seconds, abs=0.01)
+        executor._seconds_per_step = 0.01
+        executor._submitted[99] = (now, 8, {"advance"})
+        assert executor._deadline(99, 4, {})["seconds"] == 5  # the floor
+        assert "epoch 99 (steps 8 to 12)" in executor._deadline(99, 4, {})["what"]
+    finally:
+        executor.close()
+
+
 def test_no_more_than_max_ahead_epochs_are_ever_in_flight(client, monkeypatch):
     from _faulty_models import SlowRows
 
