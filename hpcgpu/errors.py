@@ -12,6 +12,7 @@ __all__ = [
     "ClusterError",
     "WorkerLost",
     "PeerLost",
+    "EpochDeadline",
     "ConvergenceError",
 ]
 
@@ -46,6 +47,41 @@ class WorkerLost(ClusterError):
     recovers from (from its last checkpoint, on the workers left); a closed
     or failed run, or a cluster that cannot start, is not.
     """
+
+
+class EpochDeadline(ClusterError):
+    """An epoch (a round of work of every rank) did not finish within its deadline; every rank was aborted.
+
+    Raised by the client of a partitioned run (or of the distributed
+    conjugate gradient) when a rank is stuck: in compute (an endless
+    kernel), or waiting for a peer that is. Not a lost worker: running the
+    same epoch again would get stuck again, so nothing restarts from it.
+
+    Attributes
+    ----------
+    ranks : tuple of int
+        The ranks that had not finished.
+    doing : dict
+        ``{rank: what it was doing}`` as its worker reported it at the
+        deadline ("epoch 7, advancing steps 400 to 416: computing for
+        12.0 s", "... waiting 11.9 s for a message from rank 1 tagged
+        'halo|...'"); a rank whose worker did not answer is missing.
+    deadline : float
+        The deadline that passed, in seconds.
+    """
+
+    def __init__(self, message, *, ranks=(), doing=None, deadline=float("nan")):
+        super().__init__(message)
+        self.ranks = tuple(ranks)
+        self.doing = dict(doing or {})
+        self.deadline = deadline
+
+    def __reduce__(self):
+        return (_rebuild_deadline, (self.args[0], self.ranks, self.doing, self.deadline))
+
+
+def _rebuild_deadline(message, ranks, doing, deadline):
+    return EpochDeadline(message, ranks=ranks, doing=doing, deadline=deadline)
 
 
 class CommError(ClusterError):

@@ -25,6 +25,10 @@ class FaultyMatrix(CSRMatrix):
         uses = self.__dict__.get("uses", 0) + 1
         object.__setattr__(self, "uses", uses)  # a frozen dataclass: the count is private state
         time.sleep(self.__dict__["pause"])
+        if uses == self.__dict__.get("stuck_at"):  # an endless kernel, until the test releases it
+            until = time.monotonic() + 120
+            while not os.path.exists(self.__dict__["release"]) and time.monotonic() < until:
+                time.sleep(0.02)
         after = self.__dict__["fail_after"]
         if after is not None and uses > after:
             raise ValueError(f"injected failure in a CG partition after {after} uses of its matrix "
@@ -32,8 +36,11 @@ class FaultyMatrix(CSRMatrix):
         return super().to_backend(backend)
 
 
-def faulty_split(split, partition, fail_after=None, pause=0.0):
-    """``split`` (``cg_ranks.split``) with partition ``partition``'s block made a :class:`FaultyMatrix`."""
+def faulty_split(split, partition, fail_after=None, pause=0.0, stuck_at=None, release=""):
+    """``split`` (``cg_ranks.split``) with partition ``partition``'s block made a :class:`FaultyMatrix`.
+
+    With ``stuck_at``, its ``stuck_at``-th use hangs until the file ``release`` exists.
+    """
 
     def patched(matrix, bounds, jacobi=True):
         parts = split(matrix, bounds, jacobi)
@@ -41,6 +48,8 @@ def faulty_split(split, partition, fail_after=None, pause=0.0):
         faulty = FaultyMatrix(block.data, block.indices, block.indptr, block.shape)
         object.__setattr__(faulty, "fail_after", fail_after)
         object.__setattr__(faulty, "pause", pause)
+        object.__setattr__(faulty, "stuck_at", stuck_at)
+        object.__setattr__(faulty, "release", release)
         parts[partition] = replace(parts[partition], matrix=faulty)
         return parts
 

@@ -281,6 +281,43 @@ def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client,
         client.wait_for_workers(2, timeout=60)
 
 
+def test_a_rank_stuck_in_compute_ends_the_solve_at_its_deadline_naming_what_each_rank_did(
+        client, monkeypatch, tmp_path):
+    import re
+    import time
+
+    from _cg_faults import faulty_split
+
+    from hpcgpu.errors import EpochDeadline
+    from hpcgpu.linalg import cg_ranks
+    from hpcgpu.partition.faults import DEADLINE_ENV
+
+    floor = 2.0
+    monkeypatch.setenv(DEADLINE_ENV, str(floor))
+    release = tmp_path / "release"
+    monkeypatch.setattr(cg_ranks, "split", faulty_split(cg_ranks.split, 1, stuck_at=20, release=str(release)))
+    A = poisson(20)
+    b = np.random.default_rng(4).standard_normal(400)
+    try:
+        with pytest.raises(EpochDeadline) as info:
+            linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numpy")
+        doing = info.value.doing
+        # progress is checked every floor seconds: a stuck round is seen within two of them (the time
+        # before it, the session's start on a busy machine, is not the deadline's)
+        stuck = float(re.search(r"computing for ([0-9.]+) s", doing[1]).group(1))
+        assert stuck < 2 * floor + 2, f"detected {stuck:.1f} s after the rank got stuck: {info.value}"
+        assert info.value.ranks == (0, 1) and info.value.deadline == floor
+        assert "round 1 of the conjugate gradient, iteration" in doing[1], doing
+        assert "waiting" in doing[0] and "from rank 1" in doing[0], doing
+        assert set(client.run(_executing).values()) == {0, 1}  # rank 0 was released by the abort
+    finally:
+        release.touch()
+    deadline = time.monotonic() + 10
+    while any(client.run(_executing).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(client.run(_executing).values()) == {0}
+
+
 def _lap1d(n):
     """A small 1D SPD tridiagonal matrix (diagonally dominant: CG reaches the rounding floor in ~n steps)."""
     return sp.diags([-1.0, 2.05, -1.0], [-1, 0, 1], shape=(n, n), format="csr")

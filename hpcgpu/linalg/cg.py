@@ -11,6 +11,7 @@ keep their decisions identical, is told in :mod:`hpcgpu.linalg.cg_ranks`.
 """
 
 import math
+import time
 import uuid
 
 import numpy as np
@@ -18,7 +19,9 @@ import numpy as np
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError
 from hpcgpu.linalg import cg_ranks
+from hpcgpu.partition.faults import DEADLINE_ENV, deadline_error, deadline_floor
 from hpcgpu.partition.layout import split_rows
+from hpcgpu.partition.rank_activity import activity_here, operations_here
 from hpcgpu.partition.worker_ranks import abort_session_here
 from hpcgpu.validation import check_int, check_relative_tolerance
 
@@ -75,6 +78,11 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         No workers, or a worker lost during the solve (named). An error
         raised on one partition ends every partition at once and is
         re-raised here.
+    EpochDeadline
+        No rank began an iteration within the deadline's floor
+        (``HPCGPU_EPOCH_DEADLINE_S``, default 60 s; see
+        :mod:`hpcgpu.partition.faults`): a rank is stuck; every rank was
+        aborted and the error names what each was doing.
 
     Examples
     --------
@@ -226,9 +234,18 @@ class _Solver:
         return sorted(set(self.owner) - set(worker_info(self.client)))
 
     def _wait(self, futures):
-        """Wait for every rank, watching the session's workers; raise the root cause of a failure."""
+        """Wait for every rank, watching the session's workers and their progress; raise the root cause of a failure.
+
+        A round has no expected length (it runs to convergence), so its
+        deadline is on progress: when no rank began an iteration within the
+        floor of :func:`hpcgpu.partition.faults.deadline_floor` (checked
+        every floor seconds, so within twice it), the ranks are stuck:
+        :class:`~hpcgpu.errors.EpochDeadline` names them (the caller aborts them).
+        """
         from distributed import wait
 
+        floor = deadline_floor()
+        checked, seen = time.monotonic(), {}
         while True:
             pending = [f for f in futures if f.status == "pending"]
             try:  # wakes on the first to finish or fail (dask has no FIRST_EXCEPTION)
@@ -244,6 +261,26 @@ class _Solver:
                 self.client.cancel(futures)
                 raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
                                    "during the solve; its rows are gone (solve again on the workers left)")
+            if time.monotonic() - checked >= floor:
+                checked, last = time.monotonic(), seen
+                seen = self._ask(operations_here)
+                if seen == last:
+                    self._stuck(futures, floor)
+
+    def _ask(self, function):
+        """``function(session id)`` on the session's workers: ``{worker: answer}`` (an exception where one failed)."""
+        try:
+            return self.client.run(function, self.session.id, workers=sorted(self.ranks), on_error="return")
+        except Exception:  # noqa: BLE001 - a gone worker is seen by _missing
+            return {}
+
+    def _stuck(self, futures, floor):
+        """No rank began an iteration within ``floor`` seconds: the EpochDeadline naming the ranks not done."""
+        pending = {w: ranks for (w, ranks), f in zip(self.ranks.items(), futures) if f.status != "finished"}
+        self.client.cancel(futures)
+        raise deadline_error(f"distributed conjugate gradient: round {self.rounds}", floor,
+                             f"no rank began an iteration within the floor, set by {DEADLINE_ENV} or the default",
+                             pending, self._ask(activity_here), self.owner)
 
     def _raise_failure(self, futures):
         """Raise the error of the rank that failed (not the aborts it caused) once every rank has returned."""

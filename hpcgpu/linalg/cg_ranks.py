@@ -49,7 +49,10 @@ rank has returned; a worker lost during the solve is a
 :class:`~hpcgpu.errors.ClusterError` naming it (the client watches the
 session's workers while it waits); a client that stops waiting (an
 interrupt) aborts the ranks too, so they do not hold their workers until
-they converge. Every wait has a timeout: nothing hangs.
+they converge. Every wait has a timeout: nothing hangs. Each rank records
+the iteration it begins (:mod:`hpcgpu.partition.rank_activity`): when no
+rank began one within the deadline's floor, the client aborts them and
+raises :class:`~hpcgpu.errors.EpochDeadline` saying what each was doing.
 """
 
 import math
@@ -58,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
+from hpcgpu.partition.rank_activity import recording
 from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
 __all__ = ["CGPart", "CGJob", "CGRankResult", "split", "solve_task", "STALL_WINDOW", "TIMEOUT_S"]
@@ -178,8 +182,12 @@ class _Neighbours:
         return totals, {source: self.backend.asarray(received[source][1]) for source in self.slices}
 
 
-def _cg_rank(comm, part, x, r, job):
-    """CG on one rank from its blocks ``x``, ``r`` (host) until every rank stops; its :class:`CGRankResult`."""
+def _cg_rank(comm, part, x, r, job, activity=None):
+    """CG on one rank from its blocks ``x``, ``r`` (host) until every rank stops; its :class:`CGRankResult`.
+
+    ``activity`` (:class:`~hpcgpu.partition.rank_activity.RankActivity`)
+    records each iteration: the client's sign of progress.
+    """
     from hpcgpu.backends import get_backend
     from hpcgpu.kernels.matrix import axpy, dot, error_stalled, spmv
 
@@ -215,6 +223,8 @@ def _cg_rank(comm, part, x, r, job):
     energy, rounding = list(job.energy), float(np.finfo(r.dtype).eps)
     window = job.stall_window
     while True:
+        if activity is not None:
+            activity.set(f"round {job.round + 1} of the conjugate gradient, iteration {k + 1}")
         spmv(A, full, out=q, backend=backend)
         pq = _sum_over_ranks(comm, dot(p, q, backend=backend))
         if not pq > 0:
@@ -267,9 +277,10 @@ def _run_rank(job, rank, part, x, r, worker):
     from hpcgpu.partition.dask_communicator import communicator
 
     comm = None
-    with aborting_on_failure(job.session, rank, worker, lambda: comm):
+    with aborting_on_failure(job.session, rank, worker, lambda: comm), recording(job.session.id, rank) as activity:
         comm = communicator(job.session, rank, worker)
-        return _cg_rank(comm, part, x, r, job)
+        activity.comm = comm
+        return _cg_rank(comm, part, x, r, job, activity)
 
 
 def solve_task(job, ranks, parts, blocks):

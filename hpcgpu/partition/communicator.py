@@ -147,9 +147,13 @@ class _Timed(Request):
 
     def wait(self, timeout):
         started, cpu = time.perf_counter(), time.thread_time()
+        # what the rank waits for, for a deadline's report (hpcgpu.partition.rank_activity)
+        self.comm.waiting_for = (self.describe, time.monotonic())
         try:
             return self.request.wait(timeout)
         finally:
+            self.comm.waiting_for = None
+            self.comm.waited_until = time.monotonic()
             self.comm.wait_seconds += time.perf_counter() - started
             self.comm.wait_cpu_seconds += time.thread_time() - cpu
 
@@ -179,6 +183,8 @@ class Communicator(abc.ABC):
         self._closed = False  # set by close(): a later send is an error (see close)
         self.wait_seconds = 0.0  # time this rank spent waiting for messages (the engine's exchange time)
         self.wait_cpu_seconds = 0.0  # CPU time of the waiting thread inside those waits (taking messages in)
+        self.waiting_for = None  # (what, since when) during a wait: a deadline's report says it
+        self.waited_until = 0.0  # when the last wait ended (time.monotonic())
 
     # -- what a transport provides --------------------------------------------------------
     @abc.abstractmethod

@@ -31,13 +31,24 @@ model must provide for each is written in :mod:`hpcgpu.partition.protocols`.
 This module is the client side; what runs on the workers is
 :mod:`hpcgpu.partition.epochs`.
 
-Faults: a rank that raises aborts the session on every rank (their waits
-end at once) and the client re-raises the first rank's own error; a lost
-worker aborts the session on the other workers (the scheduler plugin of
+Faults: a rank that raises, or whose wait for a message passes its
+timeout, aborts the session on every rank (their waits end at once) and
+the client re-raises the first rank's own error, once; a lost worker
+aborts the session on the other workers (the scheduler plugin of
 :mod:`hpcgpu.partition.dask_communicator`) and the client raises
 :class:`~hpcgpu.errors.WorkerLost`, from which
 :class:`~hpcgpu.simulation.Simulation` restarts at its last checkpoint on
-the workers left. Every wait has a timeout; nothing hangs.
+the workers left. Errors are told apart by their types
+(:func:`hpcgpu.partition.faults.is_lost_worker`), never by their words;
+ranks aborted with no rank's error behind them are a lost worker only when
+a worker of the run really left. Every wait has a timeout, and every wait
+of the client for an epoch a deadline (:mod:`hpcgpu.partition.faults`;
+the client's waits are :mod:`hpcgpu.partition.epoch_watch`):
+past it the client aborts every rank and raises
+:class:`~hpcgpu.errors.EpochDeadline`, naming the ranks not done and what
+they were doing. A failed or closed run aborts the ranks it leaves
+running. Nothing hangs; a rank stuck in compute keeps its worker's thread
+until it returns (Python cannot stop a thread), but no longer its peers.
 
 A health check that finds the state blown up (NaN/inf, or a CFL number
 above the model's limit) ends its epoch's program there; the client then
@@ -46,19 +57,21 @@ the failing step (its fields, for a look, from :meth:`~PartitionedExecutor.globa
 """
 
 import math
+import os
 import time
 import uuid
 from collections import deque
 
 from hpcgpu.cluster import worker_info
-from hpcgpu.errors import ClusterError, CommAborted, CommError, ConfigError, WorkerLost
+from hpcgpu.errors import ClusterError, ConfigError
 from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
+from hpcgpu.partition.epoch_watch import ROOT_CAUSE_WAIT_S, EpochWatch
+from hpcgpu.partition.faults import DEADLINE_ENV, deadline_floor, deadline_why, epoch_deadline
 from hpcgpu.partition.decomposition import Decomposition, forget_rank_caches, on_worker, rank_cache  # noqa: F401
 from hpcgpu.partition.decompositions import decomposition_for, decomposition_kind
 from hpcgpu.partition.epochs import RankResult, Spec, epoch_records, epoch_task, host_blocks, unhealthy  # noqa: F401
 from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
-from hpcgpu.partition.worker_ranks import abort_session_here
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]
@@ -68,22 +81,9 @@ EPOCH_SECONDS = 0.5
 MAX_AHEAD = 2
 """Epochs in flight at most: enough to hide the scheduler's round trip between
 epochs, few enough to bound memory and the overshoot of a wall-time limit."""
-_ROOT_CAUSE_WAIT_S = 5.0
-"""How long the client waits, after a rank aborted, for the rank whose error caused it."""
-_POLL_S = 1.0
-"""How often the client, waiting for an epoch, checks that the session's workers are alive."""
 
 
 # -- the client side -----------------------------------------------------------------------------------
-def _is_lost_worker(error):
-    from distributed.scheduler import KilledWorker
-
-    text = f"{type(error).__name__}: {error}".lower()
-    return isinstance(error, KilledWorker) or any(
-        word in text for word in ("lost", "cancelled", "killedworker", "commclosed", "worker died", "left the cluster",
-                                  "without a goodbye"))
-
-
 def _check_weights(weights, partitions):
     """``weights`` as a list of floats, or ConfigError: one positive finite number per partition."""
     valid = f"None, 'calibrate' or a sequence of {partitions} positive finite numbers (one per partition)"
@@ -132,23 +132,35 @@ class PartitionedExecutor:
         Run name (dashboard span and task keys).
     timeout : float
         Seconds any wait of a rank may take before the run is aborted (> 0).
+    epoch_deadline : float, optional
+        The least deadline of an epoch, in seconds (> 0; default
+        :data:`~hpcgpu.partition.faults.DEADLINE_ENV` or 60 s): an epoch
+        may take 10 times its expected time, and no less than this
+        (:mod:`hpcgpu.partition.faults`).
 
     Raises
     ------
     ConfigError
         A partitioning the model cannot take (too many partitions, a halo
         or ghost radius wider than a partition), or ``timeout``,
-        ``partitions``, ``steps_per_task`` or ``weights`` out of range.
+        ``epoch_deadline``, ``partitions``, ``steps_per_task`` or
+        ``weights`` out of range.
+    EpochDeadline
+        (from the calls that wait) An epoch passed its deadline: a rank is
+        stuck; every rank was aborted.
     ClusterError
         The cluster has no workers.
     """
 
     def __init__(self, client, model, state, dt, *, partitions=None, steps_per_task=None, weights=None,
-                 name="run", timeout=DEFAULT_TIMEOUT_S, grid=None):
+                 name="run", timeout=DEFAULT_TIMEOUT_S, grid=None, epoch_deadline=None):
         from hpcgpu.partition.dask_session import open_session
 
         # checked here: a bad value would otherwise fail deep in the session, or as a timeout mid-run
         timeout = check_float("timeout", timeout, minimum=0.0, strict_min=True)
+        self.deadline_floor = deadline_floor(epoch_deadline)
+        self._deadline_source = ("epoch_deadline" if epoch_deadline is not None
+                                 else DEADLINE_ENV if DEADLINE_ENV in os.environ else "the default")
         self.client = client
         self.model = model
         self.dt = dt
@@ -195,6 +207,7 @@ class PartitionedExecutor:
         self.step = 0
         self.epoch = 0
         self.session = open_session(client, self.owner, timeout)
+        self._watch = EpochWatch(client, self.session, self.owner, name, self._abandon)
         self._spec = client.scatter(Spec(model, dt, self.decomposition), broadcast=True, hash=False)
         self._ranks = {}
         for rank, worker in enumerate(self.owner):
@@ -208,6 +221,9 @@ class PartitionedExecutor:
         self._halted = False  # a failed health check is filed and the driver has not collected it yet
         self._ready = []
         self._seconds_per_step = None
+        self._submitted = {}  # epoch -> (time.monotonic() it was sent, the run's step at its start, its operations)
+        self._operations_done = set()  # kinds of operation of the epochs taken: a new one may compile kernels
+        self._taken_at = 0.0  # when the client last took an epoch: the next one cannot have started before
         self._closed = False
         self._lost_at_close = False  # close() dropped checks or diagnostics that were asked for
         self._failure = None
@@ -252,13 +268,12 @@ class PartitionedExecutor:
         if steps == 0 or self._halted:
             return
         if self._program and self._long_enough():
+            # the throttle before the steps are counted: an interrupted wait (Ctrl-C) leaves them
+            # uncounted here as in the driver, which counts them once this returns
+            self._make_room()
+            if self._halted:  # the epoch just taken failed its health check
+                return
             self._submit()
-        # the throttle before the steps are counted: an interrupted wait (Ctrl-C) leaves them
-        # uncounted here as in the driver, which counts them once this returns
-        while len(self._in_flight) > MAX_AHEAD and not self._halted:
-            self._take()
-        if self._halted:  # the epoch just taken failed its health check
-            return
         self._program.append(("advance", steps))
         self.step += steps
 
@@ -327,7 +342,11 @@ class PartitionedExecutor:
         futures = [self.client.submit(host_blocks, self._spec, self._results[w], workers=[w],
                                       allow_other_workers=False, pure=False, key=self._key("gather", self.workers.index(w)))
                    for w in self._ranks]
-        gathered = dict(zip(self._ranks, self._gather(futures)))
+        seconds = epoch_deadline(None, self.deadline_floor, self.session.timeout)
+        self._watch.wait(futures, dict(at=time.monotonic() + seconds, seconds=seconds, epoch=self.epoch,
+                                       results=dict(zip(self._ranks, futures)), what=f"{self.name}: the state's gather",
+                                       why=deadline_why(None, self.deadline_floor, self._deadline_source)))
+        gathered = dict(zip(self._ranks, self._watch.gather(futures)))
         blocks = [None] * self.partitions
         for worker, ranks in self._ranks.items():
             for rank, block in zip(ranks, gathered[worker]):
@@ -359,13 +378,10 @@ class PartitionedExecutor:
         self._lost_at_close = bool(self._in_flight) or any(op != "advance" for op, _ in self._program)
         futures = [f for _, _, records, results in [*self._in_flight, *self._dropped]
                    for f in (records, *results.values())]
-        if any(not f.done() for f in futures):
-            # cancelling does not stop a running task: the ranks' waits must end
-            try:
-                self.client.run(abort_session_here, self.session.id, f"{self.name} was closed", workers=sorted(self._ranks),
-                                on_error="ignore")
-            except Exception:  # noqa: BLE001 - best effort: a gone worker has nothing to abort
-                pass
+        if self._failure is not None or any(not f.done() for f in futures):
+            # cancelling does not stop a running task: the ranks' waits must end (a failed run's
+            # epochs were cancelled, and read as done, while their ranks may still run)
+            self._watch.abort_ranks(f"{self.name} was closed")
         self.client.cancel(futures)
         self._in_flight.clear()
         self._dropped = []
@@ -383,10 +399,24 @@ class PartitionedExecutor:
         return (f"{self.model.name}-{phase}-{self.token}", self.epoch if epoch is None else epoch, *index)
 
     def _drain(self, block):
-        """Send the queued program if the workers would idle (or ``block``); take the epochs that are done (or all)."""
+        """Send the queued program if the workers would idle (or ``block``); take the epochs that are done (or all).
+
+        Never more than :data:`MAX_AHEAD` epochs in flight: without
+        ``block`` the program stays queued while they are.
+        """
+        while self._in_flight and self._in_flight[0][2].done():
+            self._take()
         if self._program and (block or not self._in_flight or self._long_enough()):
-            self._submit()
+            if block:
+                self._make_room()
+            if self._program and len(self._in_flight) < MAX_AHEAD:
+                self._submit()
         while self._in_flight and (block or self._in_flight[0][2].done()):
+            self._take()
+
+    def _make_room(self):
+        """Take epochs until fewer than :data:`MAX_AHEAD` are in flight (or one failed its health check)."""
+        while len(self._in_flight) >= MAX_AHEAD and not self._halted:
             self._take()
 
     def _long_enough(self):
@@ -401,19 +431,22 @@ class PartitionedExecutor:
         self._settle_dropped()  # their ranks must be done before new ones of the session start
         program, epoch = self._program, self.epoch + 1
         steps = sum(value for op, value in program if op == "advance")
+        first_step = self.step - steps  # the queued steps are counted already
         results = {}
         with span(self.name):
             for worker, ranks in self._ranks.items():
                 results[worker] = self.client.submit(
-                    epoch_task, self._spec, self.session, ranks, self._results[worker], program,
+                    epoch_task, self._spec, self.session, ranks, self._results[worker], program, (epoch, first_step),
                     key=self._key("epoch", self.workers.index(worker), epoch=epoch), workers=[worker],
                     allow_other_workers=False, pure=False, retries=0)
             first = self.owner[0]
+            # first on its worker: not behind the next epoch's task, which may wait for every rank
             records = self.client.submit(epoch_records, results[first], key=self._key("records", epoch=epoch),
-                                         workers=[first], allow_other_workers=False, pure=False)
+                                         workers=[first], allow_other_workers=False, pure=False, priority=1)
         # the executor's own state changes only now: an interrupt above leaves the program queued
         self._program, self.epoch, self._results = [], epoch, results
         self._in_flight.append((epoch, steps, records, results))
+        self._submitted[epoch] = (time.monotonic(), first_step, {op for op, _ in program})
 
     def _take(self):
         """Wait for the oldest epoch in flight, file its records and learn its speed (raises on a failed epoch).
@@ -422,10 +455,12 @@ class PartitionedExecutor:
         wait (Ctrl-C) leaves it in flight, to be taken again, records included.
         """
         entry = self._in_flight[0]
-        _, steps, records, results = entry
-        self._wait([records, *results.values()])
-        found, seconds, done, ranks, transport = self._gather([records])[0]
+        epoch, steps, records, results = entry
+        self._watch.wait([records, *results.values()], self._deadline(epoch, steps, results))
+        found, seconds, done, ranks, transport = self._watch.gather([records])[0]
         self._in_flight.popleft()
+        self._operations_done |= self._submitted.pop(epoch, (0, 0, set()))[2]
+        self._taken_at = time.monotonic()
         self.transport = transport
         self._ready.extend(found)
         self.epoch_stats.append({"steps": done, "seconds": seconds, "ranks": ranks})
@@ -466,88 +501,37 @@ class PartitionedExecutor:
             return
         futures = [f for _, _, records, results in self._dropped for f in (records, *results.values())]
         try:
-            wait(futures, timeout=self.session.timeout + _ROOT_CAUSE_WAIT_S)
+            wait(futures, timeout=self.session.timeout + ROOT_CAUSE_WAIT_S)
         except Exception:  # noqa: BLE001 - a timeout or their failure: not the run's, cancelled below
             pass
         self.client.cancel(futures)
         self._dropped = []
 
-    def _wait(self, futures):
-        """Wait for ``futures``, watching the session's workers; translate failures."""
-        from distributed import wait
+    def _deadline(self, epoch, steps, results):
+        """The deadline of ``epoch`` (``steps`` steps, its futures ``results``), see :mod:`hpcgpu.partition.faults`.
 
-        alive_checked = time.monotonic()
-        while True:
-            pending = [f for f in futures if f.status == "pending"]
-            if pending:
-                try:  # wakes on the first to finish or fail (dask has no FIRST_EXCEPTION)
-                    wait(pending, timeout=_POLL_S, return_when="FIRST_COMPLETED")
-                except Exception:  # noqa: BLE001 - a timeout (not done yet) or cancelled futures (seen below)
-                    pass
-            failed = [f for f in futures if f.status in ("error", "cancelled", "lost")]
-            if failed:
-                self._fail(failed, futures)
-            if all(f.status == "finished" for f in futures):
-                return
-            if time.monotonic() - alive_checked >= _POLL_S:
-                alive_checked = time.monotonic()
-                missing = set(self.owner) - set(worker_info(self.client))
-                if missing:
-                    self._abandon(futures, f"{', '.join(sorted(missing))} left the cluster")
-                    raise WorkerLost(f"{self.name}: a worker was lost during the run ({', '.join(sorted(missing))} "
-                                     "left the cluster); the partitions it held are gone")
+        Counted from when it could start: not before it was sent, nor
+        before the client took the epoch before it. An epoch with a kind of
+        operation no epoch before it had (the first diagnostics) may compile
+        kernels: its speed counts as not measured.
+        """
+        sent, first_step, operations = self._submitted.get(epoch, (time.monotonic(), self.step - steps, set()))
+        new = bool(operations - self._operations_done)
+        expected = None if self._seconds_per_step is None or new else steps * self._seconds_per_step
+        seconds = epoch_deadline(expected, self.deadline_floor, self.session.timeout)
+        return dict(at=max(sent, self._taken_at) + seconds, seconds=seconds, epoch=epoch, results=results,
+                    why=deadline_why(expected, self.deadline_floor, self._deadline_source),
+                    what=f"{self.name}: epoch {epoch} (steps {first_step} to {first_step + steps})")
 
     def _abandon(self, futures, reason="an epoch failed"):
+        """The run failed: its epochs are dropped and every rank still running is aborted (none holds its worker)."""
         self._failure = self._failure or reason
         self._program = []
-        self.client.cancel(list(futures))
-        for _, _, records, results in [*self._in_flight, *self._dropped]:
-            self.client.cancel([records, *results.values()])
-        self._in_flight.clear()
-        self._dropped = []
-
-    def _fail(self, failed, futures):
-        """Raise the root cause of a failed epoch: a rank's own error before the aborts it caused."""
-        from distributed import wait
-
-        errors = self._errors(failed)
-        if all(isinstance(e, CommAborted) for e in errors):
-            # the aborted ranks may finish before the rank that failed: give it a moment to report
-            try:
-                wait(futures, timeout=_ROOT_CAUSE_WAIT_S)
-            except Exception:  # noqa: BLE001 - dask's TimeoutError: report what there is
-                pass
-            errors = self._errors([f for f in futures if f.status in ("error", "cancelled", "lost")])
-        self._abandon(futures, f"{type(errors[0]).__name__}: {errors[0]}")
-        own = [e for e in errors if not isinstance(e, CommError) and not _is_lost_worker(e)]
-        if own:
-            raise own[0]
-        lost = [e for e in errors if _is_lost_worker(e)]
-        error = lost[0] if lost else errors[0]
-        if lost or isinstance(error, CommAborted):
-            raise WorkerLost(f"{self.name}: a worker was lost or a rank failed during the run ({type(error).__name__}: "
-                             f"{error}); the partitions are gone") from error
-        raise error
-
-    def _errors(self, failed):
-        errors = []
-        for future in failed:
-            if future.status == "error":
-                try:
-                    errors.append(future.exception(timeout=10))
-                except Exception as error:  # noqa: BLE001
-                    errors.append(error)
-            else:
-                errors.append(ClusterError(f"{self.name}: an epoch task was {future.status}"))
-        return errors
-
-    def _gather(self, futures):
         try:
-            return self.client.gather(futures, errors="raise")
-        except Exception as error:  # noqa: BLE001 - translated when it is a lost worker
-            if _is_lost_worker(error):
-                # the partitions are gone: the run has failed, as on every other lost-worker path
-                self._abandon(futures, f"{type(error).__name__}: {error}")
-                raise WorkerLost(f"{self.name}: a worker was lost during the run ({type(error).__name__}: "
-                                 f"{error}); the partitions it held are gone") from error
-            raise
+            self._watch.abort_ranks(f"{self.name} failed: {reason}")
+        finally:
+            self.client.cancel(list(futures))
+            for _, _, records, results in [*self._in_flight, *self._dropped]:
+                self.client.cancel([records, *results.values()])
+            self._in_flight.clear()
+            self._dropped = []

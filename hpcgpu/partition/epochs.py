@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
 from hpcgpu.partition.decomposition import on_worker, rank_cache
+from hpcgpu.partition.rank_activity import recording
 from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
 __all__ = ["RankResult", "Spec", "epoch_records", "epoch_task", "host_blocks", "unhealthy"]
@@ -74,15 +75,26 @@ def unhealthy(model, bad, cfl):
     return bool(bad) or not cfl <= getattr(model, "cfl_limit", float("inf"))
 
 
-def _run_program(context, carried, program):
-    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult."""
+def _run_program(context, carried, program, activity=None, where=(None, 0)):
+    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult.
+
+    ``activity`` (a :class:`~hpcgpu.partition.rank_activity.RankActivity`)
+    records each operation, named by ``where``: the epoch's number and the
+    run's step at its start.
+    """
     decomposition, model, comm = context.decomposition, context.model, context.comm
     records, steps = [], 0
+    epoch, first_step = where
+    label = "" if epoch is None else f"epoch {epoch}, "
     # the rank thread's own CPU time beside its wall time: the gap is what
     # other threads and processes took from its core while it had work
     started, waited, cpu = time.perf_counter(), comm.wait_seconds, time.thread_time() - comm.wait_cpu_seconds
     carried = decomposition.resume(context, carried)
     for op, value in program:
+        if activity is not None:
+            step = first_step + steps
+            activity.set(f"{label}advancing steps {step} to {step + value}" if op == "advance"
+                         else f"{label}{'a health check' if op == 'health' else 'diagnostics'} at step {step}")
         if op == "advance":
             carried = decomposition.advance(context, carried, value)
             steps += value
@@ -107,18 +119,22 @@ def _run_program(context, carried, program):
     return RankResult(carried, records, seconds, steps, ranks, comm.transport)
 
 
-def _run_rank(spec, session, rank, carried, program, worker=None):
+def _run_rank(spec, session, rank, carried, program, worker=None, where=(None, 0)):
     context = None
-    with aborting_on_failure(session, rank, worker, lambda: getattr(context, "comm", None)):
+    with aborting_on_failure(session, rank, worker, lambda: getattr(context, "comm", None)), \
+            recording(getattr(session, "id", None), rank) as activity:
         context = _Context(spec, session, rank, worker)
-        return _run_program(context, carried, program)
+        activity.comm = context.comm
+        return _run_program(context, carried, program, activity, where)
 
 
-def epoch_task(spec, session, ranks, carried, program):
+def epoch_task(spec, session, ranks, carried, program, where=(None, 0)):
     """The epoch of the ranks on this worker (one thread each beyond the first); their RankResults.
 
     ``carried`` holds, per rank, its RankResult of the last epoch or its
-    initial block.
+    initial block; ``where`` is ``(epoch number, the run's step at its
+    start)``, the words of a deadline's report
+    (:mod:`hpcgpu.partition.rank_activity`).
     """
     carried = [c.carried if isinstance(c, RankResult) else c for c in carried]
     worker = None
@@ -126,7 +142,7 @@ def epoch_task(spec, session, ranks, carried, program):
         from distributed import get_worker
 
         worker = get_worker()  # the rank threads are not task threads: they get it from here
-    return run_ranks(ranks, lambda k: _run_rank(spec, session, ranks[k], carried[k], program, worker))
+    return run_ranks(ranks, lambda k: _run_rank(spec, session, ranks[k], carried[k], program, worker, where))
 
 
 def epoch_records(results):

@@ -90,7 +90,8 @@ Limits (NCCL's)
   host being ``NCCL_HOSTID`` where set; :func:`choose_communicator` uses
   the same rule.
 - ncclCommInitRank has no timeout: a rank lost during the bootstrap leaves
-  the others in it (the client still sees the lost worker).
+  the others in it (the client still sees the lost worker, and the first
+  epoch's deadline ends the run, naming the ranks still in it).
 - Several NCCL communicators run their kernels concurrently, which needs
   the GPU to hold them all (NCCL user guide, "Using multiple NCCL
   communicators concurrently"); these kernels are small.

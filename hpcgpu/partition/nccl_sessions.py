@@ -20,8 +20,9 @@ import collections
 import threading
 
 from hpcgpu.partition.dask_session import on_session_close
+from hpcgpu.partition.worker_ranks import on_session_abort
 
-__all__ = ["RankState", "bootstraps", "decisions", "rank_states", "registry_lock", "release", "sweep"]
+__all__ = ["RankState", "abort", "bootstraps", "decisions", "rank_states", "registry_lock", "release", "sweep"]
 
 
 class RankState:
@@ -68,6 +69,20 @@ def release(session_id):
         state.kill(f"session {session_id} was released")
 
 
+def abort(session_id, reason):
+    """ncclCommAbort this worker's NCCL communicators of ``session_id`` (the client aborted the session).
+
+    A rank inside an NCCL operation or a device synchronisation waits for
+    its peers without looking at its mailbox; the abort stops its kernels.
+    The states stay registered, dead: the rank's next call raises
+    :class:`~hpcgpu.errors.CommAborted`.
+    """
+    with registry_lock:
+        states = [state for key, state in rank_states.items() if key[0] == session_id]
+    for state in states:
+        state.kill(f"the session was aborted: {reason}")
+
+
 def sweep(base):
     """Release the states of sessions this worker has forgotten (closed by ``close_session``)."""
     try:
@@ -81,3 +96,4 @@ def sweep(base):
 
 
 on_session_close(release)
+on_session_abort(abort)

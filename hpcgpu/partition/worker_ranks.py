@@ -10,11 +10,14 @@ both run their ranks through this module:
   task's own thread and the others in threads of their own, and raises the
   root cause of a failure first (an error that is not the
   :class:`~hpcgpu.errors.CommAborted` another rank's abort caused);
-- :func:`aborting_on_failure` guards one rank: an error that is not a
-  communicator error aborts the session before it propagates, so that no
-  other rank waits for this one until its timeout;
+- :func:`aborting_on_failure` guards one rank: any error but the
+  :class:`~hpcgpu.errors.CommAborted` of an abort already under way (a
+  rank's own error, a wait past its timeout) aborts the session before it
+  propagates, so that no other rank waits for this one until its timeout;
 - :func:`abort_session_here` aborts the session's ranks on this worker
-  from the client (``client.run``), which has no rank to abort from.
+  from the client (``client.run``), which has no rank to abort from, and
+  the transports' own state of the session (:func:`on_session_abort`:
+  NCCL's communicators, through ``ncclCommAbort``).
 
 Examples
 --------
@@ -26,9 +29,11 @@ Examples
 import contextlib
 import threading
 
-from hpcgpu.errors import CommAborted, CommError
+from hpcgpu.errors import CommAborted
 
-__all__ = ["abort_session_here", "aborting_on_failure", "raise_root_cause", "run_ranks"]
+__all__ = ["abort_session_here", "aborting_on_failure", "on_session_abort", "raise_root_cause", "run_ranks"]
+
+_session_aborters = []
 
 
 def run_ranks(ranks, run_one, name="hpcgpu-rank"):
@@ -99,13 +104,15 @@ def raise_root_cause(errors):
 
 @contextlib.contextmanager
 def aborting_on_failure(session, rank, worker=None, current_comm=lambda: None):
-    """Abort ``session`` from ``rank`` when the block raises anything but a communicator error, then re-raise.
+    """Abort ``session`` from ``rank`` when the block raises anything but CommAborted, then re-raise.
 
     The abort goes through the rank's communicator (``current_comm()``, read
     when the error comes: the block may fail before it made one) or, without
     one, through :func:`hpcgpu.partition.dask_communicator.abort_session`. A
-    :class:`~hpcgpu.errors.CommError` is the communicator's own: the session
-    knows already. ``session=None`` (one process, no peers) aborts nothing.
+    :class:`~hpcgpu.errors.CommAborted` is an abort the session knows
+    already; every other error, a :class:`~hpcgpu.errors.CommTimeout`
+    included (the peer it waited for may hang, and the others wait for this
+    rank), aborts. ``session=None`` (one process, no peers) aborts nothing.
 
     Examples
     --------
@@ -118,7 +125,7 @@ def aborting_on_failure(session, rank, worker=None, current_comm=lambda: None):
     try:
         yield
     except BaseException as error:
-        if not isinstance(error, CommError):
+        if not isinstance(error, CommAborted):
             reason = f"{type(error).__name__}: {error}"
             comm = current_comm()
             if comm is not None:
@@ -139,3 +146,17 @@ def abort_session_here(session_id, reason, dask_worker=None):
     from hpcgpu.partition.comm_extension import worker_extension
 
     worker_extension(dask_worker).mailbox(session_id).abort(reason)
+    for abort in list(_session_aborters):
+        abort(session_id, reason)
+
+
+def on_session_abort(abort):
+    """Have ``abort(session_id, reason)`` called on a worker when the client aborts a session there.
+
+    For transports with state of their own beside the mailbox (NCCL's
+    communicators, :mod:`hpcgpu.partition.nccl_sessions`): a rank stuck in
+    one of their operations never looks at the mailbox. Registering one
+    function twice registers it once.
+    """
+    if abort not in _session_aborters:
+        _session_aborters.append(abort)

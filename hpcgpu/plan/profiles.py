@@ -168,8 +168,8 @@ class SchedulerModel:
 
     The engine (:mod:`hpcgpu.partition.engine`) submits an epoch as one
     task per worker and a records task, and keeps up to
-    :data:`~hpcgpu.partition.engine.MAX_AHEAD` more epochs submitted behind
-    the one running, so the scheduler's work splits in two:
+    :data:`~hpcgpu.partition.engine.MAX_AHEAD` epochs in flight (the next
+    submitted behind the one running), so the scheduler's work splits in two:
 
     - the *submission* of an epoch's ``P + 1`` tasks (``(1 - handover_share)
       x task_overhead_s`` each) is done while earlier epochs step: it

@@ -171,7 +171,8 @@ def test_an_interrupted_wait_loses_no_step_and_no_record(client):
     sim = Simulation(model, dt=100.0, stop_steps=40, diagnostics=2, progress=False, client=client, partitions=2,
                      steps_per_task=2)
     executor = sim._executor
-    original_wait, original_advance, advancing, interrupted = executor._wait, executor.advance, [], []
+    watch = executor._watch  # the executor's waits
+    original_wait, original_advance, advancing, interrupted = watch.wait, executor.advance, [], []
 
     def advance(steps):
         advancing.append(steps)
@@ -180,13 +181,13 @@ def test_an_interrupted_wait_loses_no_step_and_no_record(client):
         finally:
             advancing.pop()
 
-    def interrupting_wait(futures):
+    def interrupting_wait(futures, deadline=None):
         if (advancing and not interrupted) or len(interrupted) == 1:
             interrupted.append(bool(advancing))
             raise KeyboardInterrupt  # as Ctrl-C does, inside dask's wait
-        return original_wait(futures)
+        return original_wait(futures, deadline)
 
-    executor.advance, executor._wait = advance, interrupting_wait
+    executor.advance, watch.wait = advance, interrupting_wait
     for _ in range(2):
         with pytest.raises(KeyboardInterrupt):
             sim.run()
@@ -339,36 +340,74 @@ def test_a_lost_worker_seen_by_the_records_gather_fails_the_run(client, monkeypa
     executor.close()
 
 
-def test_a_session_worker_missing_and_aborted_ranks_are_lost_workers(client, monkeypatch):
+def test_a_session_worker_missing_is_a_lost_worker(client, monkeypatch):
     from _faulty_models import SlowRows
 
-    from hpcgpu.partition import engine
+    from hpcgpu.partition import engine, epoch_watch
 
     model = SlowRows("unstable_jet", nx=16, ny=40, backend="numpy", pause=0.02)
     executor = engine.PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
     # the scheduler no longer lists the second worker
-    monkeypatch.setattr(engine, "_POLL_S", 0.05)
-    monkeypatch.setattr(engine, "worker_info", lambda c: {executor.owner[0]: {}})
+    monkeypatch.setattr(epoch_watch, "_POLL_S", 0.05)
+    monkeypatch.setattr(epoch_watch, "worker_info", lambda c: {executor.owner[0]: {}})
     executor.advance(40)
     executor.collect()
     time.sleep(0.1)  # both ranks run: dropping one before it starts would leave the other waiting for it
     with pytest.raises(WorkerLost, match="left the cluster"):
         executor.synchronize()
     assert not executor.usable
-    executor.close()
     monkeypatch.undo()
-    from hpcgpu.partition.worker_ranks import abort_session_here
-
-    # every rank aborted (as the scheduler plugin does for a lost worker), no rank's own error behind it
-    monkeypatch.setattr(engine, "_ROOT_CAUSE_WAIT_S", 0.2)
-    executor = engine.PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
-    executor.advance(100)
-    executor.collect()
-    client.run(abort_session_here, executor.session.id, "aborted by the test", workers=executor.owner)
-    with pytest.raises(WorkerLost, match="a worker was lost or a rank failed .*CommAborted"):
-        executor.synchronize()
-    assert not executor.usable
     executor.close()
+    # ranks aborted with no worker gone, and aborted because one left: tests/partition/test_epoch_watch.py
+
+
+def test_an_epoch_may_take_ten_times_its_expected_time_and_a_new_kind_of_work_its_rank_timeout(client):
+    from hpcgpu.partition.engine import PartitionedExecutor
+
+    model = ShallowWater("unstable_jet", nx=16, ny=40, backend="numpy")
+    executor = PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2,
+                                   timeout=30, epoch_deadline=5)
+    try:
+        assert executor._deadline(1, 4, {})["seconds"] == 30  # nothing measured yet: the rank timeout
+        executor.advance(4)
+        executor.synchronize()  # one epoch of advances: its speed is measured
+        executor._seconds_per_step = 1.0  # as if a step took a second
+        now = time.monotonic()
+        for operations, seconds in (({"advance"}, 40), ({"advance", "diagnostics"}, 30)):
+            executor._submitted[99] = (now, 8, operations)
+            deadline = executor._deadline(99, 4, {})
+            assert deadline["seconds"] == seconds and deadline["at"] == pytest.approx(now + seconds, abs=0.01)
+        executor._seconds_per_step = 0.01
+        executor._submitted[99] = (now, 8, {"advance"})
+        assert executor._deadline(99, 4, {})["seconds"] == 5  # the floor
+        assert "epoch 99 (steps 8 to 12)" in executor._deadline(99, 4, {})["what"]
+    finally:
+        executor.close()
+
+
+def test_no_more_than_max_ahead_epochs_are_ever_in_flight(client, monkeypatch):
+    from _faulty_models import SlowRows
+
+    from hpcgpu.partition import engine
+
+    model = SlowRows("unstable_jet", nx=16, ny=40, backend="numpy", pause=0.01)
+    executor = engine.PartitionedExecutor(client, model, model.initial_state(), 100.0, partitions=2, steps_per_task=2)
+    in_flight, submit = [], executor._submit
+
+    def counted():
+        submit()
+        in_flight.append(len(executor._in_flight))
+
+    monkeypatch.setattr(executor, "_submit", counted)
+    monkeypatch.setattr(executor, "_long_enough", lambda: True)  # every queued program is worth an epoch
+    for k in range(12):
+        executor.advance(20)  # 10 block advances: 0.1 s a rank
+        if k % 3 == 0:
+            executor.request_diagnostics(executor.step)
+        executor.collect()  # sends the queue when the workers would idle, or it is long enough
+    executor.synchronize()
+    executor.close()
+    assert len(in_flight) >= 6 and max(in_flight) == engine.MAX_AHEAD, in_flight
 
 
 def _kill_during_an_epoch(client, victim, killed):

@@ -662,6 +662,23 @@ def test_closing_the_session_ends_its_nccl_communicators_on_every_worker(ranks):
     assert list(client.run(_nccl_states, session.id).values()) == [[], []]
 
 
+def _dead_states(session_id):
+    return sorted(rank for (sid, rank), state in nccl_sessions.rank_states.items()
+                  if sid == session_id and state.dead is not None and getattr(state.device, "aborted", True))
+
+
+def test_an_abort_from_the_client_ends_the_sessions_nccl_communicators_on_every_worker(ranks):
+    # a rank stuck in an NCCL operation or a device synchronisation never looks at its mailbox:
+    # the client's abort (an epoch past its deadline, a failed or closed run) ncclCommAborts it
+    from hpcgpu.partition.worker_ranks import abort_session_here
+
+    client, session, kind = ranks
+    _on_ranks(client, session, kind, _epoch_one)
+    assert list(client.run(_dead_states, session.id).values()) == [[], []]
+    client.run(abort_session_here, session.id, "stopped by the client")
+    assert sorted(r for v in client.run(_dead_states, session.id).values() for r in v) == [0, 1]
+
+
 # -- choosing the transport -------------------------------------------------------------------------------------
 def _chosen(session, rank):
     comm = communicator_choice.choose_communicator(session, rank)
