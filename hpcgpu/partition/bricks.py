@@ -239,6 +239,8 @@ class BrickDecomposition(Decomposition):
         """
         bricks = self.bricks
         object.__setattr__(self, "order", np.asarray(host_state.ids).copy())
+        if listed is not None and not self._list_lasts(model, host_state, listed):
+            listed = None
         where = np.asarray(host_state.positions if listed is None else listed)
         layer = [bricks.index(np, where[axis], axis) for axis in range(3)]
         rank_of = layer[0] + bricks.grid[0] * (layer[1] + bricks.grid[1] * layer[2])
@@ -259,6 +261,19 @@ class BrickDecomposition(Decomposition):
                 held[p] = np.concatenate([before[p], *parts])
         return [Domain(block, tuple(sends[p]), listed=np.take(where, held[p].astype(np.int64), axis=1))
                 for p, block in enumerate(blocks)]
+
+    def _list_lasts(self, model, host_state, listed):
+        """Whether the split state's list holds until a flag raised at the first step comes back (decided late).
+
+        No rank has tested the list before the first step: it keeps it only
+        if the bound of :mod:`~hpcgpu.partition.rebuild_flags` covers the
+        delay's steps and that first one; else every rank builds its own.
+        """
+        delay = rebuild_delay(self.bricks.grid)
+        if not delay:
+            return True
+        _, reach = model.rebuild_reach(host_state, delay + 1, self.dt, LATE_REBUILD_MARGIN, reference=listed)
+        return reach <= 1.0
 
     def sizes(self):
         """Atoms per brick at the start (known once the state is split)."""

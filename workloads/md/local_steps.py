@@ -169,7 +169,7 @@ class LocalSteps:
                                                           backend=model.backend)
         return float(largest) / (0.5 * model.skin) ** 2
 
-    def rebuild_reach(self, state, steps, dt, margin=1.0):
+    def rebuild_reach(self, state, steps, dt, margin=1.0, reference=None):
         """:meth:`rebuild_progress`, and the same ratio for a bound on the displacement ``steps`` steps on.
 
         For a rebuild decided ``steps`` steps after it is asked for (a
@@ -177,11 +177,14 @@ class LocalSteps:
         :func:`~hpcgpu.kernels.md.largest_reach_squared`'s, from the atoms'
         speeds and forces (``margin`` on the motion). Returns ``(progress,
         reach)``, both over ``(skin / 2)^2``; ``(inf, inf)`` without a list.
+        ``reference`` (where the arrays are): the positions at the build,
+        for a state that does not carry its list (the host copy a decomposition splits).
         """
-        neighbors = state.neighbors
-        if neighbors is None:
-            return float("inf"), float("inf")
-        now, ahead = md_kernels.largest_reach_squared(state.positions, neighbors.reference_positions,
+        if reference is None:
+            if state.neighbors is None:
+                return float("inf"), float("inf")
+            reference = state.neighbors.reference_positions
+        now, ahead = md_kernels.largest_reach_squared(state.positions, reference,
                                                       state.velocities, state.forces, self.box, steps, dt, margin)
         threshold = (0.5 * self.skin) ** 2
         return now / threshold, ahead / threshold
