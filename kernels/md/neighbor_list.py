@@ -382,15 +382,14 @@ def largest_reach_squared(positions, reference, velocities, forces, box, steps, 
     if n == 0:
         return 0.0, 0.0
     xp = _array_module(positions)
-    moved = 0.0
-    for axis in range(3):
-        length = box[axis]
-        d = positions[axis] - xp.asarray(reference[axis, :n])
-        d -= length * xp.rint(d * (1.0 / length))
-        moved = moved + d * d
+    # whole (3, N) expressions: about 20 kernels on a GPU (each a launch), not 3 x that axis by axis
+    lengths = xp.asarray(np.asarray(box, dtype=positions.dtype)[:, None])
+    d = positions - reference[:, :n]
+    d -= lengths * xp.rint(d / lengths)
+    moved = (d * d).sum(axis=0)
     speed = xp.sqrt((velocities * velocities).sum(axis=0))
     pull = xp.sqrt((forces * forces).sum(axis=0))
-    reach = xp.sqrt(moved) + margin * (steps * dt * speed + dt * dt * steps * (steps + 1) / 2 * pull)
+    reach = xp.sqrt(moved) + (margin * steps * dt) * speed + (margin * dt * dt * steps * (steps + 1) / 2) * pull
     both = xp.stack([moved.max(), (reach * reach).max()])
     now, ahead = (float(v) for v in (both.get() if hasattr(both, "get") else both))
     return now, ahead

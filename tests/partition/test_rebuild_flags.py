@@ -78,9 +78,10 @@ def test_more_than_three_layers_rebuild_late_without_a_collective_and_equal_one_
     rebuilds = final.rebuilds - state.rebuilds
     for _, families in results:
         assert not any(family.startswith("#") for family in families), families  # no collective at all
-        # a ghost message to each neighbour every step (rebuild steps too: the flags), nothing else but rebuilds
+        # a ghost message to each neighbour every step (rebuild steps too: the flags) but a first one without
+        # lists (the split's list would not last the delay: every rank builds), nothing else but rebuilds
         neighbours = sum(2 if parts > 2 else 1 for parts in grid if parts > 1)
-        assert families["ghosts"]["messages"] == steps * neighbours
+        assert families["ghosts"]["messages"] in ((steps - 1) * neighbours, steps * neighbours)
         others = sum(f["messages"] for name, f in families.items() if name != "ghosts")
         assert others <= rebuilds * 2 * neighbours
 
