@@ -126,8 +126,9 @@ class MolecularDynamicsCost:
 
         A flag raised on the bound ``|d| + margin x (the D steps' motion)``
         and a rebuild ``D`` steps later land ``(margin - 1) D`` steps early
-        for an atom that moves at a steady speed (an estimate), never fewer
-        than ``D + 1`` steps apart.
+        for an atom that moves at a steady speed (an estimate). Below
+        ``D + 1`` steps the rebuild would come after the list failed: the
+        engine refuses such a step (a dangerous build), the plan the grid.
 
         Examples
         --------
@@ -138,7 +139,7 @@ class MolecularDynamicsCost:
         delay = rebuild_delay(grid)
         if not delay:
             return self.rebuild_every
-        return max(delay + 1, self.rebuild_every - (LATE_REBUILD_MARGIN - 1) * delay)
+        return self.rebuild_every - (LATE_REBUILD_MARGIN - 1) * delay
 
     def launch_stretches(self, step_s, pair_share, copy_s, stages, copies_launch=True, reach=False):
         """The kernels of one step (seconds, launch order) between its synchronisations.
@@ -224,6 +225,10 @@ class MolecularDynamicsCost:
         # every step: the ghosts' positions, 2 messages per split axis; rebuild steps: again, with the migrants
         migrants = min(owned, faces * self.density * self.skin / 4)
         period = self.rebuild_period(grid)
+        if period < delay + 1:
+            return infeasible_step(f"a rebuild decided {delay} steps late on {'x'.join(map(str, grid))} bricks "
+                                   f"needs lists that last {delay + 1} steps or more; at rebuild_every="
+                                   f"{self.rebuild_every} they last {period:g}", grid)
         messages = 2 * stages * (1 + 1 / period)
         rounds = stages * (1 + 1 / period)  # the rebuild flags ride with the ghosts: no collective
         nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / period
