@@ -338,7 +338,7 @@ def _array_module(array):
     return np
 
 
-def largest_reach_squared(positions, reference, velocities, forces, box, steps, dt, margin=1.0):
+def largest_reach_squared(positions, reference, velocities, forces, box, steps, dt, margin=1.0, *, backend=None):
     """The largest squared displacement since ``reference``, and the largest squared bound on it ``steps`` on.
 
     An atom at ``x_n`` with the half-step velocity ``v`` (velocity Verlet,
@@ -363,6 +363,9 @@ def largest_reach_squared(positions, reference, velocities, forces, box, steps, 
         Time step (time).
     margin : float
         Factor on the motion term.
+    backend : str or Backend, optional
+        Whose one-pass kernel to use where it has one (Numba, Numba-CUDA);
+        the same answer to rounding.
 
     Returns
     -------
@@ -381,6 +384,10 @@ def largest_reach_squared(positions, reference, velocities, forces, box, steps, 
     n = positions.shape[1]
     if n == 0:
         return 0.0, 0.0
+    ahead_v, ahead_f = margin * steps * dt, margin * dt * dt * steps * (steps + 1) / 2
+    if backend is not None and get_backend(backend).name in FAST_PATHS["largest_reach_squared"]:
+        return get_backend(backend).kernels("md").largest_reach_squared(positions, reference, velocities, forces,
+                                                                        box, ahead_v, ahead_f)
     xp = _array_module(positions)
     # whole (3, N) expressions: about 20 kernels on a GPU (each a launch), not 3 x that axis by axis
     lengths = xp.asarray(np.asarray(box, dtype=positions.dtype)[:, None])
@@ -389,7 +396,7 @@ def largest_reach_squared(positions, reference, velocities, forces, box, steps, 
     moved = (d * d).sum(axis=0)
     speed = xp.sqrt((velocities * velocities).sum(axis=0))
     pull = xp.sqrt((forces * forces).sum(axis=0))
-    reach = xp.sqrt(moved) + (margin * steps * dt) * speed + (margin * dt * dt * steps * (steps + 1) / 2) * pull
+    reach = xp.sqrt(moved) + ahead_v * speed + ahead_f * pull
     both = xp.stack([moved.max(), (reach * reach).max()])
     now, ahead = (float(v) for v in (both.get() if hasattr(both, "get") else both))
     return now, ahead

@@ -69,8 +69,8 @@ class MolecularDynamicsCost:
     stream_values_per_atom = 24  # drift, half kicks, forces, energies, virials: read + write
     state_values_per_atom = 14   # positions, velocities, forces, origins (3 each), energy, virial
     launches_per_step = 6  # drift, rebuild test, forces, kick, and their reductions (an estimate)
-    reach_launches = 20    # the late rebuild's bound: whole-array expressions (kernels/md/neighbor_list.py)
-    reach_values_per_atom = 40  # what those expressions read and write (an estimate)
+    reach_launches = 1         # the late rebuild's bound replaces the rebuild test: one kernel and a memset
+    reach_values_per_atom = 6  # which reads velocities and forces too (kernels/md/_cuda.py)
 
     def __post_init__(self):
         check_int("atoms", self.atoms, minimum=2)

@@ -180,12 +180,15 @@ class LocalSteps:
         ``reference`` (where the arrays are): the positions at the build,
         for a state that does not carry its list (the host copy a decomposition splits).
         """
+        backend = self.backend
         if reference is None:
             if state.neighbors is None:
                 return float("inf"), float("inf")
             reference = state.neighbors.reference_positions
-        now, ahead = md_kernels.largest_reach_squared(state.positions, reference,
-                                                      state.velocities, state.forces, self.box, steps, dt, margin)
+        else:  # a host copy: the array expressions where it is
+            backend = None
+        now, ahead = md_kernels.largest_reach_squared(state.positions, reference, state.velocities, state.forces,
+                                                      self.box, steps, dt, margin, backend=backend)
         threshold = (0.5 * self.skin) ** 2
         return now / threshold, ahead / threshold
 
