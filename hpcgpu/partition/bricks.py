@@ -48,11 +48,15 @@ sums the pairs of the single-process run in another order: results agree
 to rounding.
 
 On GPUs a rank computes the forces of its *inner* atoms (those whose rows
-list no ghost) while the ghosts travel, as the slabs did
-(:data:`SPECULATE_BELOW`, :data:`SPECULATE_ON_CPU`).
+list no ghost) while the ghosts travel (:data:`SPECULATE_BELOW`,
+:data:`SPECULATE_ON_CPU`): it queues them first, and the exchange's cuts
+and joins run on a second CUDA stream beside them, so that the whole
+exchange, not only its first stage, hides behind them.
 """
 
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +81,34 @@ cost more than the one they replace on a CPU (docs/benchmarks.md, 2026-12-02).""
 
 def _speculates(model):
     return bool(model.backend.on_gpu or SPECULATE_ON_CPU)
+
+
+_SIDE_STREAMS = threading.local()
+
+
+@contextmanager
+def _beside(model):
+    """Run the block's array work on a second CUDA stream, ordered after and before the current one (CuPy);
+    on other array modules, as it is.
+
+    The inner forces are queued on the current stream; the exchange's cuts
+    and joins, and NCCL's sends and receives (which wait on the caller's
+    current stream), then run beside them instead of queueing behind them.
+    """
+    xp = model.backend.xp
+    if xp is np or not hasattr(xp, "cuda"):
+        yield
+        return
+    main = xp.cuda.get_current_stream()
+    streams = _SIDE_STREAMS.__dict__.setdefault("by_device", {})
+    device = xp.cuda.Device().id
+    side = streams.get(device)
+    if side is None:
+        side = streams[device] = xp.cuda.Stream(non_blocking=True)
+    side.wait_event(main.record())
+    with side:
+        yield
+    main.wait_event(side.record())
 
 
 @dataclass(frozen=True)
@@ -322,7 +354,7 @@ class BrickDecomposition(Decomposition):
         return model.split_neighbors(state, ~inner)
 
     def _step(self, context, domain):
-        model, comm, p = context.model, context.comm, context.rank
+        model, p = context.model, context.rank
         xp = model.backend.xp
         state, sends, cuts = domain.drifted, domain.sends, domain.cuts
         delay = rebuild_delay(self.bricks.grid)
@@ -332,28 +364,17 @@ class BrickDecomposition(Decomposition):
         else:
             progress = reach = model.rebuild_progress(state)
         heard = earliest(domain.heard, step if reach > 1.0 else None)
-        speculate = domain.split is not None and heard is None and reach < SPECULATE_BELOW ** 2
         inner, joined = None, None
         rebuild = sends is None  # no lists yet (a split without them): every rank builds
         if not rebuild:
-            # the flags ride with the ghosts: once a rank knows the rebuild is due it sends them alone
-            held, cuts = state.positions, list(cuts or [None] * len(sends))
-            for number, (axis, stage) in enumerate(sends):
-                known = rebuild_due(heard, step, delay)
-                if not known and (cuts[number] is None or cuts[number][2] != held.shape[1]):
-                    cuts[number] = merged_cut(xp, stage, held.shape[1])
-                payloads = [None] * len(stage) if known else cut_ghosts(xp, held, cuts[number])
-                incoming = [comm.irecv(q, ("ghosts", axis)) for q, _ in stage]
-                posted = [comm.isend((payload, heard), q, ("ghosts", axis))
-                          for (q, _), payload in zip(stage, payloads)]
-                if number == 0 and speculate:
-                    # while the ghosts travel: the atoms that need none (discarded if the ranks rebuild)
-                    inner = (domain.split, model.inner_forces(state, domain.split))
-                received = comm.waitall(incoming)
-                comm.waitall(posted)
-                heard = earliest(heard, *(flag for _, flag in received))
-                if not rebuild_due(heard, step, delay):  # what it holds: its atoms, then the ghosts so far
-                    held = _joined(xp, held, [payload for payload, _ in received])
+            if domain.split is not None and heard is None and reach < SPECULATE_BELOW ** 2:
+                # the atoms that need no ghosts first (discarded if the ranks rebuild); on a GPU the
+                # exchange's cuts and joins then run beside them, on a stream of their own
+                inner = (domain.split, model.inner_forces(state, domain.split))
+                with _beside(model):
+                    heard, held, cuts = self._exchange(context, state, sends, cuts, heard, delay)
+            else:
+                heard, held, cuts = self._exchange(context, state, sends, cuts, heard, delay)
             rebuild = rebuild_due(heard, step, delay)
             if not rebuild:
                 check_list_holds(progress, p, step, delay)
@@ -372,6 +393,31 @@ class BrickDecomposition(Decomposition):
             split = self._inner_split(model, state, p, state.positions)
         return Domain(state, sends, model.drift_block(state, self.dt), split, heard=heard,
                       cuts=None if cuts is None else tuple(cuts))
+
+    def _exchange(self, context, state, sends, cuts, heard, delay):
+        """The staged ghost exchange of a step with the flags: ``(heard, held, cuts)``.
+
+        ``held`` is the rank's positions followed by every ghost (what the
+        forces read), ``cuts`` the stages' :func:`merged_cut`. Once a rank
+        knows the rebuild is due it sends the flags alone (and ``held`` is
+        not complete: the rebuild replaces it).
+        """
+        model, comm = context.model, context.comm
+        xp, step = model.backend.xp, int(state.step)
+        held, cuts = state.positions, list(cuts or [None] * len(sends))
+        for number, (axis, stage) in enumerate(sends):
+            known = rebuild_due(heard, step, delay)
+            if not known and (cuts[number] is None or cuts[number][2] != held.shape[1]):
+                cuts[number] = merged_cut(xp, stage, held.shape[1])
+            payloads = [None] * len(stage) if known else cut_ghosts(xp, held, cuts[number])
+            incoming = [comm.irecv(q, ("ghosts", axis)) for q, _ in stage]
+            posted = [comm.isend((payload, heard), q, ("ghosts", axis)) for (q, _), payload in zip(stage, payloads)]
+            received = comm.waitall(incoming)
+            comm.waitall(posted)
+            heard = earliest(heard, *(flag for _, flag in received))
+            if not rebuild_due(heard, step, delay):  # what it holds: its atoms, then the ghosts so far
+                held = _joined(xp, held, [payload for payload, _ in received])
+        return heard, held, cuts
 
     def _leaving(self, context, state, axis):
         """Each atom's layer along ``axis``, the rank's and its neighbours'; raises if an atom went past them."""
