@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.partition.bricks import SPECULATE_BELOW
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.partition.rebuild_flags import LATE_REBUILD_MARGIN, rebuild_delay
-from hpcgpu.plan.workload_costs import infeasible_step, kernel_time, launch_wait_s, step_cost
+from hpcgpu.plan.workload_costs import exchange_time, infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_float, check_int
 
 __all__ = ["MolecularDynamicsCost"]
@@ -133,8 +134,8 @@ class MolecularDynamicsCost:
         Examples
         --------
         >>> md = MolecularDynamicsCost(10 ** 8, steps=1)
-        >>> md.rebuild_period((4, 4, 2)), md.rebuild_period((8, 8, 4))
-        (15, 13.5)
+        >>> md.rebuild_period((3, 3, 2)), md.rebuild_period((4, 4, 2)), md.rebuild_period((8, 8, 4))
+        (15, 14.5, 13.5)
         """
         delay = rebuild_delay(grid)
         if not delay:
@@ -234,7 +235,57 @@ class MolecularDynamicsCost:
         nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / period
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item
                   + 2 * ghosts * 3 * item + (owned + ghosts) * 16)
-        force_s += launch_wait_s(device, self.launch_stretches(force_s, pair_bytes / force_bytes, copy_s, stages,
-                                                               device.kind != "cpu", reach=bool(delay)))
-        return step_cost(scheduler, partitions, force_s + build_s / period + copy_s, messages, nbytes,
-                         link, memory, bound, rounds=rounds, grid=grid)
+        stretches = self.launch_stretches(force_s, pair_bytes / force_bytes, copy_s, stages, device.kind != "cpu",
+                                          reach=bool(delay))
+        waited = launch_wait_s(device, stretches)
+        exchange_s = exchange_time(link, rounds, nbytes)
+        if device.kind != "cpu" and stages:
+            inner = math.prod(max(0.0, (b - 2 * radius) / b) for b, s in zip(brick, split) if s)
+            ghost_s = exchange_time(link, stages, ghosts * 3 * item)
+            waited, exchange_s = self.overlapped(device, stretches, inner, ghost_s, waited, exchange_s, period)
+        return step_cost(scheduler, partitions, force_s + waited + build_s / period + copy_s, messages, nbytes,
+                         link, memory, bound, rounds=rounds, grid=grid, exchange_s=exchange_s)
+
+    def overlapped(self, device, stretches, inner, ghost_s, waited, exchange_s, period):
+        """The launch waits and the exposed exchange of a GPU step, averaged with the steps that speculate.
+
+        A rank whose atoms are well inside the rebuild bound (under
+        :data:`~hpcgpu.partition.bricks.SPECULATE_BELOW` of it: about that
+        share of the steps between rebuilds, the displacement growing about
+        linearly) queues its inner atoms' forces (``inner``: their share of
+        the pairs) and runs the exchange on a second stream beside them: the
+        stages' cuts and joins with their launch waits, and the ghost
+        messages (``ghost_s``), are exposed only beyond the inner forces;
+        the edge atoms' forces and the streaming kernels follow. The
+        exchange of rebuild steps is not hidden.
+
+        Parameters
+        ----------
+        device : DeviceProfile
+        stretches : list of lists of float
+            :meth:`launch_stretches` of the step that does not speculate.
+        inner : float
+            The inner atoms' share of the atoms.
+        ghost_s : float
+            Seconds of a step's ghost messages (rounds and bytes).
+        waited, exchange_s : float
+            Launch waits and exchange seconds of the step that does not speculate.
+        period : float
+            Steps between rebuilds.
+
+        Returns
+        -------
+        (float, float)
+            Launch waits and exposed exchange seconds per step.
+        """
+        *stages, last = stretches
+        join, pairs, *streaming = last
+        side_s = launch_wait_s(device, [*stages, [join]]) + sum(map(sum, stages)) + join + ghost_s
+        inner_s = inner * pairs
+        late = side_s > inner_s  # the edge forces are launched after the exchange: a launch after the wait
+        main = [[inner_s, pairs - inner_s, *streaming]]
+        exposed = max(0.0, side_s - inner_s)  # the messages' share of it first, the rest the cuts' launches
+        spec_waited = launch_wait_s(device, main) + device.launch_s * late + max(0.0, exposed - ghost_s)
+        spec_exchange = min(exposed, ghost_s) + (exchange_s - ghost_s)
+        share = SPECULATE_BELOW * (1 - 1 / period)
+        return share * spec_waited + (1 - share) * waited, share * spec_exchange + (1 - share) * exchange_s
