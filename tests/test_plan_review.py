@@ -72,5 +72,5 @@ def test_the_bound_column_names_the_exchange_where_messages_take_most_of_the_ste
     result = plan("md", atoms=10**7, steps=10**6, device="h200", interconnect="ucx-ndr", max_gpus=64)
     one, many = result.row(1), result.row(64)
     assert one.compute_s > one.exchange_s and one.bound == "bandwidth"
-    assert many.exchange_s > 2 * many.compute_s and many.bound == "exchange"
+    assert many.exchange_s > 1.5 * many.compute_s and many.bound == "exchange"
     assert "exchange" in result.table().splitlines()[-2]

@@ -16,19 +16,23 @@ there, and ghosts across a periodic face travel unshifted for the same
 reason (a shifted copy would be counted twice on an axis of one or two layers).
 
 Which atoms are ghosts, and which rank owns which atom, changes only when
-the neighbour lists are rebuilt, which is decided for all ranks at once: a
-step rebuilds when any atom anywhere has moved more than ``skin / 2`` since
-the last build (the Verlet criterion of one process). The flag rides in
-the ghost messages, each stage forwarding the "any" of what it has heard:
-after the z stage a rank has heard every rank within one layer on each
-axis, which is every rank when no axis has more than 3 layers. With more,
-the ranks take an allreduce of the flags while the first stage travels,
-and on a rebuild send no later stage.
+the neighbour lists are rebuilt, which all ranks do at the same step with
+no collective: a rank raises a flag (the step) when one of its atoms may
+have moved more than ``skin / 2`` since the last build by the time the
+flag has reached every rank, and the flags ride in the ghost messages
+(:mod:`hpcgpu.partition.rebuild_flags`). While no axis has more than 3
+layers a step's flags reach every rank in its own exchange and the test
+is the single process's (the same builds at the same steps); with more,
+the rebuild comes a few steps after the flag, on a bound that leaves
+room for those steps, and a step that keeps a list some atom has moved
+more than ``skin / 2`` from raises (a dangerous build).
 
 A step on rank p:
 
 1. its atoms are already half-kicked and drifted (the last step did it);
-2. the ghost exchange with the send lists of the last rebuild (and the flags);
+2. the ghost exchange with the send lists of the last rebuild (and the flags):
+   each stage's ghosts for both neighbours cut by one ``take`` and joined
+   to what the rank holds by one copy;
 3. on a rebuild, staged the same way: atoms that left the brick go to the
    neighbour whose layer they are in (*migration*, along x, y, z), then
    new send lists are cut from the current positions and the ghosts sent;
@@ -44,11 +48,15 @@ sums the pairs of the single-process run in another order: results agree
 to rounding.
 
 On GPUs a rank computes the forces of its *inner* atoms (those whose rows
-list no ghost) while the ghosts travel, as the slabs did
-(:data:`SPECULATE_BELOW`, :data:`SPECULATE_ON_CPU`).
+list no ghost) while the ghosts travel (:data:`SPECULATE_BELOW`,
+:data:`SPECULATE_ON_CPU`): it queues them first, and the exchange's cuts
+and joins run on a second CUDA stream beside them, so that the whole
+exchange, not only its first stage, hides behind them.
 """
 
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,8 +65,10 @@ from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition.brick_geometry import Bricks
 from hpcgpu.partition.decomposition import Decomposition
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
+from hpcgpu.partition.rebuild_flags import LATE_REBUILD_MARGIN, check_list_holds, earliest, rebuild_delay, rebuild_due
 
-__all__ = ["BrickDecomposition", "Bricks", "Domain", "SPECULATE_BELOW", "SPECULATE_ON_CPU", "plan_ghosts"]
+__all__ = ["BrickDecomposition", "Bricks", "Domain", "SPECULATE_BELOW", "SPECULATE_ON_CPU", "plan_ghosts", "merged_cut",
+           "cut_ghosts"]
 
 SPECULATE_BELOW = 0.8
 """A rank computes its inner atoms' forces while its ghosts travel when its atoms moved less than this
@@ -69,12 +79,36 @@ SPECULATE_ON_CPU = False
 """Whether ranks on CPU backends compute inner forces while their ghosts travel. Off: the two passes
 cost more than the one they replace on a CPU (docs/benchmarks.md, 2026-12-02)."""
 
-MAX_LAYERS_CARRIED = 3
-"""The most layers on any axis for which the rebuild flags riding in the ghost messages reach every rank."""
-
-
 def _speculates(model):
     return bool(model.backend.on_gpu or SPECULATE_ON_CPU)
+
+
+_SIDE_STREAMS = threading.local()
+
+
+@contextmanager
+def _beside(model):
+    """Run the block's array work on a second CUDA stream, ordered after and before the current one (CuPy);
+    on other array modules, as it is.
+
+    The inner forces are queued on the current stream; the exchange's cuts
+    and joins, and NCCL's sends and receives (which wait on the caller's
+    current stream), then run beside them instead of queueing behind them.
+    """
+    xp = model.backend.xp
+    if xp is np or not hasattr(xp, "cuda"):
+        yield
+        return
+    main = xp.cuda.get_current_stream()
+    streams = _SIDE_STREAMS.__dict__.setdefault("by_device", {})
+    device = xp.cuda.Device().id
+    side = streams.get(device)
+    if side is None:
+        side = streams[device] = xp.cuda.Stream(non_blocking=True)
+    side.wait_event(main.record())
+    with side:
+        yield
+    main.wait_event(side.record())
 
 
 @dataclass(frozen=True)
@@ -89,6 +123,9 @@ class Domain:
     cut into inner and edge rows (GPUs; None otherwise). ``listed`` is,
     after a split of a state that had a neighbour list, the host positions
     of the rank's atoms and then its ghosts when that list was built.
+    ``heard`` is the earliest rebuild flag the rank has heard since the
+    last rebuild (a step; None: none), ``cuts`` the :func:`merged_cut` of
+    each stage (made at the first step that uses the send lists).
     """
 
     state: object
@@ -96,6 +133,8 @@ class Domain:
     drifted: object = None
     split: object = None
     listed: object = None
+    heard: int = None
+    cuts: tuple = None
 
 
 def plan_ghosts(bricks, xp, held, rank, axis, radius):
@@ -114,6 +153,36 @@ def plan_ghosts(bricks, xp, held, rank, axis, radius):
     """
     return tuple((q, xp.nonzero(bricks.near(xp, held[axis], axis, bricks.coords(q)[axis], radius))[0])
                  for q in bricks.neighbours(rank, axis))
+
+
+def merged_cut(xp, stage, held_count):
+    """One flat index that cuts a stage's ghosts for all its neighbours from ``(3, held_count)`` positions.
+
+    Returns ``(flat, counts, held_count)``: :func:`cut_ghosts` takes
+    ``flat`` from the raveled positions, which gives each neighbour's
+    ghosts as a contiguous ``(3, count)`` piece, in ``stage``'s order: one
+    launch on a GPU for both sides of an axis.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> held = np.arange(12.0).reshape(3, 4)
+    >>> cut = merged_cut(np, ((1, np.array([0, 3])), (2, np.array([1]))), 4)
+    >>> [piece.tolist() for piece in cut_ghosts(np, held, cut)]
+    [[[0.0, 3.0], [4.0, 7.0], [8.0, 11.0]], [[1.0], [5.0], [9.0]]]
+    """
+    flat = [index + axis * held_count for _, index in stage for axis in range(3)]
+    return xp.concatenate(flat) if flat else xp.zeros(0, dtype=np.int64), tuple(len(i) for _, i in stage), held_count
+
+
+def cut_ghosts(xp, held, cut):
+    """Each neighbour's ghosts, ``(3, count)`` pieces of one ``take`` of ``held`` by a :func:`merged_cut`."""
+    flat, counts, held_count = cut
+    if held.shape[1] != held_count:
+        raise ConfigError(f"a ghost cut made for {held_count} held atoms was given {held.shape[1]}")
+    taken = xp.take(xp.ascontiguousarray(held).reshape(-1), flat)
+    starts = np.cumsum([0, *(3 * c for c in counts)])
+    return [taken[a:b].reshape(3, c) for a, b, c in zip(starts[:-1], starts[1:], counts)]
 
 
 def _swap(comm, outgoing, tag):
@@ -202,6 +271,8 @@ class BrickDecomposition(Decomposition):
         """
         bricks = self.bricks
         object.__setattr__(self, "order", np.asarray(host_state.ids).copy())
+        if listed is not None and not self._list_lasts(model, host_state, listed):
+            listed = None
         where = np.asarray(host_state.positions if listed is None else listed)
         layer = [bricks.index(np, where[axis], axis) for axis in range(3)]
         rank_of = layer[0] + bricks.grid[0] * (layer[1] + bricks.grid[1] * layer[2])
@@ -222,6 +293,19 @@ class BrickDecomposition(Decomposition):
                 held[p] = np.concatenate([before[p], *parts])
         return [Domain(block, tuple(sends[p]), listed=np.take(where, held[p].astype(np.int64), axis=1))
                 for p, block in enumerate(blocks)]
+
+    def _list_lasts(self, model, host_state, listed):
+        """Whether the split state's list holds until a flag raised at the first step comes back (decided late).
+
+        No rank has tested the list before the first step: it keeps it only
+        if the bound of :mod:`~hpcgpu.partition.rebuild_flags` covers the
+        delay's steps and that first one; else every rank builds its own.
+        """
+        delay = rebuild_delay(self.bricks.grid)
+        if not delay:
+            return True
+        _, reach = model.rebuild_reach(host_state, delay + 1, self.dt, LATE_REBUILD_MARGIN, reference=listed)
+        return reach <= 1.0
 
     def sizes(self):
         """Atoms per brick at the start (known once the state is split)."""
@@ -270,53 +354,70 @@ class BrickDecomposition(Decomposition):
         return model.split_neighbors(state, ~inner)
 
     def _step(self, context, domain):
-        model, comm, p = context.model, context.comm, context.rank
+        model, p = context.model, context.rank
         xp = model.backend.xp
-        state, sends = domain.drifted, domain.sends
-        progress = model.rebuild_progress(state)
-        needs = progress > 1.0
-        carried = max(self.bricks.grid) <= MAX_LAYERS_CARRIED
-        speculate = domain.split is not None and progress < SPECULATE_BELOW ** 2
-        inner = None
-        # decided by the flags riding with the ghosts, or by an allreduce while the first stage travels
-        rebuild = True if sends is None else None  # no lists yet (a split without them): every rank builds
-        if rebuild is None:
-            own = state.positions
-            held, parts, heard = own, [], needs
-            for number, (axis, stage) in enumerate(sends):
-                # take, not held[:, index]: C-ordered ghosts (see the model's select_atoms)
-                outgoing = [(q, xp.take(held, index, axis=1)) for q, index in stage]
-                incoming = [comm.irecv(q, ("ghosts", axis)) for q, _ in outgoing]
-                posted = [comm.isend((payload, heard) if carried else payload, q, ("ghosts", axis))
-                          for q, payload in outgoing]
-                if number == 0 and not carried:
-                    rebuild = bool(comm.allreduce(needs, op="any"))
-                if number == 0 and speculate and not rebuild:
-                    # while the ghosts travel: the atoms that need none (discarded if a rank rebuilds)
-                    inner = (domain.split, model.inner_forces(state, domain.split))
-                received = comm.waitall(incoming)
-                comm.waitall(posted)
-                if rebuild:  # every rank knows it now: the later stages are not sent
-                    break
-                if carried:
-                    heard = bool(heard or any(flag for _, flag in received))
-                    received = [payload for payload, _ in received]
-                parts.extend(received)
-                if number + 1 < len(sends):
-                    held = _joined(xp, own, parts)
-            if carried:
-                rebuild = heard
-            ghosts = _ghosts_of(xp, own, parts)
+        state, sends, cuts = domain.drifted, domain.sends, domain.cuts
+        delay = rebuild_delay(self.bricks.grid)
+        step = int(state.step)
+        if delay:
+            progress, reach = model.rebuild_reach(state, delay, self.dt, LATE_REBUILD_MARGIN)
+        else:
+            progress = reach = model.rebuild_progress(state)
+        heard = earliest(domain.heard, step if reach > 1.0 else None)
+        inner, joined = None, None
+        rebuild = sends is None  # no lists yet (a split without them): every rank builds
+        if not rebuild:
+            if domain.split is not None and heard is None and reach < SPECULATE_BELOW ** 2:
+                # the atoms that need no ghosts first (discarded if the ranks rebuild); on a GPU the
+                # exchange's cuts and joins then run beside them, on a stream of their own
+                inner = (domain.split, model.inner_forces(state, domain.split))
+                with _beside(model):
+                    heard, held, cuts = self._exchange(context, state, sends, cuts, heard, delay)
+            else:
+                heard, held, cuts = self._exchange(context, state, sends, cuts, heard, delay)
+            rebuild = rebuild_due(heard, step, delay)
+            if not rebuild:
+                check_list_holds(progress, p, step, delay)
+                joined = held
         if rebuild and len(self.bricks.split_axes) == 1:  # slabs: migrants and ghosts in one message
             state, sends, ghosts = self._settle_slab(context, state)
         elif rebuild:
             state = self._migrate(context, state)
             sends, ghosts = self._borders(context, state)
-        state = model.kick_with_ghosts(state, ghosts, self.dt, rebuild, None if rebuild else inner)
+        if rebuild:
+            heard, cuts, joined = None, None, _joined(xp, state.positions, [ghosts])
+        state = model.kick_with_ghosts(state, joined[:, state.size:], self.dt, rebuild,
+                                       None if rebuild else inner, joined=joined)
         split = domain.split
         if rebuild:
             split = self._inner_split(model, state, p, state.positions)
-        return Domain(state, sends, model.drift_block(state, self.dt), split)
+        return Domain(state, sends, model.drift_block(state, self.dt), split, heard=heard,
+                      cuts=None if cuts is None else tuple(cuts))
+
+    def _exchange(self, context, state, sends, cuts, heard, delay):
+        """The staged ghost exchange of a step with the flags: ``(heard, held, cuts)``.
+
+        ``held`` is the rank's positions followed by every ghost (what the
+        forces read), ``cuts`` the stages' :func:`merged_cut`. Once a rank
+        knows the rebuild is due it sends the flags alone (and ``held`` is
+        not complete: the rebuild replaces it).
+        """
+        model, comm = context.model, context.comm
+        xp, step = model.backend.xp, int(state.step)
+        held, cuts = state.positions, list(cuts or [None] * len(sends))
+        for number, (axis, stage) in enumerate(sends):
+            known = rebuild_due(heard, step, delay)
+            if not known and (cuts[number] is None or cuts[number][2] != held.shape[1]):
+                cuts[number] = merged_cut(xp, stage, held.shape[1])
+            payloads = [None] * len(stage) if known else cut_ghosts(xp, held, cuts[number])
+            incoming = [comm.irecv(q, ("ghosts", axis)) for q, _ in stage]
+            posted = [comm.isend((payload, heard), q, ("ghosts", axis)) for (q, _), payload in zip(stage, payloads)]
+            received = comm.waitall(incoming)
+            comm.waitall(posted)
+            heard = earliest(heard, *(flag for _, flag in received))
+            if not rebuild_due(heard, step, delay):  # what it holds: its atoms, then the ghosts so far
+                held = _joined(xp, held, [payload for payload, _ in received])
+        return heard, held, cuts
 
     def _leaving(self, context, state, axis):
         """Each atom's layer along ``axis``, the rank's and its neighbours'; raises if an atom went past them."""

@@ -189,14 +189,16 @@ def launch_wait_s(device, stretches):
 
 
 def step_cost(scheduler, partitions, compute_s, messages, nbytes, link, memory, bound, steps_per_task=1, *,
-              rounds=None, grid=()):
+              rounds=None, grid=(), exchange_s=None):
     """The StepCost of a feasible step: the exchange at the link's figures, the epoch's exposed scheduler cost
     spread over its steps (:meth:`hpcgpu.plan.profiles.SchedulerModel.per_step_s`).
 
-    ``rounds`` (default: one per message) are the latencies the exchange waits for per step.
+    ``rounds`` (default: one per message) are the latencies the exchange waits for per step;
+    ``exchange_s`` the exchange's exposed seconds where the model computed them (an exchange that
+    overlaps compute), else :func:`exchange_time` of the rounds and bytes.
     """
     rounds = messages if rounds is None else rounds
-    exchange_s = exchange_time(link, rounds, nbytes)
+    exchange_s = exchange_time(link, rounds, nbytes) if exchange_s is None else exchange_s
     step_s = compute_s + exchange_s
     steps = scheduler.steps_in_epoch(step_s, steps_per_task)
     return StepCost(compute_s, exchange_s, scheduler.per_step_s(partitions, step_s, steps_per_task), memory, bound,

@@ -34,6 +34,8 @@ lists are built and checked in :mod:`.neighbor_list`, the forces here):
     -> :class:`NeighborList`
 ``needs_rebuild(neighbor_list, positions, backend=None)`` -> bool
 ``largest_displacement_squared(positions, reference, box, backend=None)`` -> float
+``largest_reach_squared(positions, reference, velocities, forces, box, steps, dt, margin)``
+    -> ``(float, float)``: that and a bound ``steps`` steps on (a rebuild decided late)
 ``lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1, sigma=1,
 shift=True, backend)`` -> ``(forces (3, N), potential_energy, virial)``
 ``lj_forces_all_pairs(positions, box, *, cutoff, ...)``: the same without a
@@ -75,6 +77,7 @@ from hpcgpu.kernels.md.neighbor_list import (  # noqa: F401 - the family's publi
     _positions,
     build_neighbor_list,
     largest_displacement_squared,
+    largest_reach_squared,
     needs_rebuild,
 )
 from hpcgpu.kernels.md.sorting import cell_order
@@ -87,6 +90,7 @@ __all__ = [
     "build_neighbor_list",
     "needs_rebuild",
     "largest_displacement_squared",
+    "largest_reach_squared",
     "lj_forces",
     "lj_forces_all_pairs",
     "energy_shift",

@@ -256,3 +256,48 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
         t(4.0 * epsilon), t(24.0 * epsilon), t(energy_shift), _on_device(forces_out),
         _on_device(energy_out), _on_device(virial_out), t(0), t(1), t(2), t(0.5))
     return forces_out
+
+
+@functools.cache
+def _reach_kernel(dtype_name):
+    """The late rebuild's bound (:func:`hpcgpu.kernels.md.largest_reach_squared`): one thread per atom, the
+    largest values by atomic max into ``out`` (two values: one launch a step beside a memset)."""
+    rint = _RINT[dtype_name]
+
+    @cuda.jit
+    def reach(x, y, z, rx, ry, rz, vx, vy, vz, fx, fy, fz, lx, ly, lz, ahead_v, ahead_f, out):
+        i = cuda.grid(1)
+        if i >= x.shape[0]:
+            return
+        d = x[i] - rx[i]
+        d -= lx * rint(d / lx)
+        moved = d * d
+        d = y[i] - ry[i]
+        d -= ly * rint(d / ly)
+        moved += d * d
+        d = z[i] - rz[i]
+        d -= lz * rint(d / lz)
+        moved += d * d
+        speed = math.sqrt(vx[i] * vx[i] + vy[i] * vy[i] + vz[i] * vz[i])
+        pull = math.sqrt(fx[i] * fx[i] + fy[i] * fy[i] + fz[i] * fz[i])
+        furthest = math.sqrt(moved) + ahead_v * speed + ahead_f * pull
+        cuda.atomic.max(out, 0, moved)
+        cuda.atomic.max(out, 1, furthest * furthest)
+
+    return reach
+
+
+def largest_reach_squared(positions, reference, velocities, forces, box, ahead_v, ahead_f):
+    """Largest squared displacement and largest squared ``|d| + ahead_v |v| + ahead_f |f|`` (one kernel)."""
+    xp = _xp(positions)
+    dtype = np.dtype(positions.dtype)
+    t = dtype.type
+    n = positions.shape[1]
+    out = xp.zeros(2, dtype=dtype)
+    reference = reference[:, :n]
+    lx, ly, lz = (t(v) for v in box)
+    _reach_kernel(dtype.name)[_blocks(n), THREADS, _stream(positions)](
+        *(_on_device(a[k]) for a in (positions, reference, velocities, forces) for k in range(3)),
+        lx, ly, lz, t(ahead_v), t(ahead_f), _on_device(out))
+    host = out.get() if hasattr(out, "get") else out
+    return float(host[0]), float(host[1])

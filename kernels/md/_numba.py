@@ -184,6 +184,7 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
 # One-pass per-atom steps of velocity Verlet (kept in their own module).
 from hpcgpu.kernels.md.atoms_numba import (  # noqa: E402, F401
     largest_displacement_squared,
+    largest_reach_squared,
     verlet_drift,
     verlet_kick,
 )

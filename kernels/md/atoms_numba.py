@@ -20,7 +20,7 @@ from numba import njit, prange
 
 from hpcgpu.kernels.threads import adaptive_threads
 
-__all__ = ["verlet_drift", "verlet_kick", "largest_displacement_squared"]
+__all__ = ["verlet_drift", "verlet_kick", "largest_displacement_squared", "largest_reach_squared"]
 
 _OPTS = dict(cache=True, error_model="numpy")
 
@@ -105,3 +105,39 @@ def largest_displacement_squared(positions, reference, box):
     _largest_kernel(positions, np.asarray(reference, dtype=positions.dtype), lengths, inverse,
                     len(largest), largest)
     return float(largest.max())
+
+
+@njit(parallel=True, **_OPTS)
+def _reach_kernel(positions, reference, velocities, forces, lengths, ahead_v, ahead_f, n_chunks, moved_out,
+                  reach_out):
+    n = positions.shape[1]
+    for chunk in prange(n_chunks):
+        most, furthest = positions.dtype.type(0.0), positions.dtype.type(0.0)
+        for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
+            moved = positions.dtype.type(0.0)
+            speed = positions.dtype.type(0.0)
+            pull = positions.dtype.type(0.0)
+            for axis in range(3):
+                d = positions[axis, i] - reference[axis, i]
+                d -= lengths[axis] * np.rint(d / lengths[axis])
+                moved += d * d
+                speed += velocities[axis, i] * velocities[axis, i]
+                pull += forces[axis, i] * forces[axis, i]
+            reach = np.sqrt(moved) + ahead_v * np.sqrt(speed) + ahead_f * np.sqrt(pull)
+            most = max(most, moved)
+            furthest = max(furthest, reach * reach)
+        moved_out[chunk] = most
+        reach_out[chunk] = furthest
+
+
+@adaptive_threads(key=lambda positions, *rest: positions.shape[1])
+def largest_reach_squared(positions, reference, velocities, forces, box, ahead_v, ahead_f):
+    """Largest squared displacement and largest squared ``|d| + ahead_v |v| + ahead_f |f|``, in one pass."""
+    n = positions.shape[1]
+    t = positions.dtype.type
+    lengths = np.array(box, dtype=positions.dtype)
+    chunks = max(1, min(n // 1024, 4 * numba.get_num_threads()))
+    moved, reach = np.zeros(chunks, dtype=positions.dtype), np.zeros(chunks, dtype=positions.dtype)
+    _reach_kernel(positions, np.asarray(reference, dtype=positions.dtype), velocities, forces, lengths,
+                  t(ahead_v), t(ahead_f), chunks, moved, reach)
+    return float(moved.max()), float(reach.max())

@@ -27,7 +27,7 @@ from hpcgpu.kernels.md.verlet import FAST_PATHS
 from hpcgpu.validation import check_count, check_finite_array, check_float, check_int
 
 __all__ = ["CAPACITY_HEADROOM", "CAPACITY_ROUND", "NeighborList", "build_neighbor_list", "largest_displacement_squared",
-           "needs_rebuild"]
+           "largest_reach_squared", "needs_rebuild"]
 
 
 CAPACITY_HEADROOM = 1.2
@@ -336,3 +336,67 @@ def _array_module(array):
         import cupy
         return cupy
     return np
+
+
+def largest_reach_squared(positions, reference, velocities, forces, box, steps, dt, margin=1.0, *, backend=None):
+    """The largest squared displacement since ``reference``, and the largest squared bound on it ``steps`` on.
+
+    An atom at ``x_n`` with the half-step velocity ``v`` (velocity Verlet,
+    unit mass, after the drift) is ``steps`` steps later within
+    ``steps dt |v| + dt^2 steps (steps + 1) / 2 max|f|`` of ``x_n``. The bound per atom is its
+    minimum-image displacement ``|d|`` plus ``margin`` times that motion
+    with the current force ``|f|`` standing for the largest on the way
+    (``margin`` > 1 leaves room for forces that grow). A decomposition
+    that decides a rebuild ``steps`` steps late triggers on it.
+
+    Parameters
+    ----------
+    positions, velocities, forces : arrays (3, N)
+        Positions (length), velocities (length/time), forces (force; mass 1).
+    reference : array (3, M), M >= N
+        Positions at the last build (length); the first N are used.
+    box : sequence of 3 floats
+        The periodic box (length).
+    steps : int
+        How many steps ahead (>= 0); 0 gives ``|d|`` itself.
+    dt : float
+        Time step (time).
+    margin : float
+        Factor on the motion term.
+    backend : str or Backend, optional
+        Whose one-pass kernel to use where it has one (Numba, Numba-CUDA);
+        the same answer to rounding.
+
+    Returns
+    -------
+    (float, float)
+        ``max |d|^2`` and ``max (|d| + margin motion)^2`` (length**2); one host transfer.
+
+    Examples
+    --------
+    >>> x = np.array([[0.1, 9.9], [0.0, 0.0], [0.0, 0.0]])
+    >>> v = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 0.0]])
+    >>> now, ahead = largest_reach_squared(x, np.zeros((3, 2)), v, np.zeros((3, 2)), (10.0,) * 3, 3, 0.01)
+    >>> round(now, 12), round(ahead, 12)
+    (0.01, 0.0256)
+    """
+    box = _box(box)
+    n = positions.shape[1]
+    if n == 0:
+        return 0.0, 0.0
+    ahead_v, ahead_f = margin * steps * dt, margin * dt * dt * steps * (steps + 1) / 2
+    if backend is not None and get_backend(backend).name in FAST_PATHS["largest_reach_squared"]:
+        return get_backend(backend).kernels("md").largest_reach_squared(positions, reference, velocities, forces,
+                                                                        box, ahead_v, ahead_f)
+    xp = _array_module(positions)
+    # whole (3, N) expressions: about 20 kernels on a GPU (each a launch), not 3 x that axis by axis
+    lengths = xp.asarray(np.asarray(box, dtype=positions.dtype)[:, None])
+    d = positions - reference[:, :n]
+    d -= lengths * xp.rint(d / lengths)
+    moved = (d * d).sum(axis=0)
+    speed = xp.sqrt((velocities * velocities).sum(axis=0))
+    pull = xp.sqrt((forces * forces).sum(axis=0))
+    reach = xp.sqrt(moved) + ahead_v * speed + ahead_f * pull
+    both = xp.stack([moved.max(), (reach * reach).max()])
+    now, ahead = (float(v) for v in (both.get() if hasattr(both, "get") else both))
+    return now, ahead

@@ -19,7 +19,8 @@ from hpcgpu.validation import check_float
 
 __all__ = ["FAST_PATHS", "PreparedLJForces", "verlet_drift", "verlet_kick", "wrap"]
 
-FAST_PATHS = {"verlet_drift": ("numba",), "verlet_kick": ("numba",), "largest_displacement_squared": ("numba",)}
+FAST_PATHS = {"verlet_drift": ("numba",), "verlet_kick": ("numba",), "largest_displacement_squared": ("numba",),
+              "largest_reach_squared": ("numba", "cuda")}
 """Per-atom passes with a fused kernel, by name, and the backends that have it
 (one parallel loop instead of about 25 NumPy array passes; the same numbers)."""
 

@@ -15,6 +15,7 @@ from hpcgpu.partition import bricks as brick_module
 from hpcgpu.partition.brick_geometry import Bricks
 from hpcgpu.partition.bricks import BrickDecomposition, plan_ghosts
 from hpcgpu.partition.engine import PartitionedExecutor
+from hpcgpu.partition.rebuild_flags import rebuild_delay
 from hpcgpu.workloads.md import LennardJones
 
 
@@ -47,7 +48,7 @@ def _corner_rush(cells, grid):
 
 
 # 2x2x2: every axis two layers (one neighbour each), the flags ride along; 3x2x1: three layers and two;
-# 1x1x4: slabs, with the allreduce (four layers: the flags would not reach every rank)
+# 1x1x4: slabs, four layers: the flags reach every rank a step late (a rebuild decided one step late)
 @pytest.mark.parametrize("cells, grid", [((4, 4, 4), (2, 2, 2)), ((6, 4, 3), (3, 2, 1)), ((3, 3, 8), (1, 1, 4))])
 def test_bricks_equal_one_process_with_atoms_crossing_faces_edges_and_corners(client, cells, grid):
     model, state = _corner_rush(cells, grid)
@@ -68,7 +69,10 @@ def test_bricks_equal_one_process_with_atoms_crossing_faces_edges_and_corners(cl
     speed = np.abs(reference.velocities).max()
     np.testing.assert_allclose(final.velocities, reference.velocities, rtol=1e-12, atol=1e-12 * speed)
     np.testing.assert_allclose(energy, model.diagnostics(reference)["energy"], rtol=1e-12)
-    assert final.rebuilds == reference.rebuilds > state.rebuilds  # the same builds, at the same steps
+    if rebuild_delay(grid) == 0:
+        assert final.rebuilds == reference.rebuilds > state.rebuilds  # the same builds, at the same steps
+    else:  # decided late on a bound of the displacement: at least those builds
+        assert final.rebuilds >= reference.rebuilds > state.rebuilds
     # atoms changed brick along one, two and three axes (faces, edges, corners) as far as the grid has them
     bricks = Bricks.weighted(grid, model.box)
     axes_changed = (_layers(bricks, state.positions) != _layers(bricks, final.positions)).sum(axis=0)
@@ -120,11 +124,15 @@ def test_md_bricks_reproduce_the_single_run_with_atoms_migrating(client, liquid,
     expected = reference.diagnostics.sel(time=sim.diagnostics.time)
     for key in ("energy", "temperature", "pressure", "msd"):
         np.testing.assert_allclose(sim.diagnostics[key], expected[key], rtol=1e-10, err_msg=key)
-    # the bricks start from the split state's list: they rebuild at the steps one process does
-    np.testing.assert_array_equal(sim.diagnostics["neighbor_rebuilds"], expected["neighbor_rebuilds"])
-    assert sim.state.rebuilds == reference.state.rebuilds > state.rebuilds
     summary = sim.summary()
     layers = [int(n) for n in summary["process_grid"].split("x")]
+    if rebuild_delay(layers) == 0:
+        # the bricks start from the split state's list: they rebuild at the steps one process does
+        np.testing.assert_array_equal(sim.diagnostics["neighbor_rebuilds"], expected["neighbor_rebuilds"])
+        assert sim.state.rebuilds == reference.state.rebuilds > state.rebuilds
+    else:  # four layers: decided a step late, on a bound of the displacement
+        assert (np.asarray(sim.diagnostics["neighbor_rebuilds"]) >= np.asarray(expected["neighbor_rebuilds"])).all()
+        assert sim.state.rebuilds >= reference.state.rebuilds > state.rebuilds
     assert sum(summary["atoms_per_partition"]) == model.n and np.prod(layers) == partitions
     # Atoms crossed brick faces (they migrated between partitions) during the run.
     bricks = Bricks(tuple(tuple(e) for e in summary["brick_edges"]), model.box)

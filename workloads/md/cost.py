@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.partition.bricks import MAX_LAYERS_CARRIED
+from hpcgpu.partition.bricks import SPECULATE_BELOW
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
-from hpcgpu.plan.workload_costs import collective_rounds, infeasible_step, kernel_time, launch_wait_s, step_cost
+from hpcgpu.partition.rebuild_flags import LATE_REBUILD_MARGIN, rebuild_delay
+from hpcgpu.plan.workload_costs import exchange_time, infeasible_step, kernel_time, launch_wait_s, step_cost
 from hpcgpu.validation import check_dtype, check_float, check_int
 
 __all__ = ["MolecularDynamicsCost"]
@@ -44,7 +45,10 @@ class MolecularDynamicsCost:
     ghosts fill the shell of thickness ``cutoff + skin`` around the brick on
     its split axes (an axis of one brick is its own periodic image). The
     rebuild decision rides inside that exchange, so no collective runs per
-    step. On a rebuild step a second staged exchange sends the ghosts'
+    step; past 3 layers on an axis it comes :func:`rebuild_delay
+    <hpcgpu.partition.rebuild_flags.rebuild_delay>` steps after the flag,
+    which is raised on a bound that leaves room for those steps: the lists
+    are rebuilt more often (:meth:`rebuild_period`). On a rebuild step a second staged exchange sends the ghosts'
     positions again with the atoms that moved into a neighbour's brick
     (whole atoms, an estimate of ``density x face area x skin / 4`` per
     split face: about the atoms within ``skin / 2`` of the face, half of
@@ -66,6 +70,8 @@ class MolecularDynamicsCost:
     stream_values_per_atom = 24  # drift, half kicks, forces, energies, virials: read + write
     state_values_per_atom = 14   # positions, velocities, forces, origins (3 each), energy, virial
     launches_per_step = 6  # drift, rebuild test, forces, kick, and their reductions (an estimate)
+    reach_launches = 1         # the late rebuild's bound replaces the rebuild test: one kernel and a memset
+    reach_values_per_atom = 6  # which reads velocities and forces too (kernels/md/_cuda.py)
 
     def __post_init__(self):
         check_int("atoms", self.atoms, minimum=2)
@@ -116,20 +122,41 @@ class MolecularDynamicsCost:
         return choose_process_grid(partitions, (self.box_side,) * 3, halo=(radius,) * 3,
                                    minimum=(self.thinnest_brick,) * 3, tie="first")
 
-    def launch_stretches(self, step_s, pair_share, copy_s, stages, copies_launch=True):
+    def rebuild_period(self, grid):
+        """Steps between rebuilds on ``grid``: ``rebuild_every``, less what a rebuild decided late costs.
+
+        A flag raised on the bound ``|d| + margin x (the D steps' motion)``
+        and a rebuild ``D`` steps later land ``(margin - 1) D`` steps early
+        for an atom that moves at a steady speed (an estimate). Below
+        ``D + 1`` steps the rebuild would come after the list failed: the
+        engine refuses such a step (a dangerous build), the plan the grid.
+
+        Examples
+        --------
+        >>> md = MolecularDynamicsCost(10 ** 8, steps=1)
+        >>> md.rebuild_period((3, 3, 2)), md.rebuild_period((4, 4, 2)), md.rebuild_period((8, 8, 4))
+        (15, 14.5, 13.5)
+        """
+        delay = rebuild_delay(grid)
+        if not delay:
+            return self.rebuild_every
+        return self.rebuild_every - (LATE_REBUILD_MARGIN - 1) * delay
+
+    def launch_stretches(self, step_s, pair_share, copy_s, stages, copies_launch=True, reach=False):
         """The kernels of one step (seconds, launch order) between its synchronisations.
 
         As the engine's domains run a step
         (:meth:`hpcgpu.partition.bricks.BrickDecomposition.advance`): each
-        stage of the ghost exchange cuts the ghosts for its two neighbours
-        (a ``take`` each, from the atoms the earlier stages brought) and
-        sends them, which needs them done; after the last stage the
-        ghosts are joined (one copy), and the forces, the kick, the drift,
-        the rebuild test and the reductions queue behind the forces until
-        the host reads the rebuild progress (a synchronisation). The
-        neighbour build of a rebuild step (every ``rebuild_every`` steps)
-        is not counted. Without ``copies_launch`` (a CPU) only the
-        :attr:`launches_per_step` kernels count.
+        stage of the ghost exchange cuts the ghosts for both its neighbours
+        (one ``take``, from what the rank holds) and sends them; after its
+        wait the received ghosts are joined to what the rank holds (one
+        copy) before the next stage's cut; the last join is what the
+        forces read, and the kick, the drift, the rebuild test (with
+        ``reach``, the late rebuild's :attr:`reach_launches` kernels) and
+        the reductions queue behind the forces until the host reads the
+        rebuild progress (a synchronisation). The neighbour build of a
+        rebuild step is not counted. Without ``copies_launch`` (a CPU) only
+        the :attr:`launches_per_step` kernels count.
 
         Parameters
         ----------
@@ -144,15 +171,16 @@ class MolecularDynamicsCost:
 
         Examples
         --------
-        >>> stretches = MolecularDynamicsCost(10 ** 6, steps=1).launch_stretches(1e-3, 0.9, 3e-6, 1)
-        >>> [len(s) for s in stretches], [round(t * 1e6) for t in stretches[1][:3]]
-        ([2, 7], [1, 900, 20])
+        >>> stretches = MolecularDynamicsCost(10 ** 6, steps=1).launch_stretches(1e-3, 0.9, 4e-6, 2)
+        >>> [len(s) for s in stretches], [round(t * 1e6) for t in stretches[2][:3]]
+        ([1, 2, 7], [1, 900, 20])
         """
         streaming = [step_s * (1 - pair_share) / (self.launches_per_step - 1)] * (self.launches_per_step - 1)
+        streaming += [0.0] * (self.reach_launches if reach else 0)  # their bytes are in step_s
         if not copies_launch:
             return [[step_s * pair_share] + streaming]
-        copy = copy_s / (2 * stages + 1) if stages else 0.0
-        cuts = [[copy, copy] for _ in range(stages)]
+        copy = copy_s / (2 * stages) if stages else 0.0
+        cuts = [[copy] * (1 + bool(stage)) for stage in range(stages)]  # the join of the stage before, the cut
         return cuts + [[copy] * bool(stages) + [step_s * pair_share] + streaming]
 
     def cost(self, partitions, device, link, scheduler, grid=None):
@@ -181,29 +209,83 @@ class MolecularDynamicsCost:
         faces = sum(2 * math.prod(brick[:a] + brick[a + 1:]) for a, s in enumerate(split) if s)
         pairs = self.pairs_per_atom
         pair_bytes = owned * pairs * (4 + 3 * item)
-        force_bytes = pair_bytes + owned * (self.stream_values_per_atom * item + 48)
+        delay = rebuild_delay(grid)
+        streamed = self.stream_values_per_atom + (self.reach_values_per_atom if delay else 0)
+        force_bytes = pair_bytes + owned * (streamed * item + 48)
         force_s, bound = kernel_time(force_bytes, owned * pairs * self.flops_per_pair, device, "md", self.dtype)
         candidates = min(self.atoms, 27 * self.density * radius ** 3)
         capacity = math.ceil(1.3 * pairs) + 16
         build_bytes = owned * (candidates * 3 * item + capacity * 4) + (owned + ghosts) * 8 * item
         build_s, _ = kernel_time(build_bytes, owned * candidates * self.flops_per_candidate, device,
                                  "neighbor_build", self.dtype)
-        # packing the ghosts' positions to send and writing the received ones
-        copy_s, _ = kernel_time(2 * 2 * ghosts * 3 * item, 0, device, "copy", self.dtype)
-        per_atom = self.state_values_per_atom * item + 32  # + int64 images and ids
         stages = sum(split)
+        # cutting the ghosts to send and joining the received ones to what the rank holds, stage by stage
+        held = owned + ghosts / 2  # the joins copy the rank's atoms and the earlier ghosts again (an estimate)
+        copy_s, _ = kernel_time(2 * (ghosts + stages * held) * 3 * item, 0, device, "copy", self.dtype)
+        per_atom = self.state_values_per_atom * item + 32  # + int64 images and ids
         # every step: the ghosts' positions, 2 messages per split axis; rebuild steps: again, with the migrants
         migrants = min(owned, faces * self.density * self.skin / 4)
-        messages = 2 * stages * (1 + 1 / self.rebuild_every)
-        rounds = stages * (1 + 1 / self.rebuild_every)
-        if max(grid) > MAX_LAYERS_CARRIED:
-            # the rebuild flags ride with the ghosts only up to 3 layers an axis; beyond, an allreduce
-            # every step, overlapped with the first stage's round
-            rounds += max(0, collective_rounds(partitions) - 1)
-        nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / self.rebuild_every
+        period = self.rebuild_period(grid)
+        if period < delay + 1:
+            return infeasible_step(f"a rebuild decided {delay} steps late on {'x'.join(map(str, grid))} bricks "
+                                   f"needs lists that last {delay + 1} steps or more; at rebuild_every="
+                                   f"{self.rebuild_every} they last {period:g}", grid)
+        messages = 2 * stages * (1 + 1 / period)
+        rounds = stages * (1 + 1 / period)  # the rebuild flags ride with the ghosts: no collective
+        nbytes = ghosts * 3 * item + (ghosts * 3 * item + migrants * per_atom) / period
         memory = (3 * owned * per_atom + owned * (capacity + 1) * 4 + owned * 3 * item
                   + 2 * ghosts * 3 * item + (owned + ghosts) * 16)
-        force_s += launch_wait_s(device, self.launch_stretches(force_s, pair_bytes / force_bytes, copy_s, stages,
-                                                               device.kind != "cpu"))
-        return step_cost(scheduler, partitions, force_s + build_s / self.rebuild_every + copy_s, messages, nbytes,
-                         link, memory, bound, rounds=rounds, grid=grid)
+        stretches = self.launch_stretches(force_s, pair_bytes / force_bytes, copy_s, stages, device.kind != "cpu",
+                                          reach=bool(delay))
+        waited = launch_wait_s(device, stretches)
+        exchange_s = exchange_time(link, rounds, nbytes)
+        if device.kind != "cpu" and stages:
+            inner = math.prod(max(0.0, (b - 2 * radius) / b) for b, s in zip(brick, split) if s)
+            ghost_s = exchange_time(link, stages, ghosts * 3 * item)
+            waited, exchange_s = self.overlapped(device, stretches, inner, ghost_s, waited, exchange_s, period)
+        return step_cost(scheduler, partitions, force_s + waited + build_s / period + copy_s, messages, nbytes,
+                         link, memory, bound, rounds=rounds, grid=grid, exchange_s=exchange_s)
+
+    def overlapped(self, device, stretches, inner, ghost_s, waited, exchange_s, period):
+        """The launch waits and the exposed exchange of a GPU step, averaged with the steps that speculate.
+
+        A rank whose atoms are well inside the rebuild bound (under
+        :data:`~hpcgpu.partition.bricks.SPECULATE_BELOW` of it: about that
+        share of the steps between rebuilds, the displacement growing about
+        linearly) queues its inner atoms' forces (``inner``: their share of
+        the pairs) and runs the exchange on a second stream beside them: the
+        stages' cuts and joins with their launch waits, and the ghost
+        messages (``ghost_s``), are exposed only beyond the inner forces;
+        the edge atoms' forces and the streaming kernels follow. The
+        exchange of rebuild steps is not hidden.
+
+        Parameters
+        ----------
+        device : DeviceProfile
+        stretches : list of lists of float
+            :meth:`launch_stretches` of the step that does not speculate.
+        inner : float
+            The inner atoms' share of the atoms.
+        ghost_s : float
+            Seconds of a step's ghost messages (rounds and bytes).
+        waited, exchange_s : float
+            Launch waits and exchange seconds of the step that does not speculate.
+        period : float
+            Steps between rebuilds.
+
+        Returns
+        -------
+        (float, float)
+            Launch waits and exposed exchange seconds per step.
+        """
+        *stages, last = stretches
+        join, pairs, *streaming = last
+        side_s = launch_wait_s(device, [*stages, [join]]) + sum(map(sum, stages)) + join + ghost_s
+        inner_s = inner * pairs
+        late = side_s > inner_s  # the edge forces are launched after the exchange: a launch after the wait
+        main = [[inner_s, pairs - inner_s, *streaming]]
+        exposed = max(0.0, side_s - inner_s)  # the messages' share of it first, the rest the cuts' launches
+        spec_waited = launch_wait_s(device, main) + device.launch_s * late + max(0.0, exposed - ghost_s)
+        spec_exchange = min(exposed, ghost_s) + (exchange_s - ghost_s)
+        share = SPECULATE_BELOW * (1 - 1 / period)
+        return share * spec_waited + (1 - share) * waited, share * spec_exchange + (1 - share) * exchange_s

@@ -120,14 +120,15 @@ class LocalSteps:
                                       backend=self.backend)
         return self.select_atoms(state, order)
 
-    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None):
+    def kick_with_ghosts(self, state, ghost_positions, dt, rebuild, inner=None, joined=None):
         """:meth:`kick_block` for a brick: forces on its atoms from themselves and ``ghost_positions``.
 
         See :meth:`forces_with_ghosts` (``inner``: the inner atoms' forces,
-        computed while the ghosts travelled).
+        computed while the ghosts travelled; ``joined``: the atoms' and the
+        ghosts' positions in one array, when the caller has it).
         """
         forces, energies, virials, neighbors, rebuilds = self.forces_with_ghosts(state, ghost_positions, rebuild,
-                                                                                 inner)
+                                                                                 inner, joined)
         return self._kicked(state, dt, forces, energies, virials, neighbors, rebuilds)
 
     def _kicked(self, state, dt, forces, energies, virials, neighbors, rebuilds):
@@ -167,6 +168,29 @@ class LocalSteps:
         largest = md_kernels.largest_displacement_squared(state.positions, neighbors.reference_positions, model.box,
                                                           backend=model.backend)
         return float(largest) / (0.5 * model.skin) ** 2
+
+    def rebuild_reach(self, state, steps, dt, margin=1.0, reference=None):
+        """:meth:`rebuild_progress`, and the same ratio for a bound on the displacement ``steps`` steps on.
+
+        For a rebuild decided ``steps`` steps after it is asked for (a
+        decomposition's flags travelling between ranks): the bound is
+        :func:`~hpcgpu.kernels.md.largest_reach_squared`'s, from the atoms'
+        speeds and forces (``margin`` on the motion). Returns ``(progress,
+        reach)``, both over ``(skin / 2)^2``; ``(inf, inf)`` without a list.
+        ``reference`` (where the arrays are): the positions at the build,
+        for a state that does not carry its list (the host copy a decomposition splits).
+        """
+        backend = self.backend
+        if reference is None:
+            if state.neighbors is None:
+                return float("inf"), float("inf")
+            reference = state.neighbors.reference_positions
+        else:  # a host copy: the array expressions where it is
+            backend = None
+        now, ahead = md_kernels.largest_reach_squared(state.positions, reference, state.velocities, state.forces,
+                                                      self.box, steps, dt, margin, backend=backend)
+        threshold = (0.5 * self.skin) ** 2
+        return now / threshold, ahead / threshold
 
     def listed_positions(self, state):
         """Host positions ``(3, N)`` of the block's atoms when its list was built (None without a list)."""
@@ -214,7 +238,7 @@ class LocalSteps:
         positions[:, :n] = state.positions
         return (positions, *model.forces(positions, split.inner))
 
-    def forces_with_ghosts(self, state, ghost_positions, rebuild, inner=None):
+    def forces_with_ghosts(self, state, ghost_positions, rebuild, inner=None, joined=None):
         """Forces on a brick's atoms from themselves and ``ghost_positions``, and the list they used.
 
         The neighbour list spans the block's atoms then the ghosts; it is
@@ -229,21 +253,31 @@ class LocalSteps:
 
         With ``inner`` (``(split, inner_forces(state, split))``, made from
         this list while the ghosts travelled; only without a rebuild) only
-        the edge atoms' forces are computed here.
+        the edge atoms' forces are computed here. ``joined`` (``(3, N +
+        ghosts)``: the block's positions, then ``ghost_positions``) saves
+        joining them here (a copy a step).
         """
         model, n = self, state.size
+        if joined is not None and joined.shape[1] != n + ghost_positions.shape[1]:
+            raise ConfigError(f"joined must hold the {n} atoms and {ghost_positions.shape[1]} ghosts; "
+                              f"got {joined.shape[1]} columns")
         if inner is not None and not rebuild:
             split, (positions, forces, energies, virials) = inner
             if split.edge.size != n + ghost_positions.shape[1]:
                 raise ConfigError(f"the ghosts changed without a neighbour-list rebuild ({split.edge.size} listed "
                                   f"atoms, {n + ghost_positions.shape[1]} given)")
-            positions[:, n:] = ghost_positions
+            if joined is None:
+                positions[:, n:] = ghost_positions
+            else:
+                positions = joined
             edge_forces, edge_energies, edge_virials = model.forces(positions, split.edge)
             xp, edge = model.backend.xp, split.edge_atoms
             return (xp.where(edge[None, :], edge_forces[:, :n], forces[:, :n]),
                     xp.where(edge, edge_energies[:n], energies[:n]), xp.where(edge, edge_virials[:n], virials[:n]),
                     state.neighbors, state.rebuilds)
-        positions = model.backend.xp.concatenate([state.positions, ghost_positions], axis=1)
+        positions = joined
+        if positions is None:
+            positions = model.backend.xp.concatenate([state.positions, ghost_positions], axis=1)
         neighbors, rebuilds = state.neighbors, state.rebuilds
         if rebuild or neighbors is None:
             # rows for the brick's own atoms only: a ghost's row would be summed and thrown
