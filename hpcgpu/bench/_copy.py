@@ -7,7 +7,7 @@ from hpcgpu import _jit_cache
 _jit_cache.install()  # before the cached function below is defined
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def parallel_copy(src, dst):
     n = src.shape[0]
     chunks = 64

@@ -54,13 +54,13 @@ COLS = 256
 """Columns of C per panel of :func:`gemm_tiled`: four rows of it stay in L1."""
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gemm_blas(a, b, out):
     np.dot(a, b, out)
     return out
 
 
-@njit(parallel=True, cache=True, fastmath=_SUM_FLAGS)
+@njit(parallel=True, nogil=True, cache=True, fastmath=_SUM_FLAGS)
 def _gemm_tiled_kernel(a, b, out, zero):
     m, k = a.shape
     n = b.shape[1]
@@ -120,7 +120,7 @@ def matmul(a, b, out, allow_tf32):
     return gemm_tiled(a, b, out)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _balanced_bounds(indptr, chunks):
     """Row bounds of ``chunks`` chunks of about equal work (stored values + rows)."""
     n_rows = indptr.shape[0] - 1
@@ -142,7 +142,7 @@ def _balanced_bounds(indptr, chunks):
     return bounds
 
 
-@njit(parallel=True, cache=True, fastmath={"contract"})
+@njit(parallel=True, nogil=True, cache=True, fastmath={"contract"})
 def _spmv_kernel(data, indices, indptr, x, out, bounds, zero):
     for chunk in prange(bounds.shape[0] - 1):
         for i in range(bounds[chunk], bounds[chunk + 1]):
@@ -154,7 +154,7 @@ def _spmv_kernel(data, indices, indptr, x, out, bounds, zero):
 
 
 # The same loops compiled without threads (prange runs as range) for small inputs.
-_spmv_serial = njit(cache=True, fastmath={"contract"})(_spmv_kernel.py_func)
+_spmv_serial = njit(cache=True, nogil=True, fastmath={"contract"})(_spmv_kernel.py_func)
 
 
 @adaptive_threads(key=lambda data, indices, indptr, x, out: (data.shape[0], out.shape[0]))
@@ -169,7 +169,7 @@ def spmv(data, indices, indptr, x, out):
     return _spmv_kernel(data, indices, indptr, x, out, bounds, zero)
 
 
-@njit(parallel=True, cache=True, fastmath=_SUM_FLAGS)
+@njit(parallel=True, nogil=True, cache=True, fastmath=_SUM_FLAGS)
 def _dot_kernel(x, y, chunk):
     n = x.shape[0]
     n_chunks = (n + chunk - 1) // chunk
@@ -189,7 +189,7 @@ def _dot_kernel(x, y, chunk):
     return total
 
 
-_dot_serial = njit(cache=True, fastmath=_SUM_FLAGS)(_dot_kernel.py_func)
+_dot_serial = njit(cache=True, nogil=True, fastmath=_SUM_FLAGS)(_dot_kernel.py_func)
 
 
 @adaptive_threads(key=lambda x, y: x.shape[0])
@@ -199,14 +199,14 @@ def dot(x, y):
     return float(kernel(x, y, DOT_CHUNK))
 
 
-@njit(parallel=True, cache=True, fastmath={"contract"})
+@njit(parallel=True, nogil=True, cache=True, fastmath={"contract"})
 def _axpy_kernel(alpha, x, y, out):
     for i in prange(x.shape[0]):
         out[i] = alpha * x[i] + y[i]
     return out
 
 
-_axpy_serial = njit(cache=True, fastmath={"contract"})(_axpy_kernel.py_func)
+_axpy_serial = njit(cache=True, nogil=True, fastmath={"contract"})(_axpy_kernel.py_func)
 
 
 @adaptive_threads(key=lambda alpha, x, y, out: x.shape[0])

@@ -121,7 +121,7 @@ def _atom_sums(x, y, z, row, count, xi, yi, zi, images, lx, ly, lz, ilx, ily, il
     return fx, fy, fz, energy, virial
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _inside_box(x, y, z, lx, ly, lz):
     """Whether every atom lies in ``[0, L)`` along every axis."""
     outside = 0

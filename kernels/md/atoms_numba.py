@@ -22,7 +22,7 @@ from hpcgpu.kernels.threads import adaptive_threads
 
 __all__ = ["verlet_drift", "verlet_kick", "largest_displacement_squared", "largest_reach_squared"]
 
-_OPTS = dict(cache=True, error_model="numpy")
+_OPTS = dict(cache=True, nogil=True, error_model="numpy")
 
 
 @njit(parallel=True, **_OPTS)

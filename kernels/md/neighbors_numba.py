@@ -49,7 +49,7 @@ FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
 """LLVM fast-math flags of the kernels: no ``nnan``/``ninf`` (an overlap's
 inf and NaN must come out, where the public API reports them)."""
 
-_OPTS = dict(cache=True, fastmath=set(FASTMATH), error_model="numpy")
+_OPTS = dict(cache=True, nogil=True, fastmath=set(FASTMATH), error_model="numpy")
 _PAIR_OPTS = dict(_OPTS, fastmath=set(FASTMATH - {"reassoc"}))
 
 lennard_jones = njit(**_PAIR_OPTS)(physics.lennard_jones)
@@ -79,7 +79,7 @@ def _axis_cell(x, length, cells):
     return c if c < cells else np.int32(cells - 1)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _assign_cells(x, y, z, lx, ly, lz, nx, ny, nz, cell_out):
     """Cell of every atom, x fastest; float64 arithmetic whatever the dtype."""
     for i in prange(x.shape[0]):
@@ -89,7 +89,7 @@ def _assign_cells(x, y, z, lx, ly, lz, nx, ny, nz, cell_out):
         cell_out[i] = cx + nx * (cy + ny * cz)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sort_by_cell(cell, start_out, order_out):
     """Counting sort: ``order_out`` lists atoms cell by cell (increasing index
     within a cell), cell ``c`` holds ``order_out[start_out[c]:start_out[c + 1]]``."""
@@ -106,7 +106,7 @@ def _sort_by_cell(cell, start_out, order_out):
         fill[c] += 1
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _gather(x, y, z, order, xs, ys, zs):
     for k in prange(order.shape[0]):
         i = order[k]
@@ -421,7 +421,7 @@ def _build_kernel(xs, ys, zs, order, start, sorted_cell, nx, ny, nz, reach, sx, 
     return largest.max()
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _gather_wrapped(x, y, z, order, lx, ly, lz, xs, ys, zs):
     """Positions in cell order, wrapped into the box (float64 arithmetic)."""
     for k in prange(order.shape[0]):

@@ -56,7 +56,7 @@ from hpcgpu.kernels.nbody import physics
 FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
 """LLVM fast-math flags of the kernel: no ``nnan``/``ninf`` (NaN must propagate)."""
 
-_OPTS = dict(cache=True, fastmath=set(FASTMATH), error_model="numpy")
+_OPTS = dict(cache=True, nogil=True, fastmath=set(FASTMATH), error_model="numpy")
 # The pair physics without reassoc: flags stay on the instructions when LLVM
 # inlines, so only the sums over sources are reordered, never the formulas.
 _PAIR_OPTS = dict(_OPTS, fastmath=set(FASTMATH - {"reassoc"}))

@@ -20,7 +20,7 @@ from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC, WALL
 # Inner loops are written ``for i in range(n): k = i + offset``: with Numba
 # 0.6x, ``range(start, stop)`` with start > 1 kept LLVM from vectorising
 # (measured 8x slower on the same loop body).
-_OPTS = dict(cache=True, fastmath={"contract"}, error_model="numpy")
+_OPTS = dict(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 GHOST = 2
 
 potential_vorticity = njit(**_OPTS)(physics.potential_vorticity)

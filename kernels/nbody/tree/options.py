@@ -4,7 +4,7 @@
 # contract: allow fused multiply-add; no other fast-math. Every target's sums
 # run in one fixed order through the same vector code (see _walk), so the
 # result of a target does not depend on the other targets of the call.
-_OPTS = dict(cache=True, fastmath={"contract"}, error_model="numpy")
+_OPTS = dict(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 
 
 _WORD_BITS = 21                 # bits per axis in each of the two 63-bit key words
