@@ -26,8 +26,9 @@ event loop (which reads dask's streams), comes late by more than two
 heartbeats (this process was stopped, or starved of its cores), every peer
 gets a fresh :func:`silence_seconds` before it is judged again.
 
-A rank whose kernel holds the GIL longer than the limit in one call (a
-Numba kernel without ``nogil``) silences its worker's heartbeats too: set
+hpcgpu's Numba kernels release the GIL (``nogil=True``); a rank whose
+kernel holds it longer than the limit in one call (a user's Numba kernel
+without ``nogil``) silences its worker's heartbeats too: set
 :data:`SILENCE_ENV` above that time on the workers, or ``0`` to turn the
 detection off.
 
