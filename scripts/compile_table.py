@@ -243,6 +243,8 @@ def _md(backend):
             binary = ((kernel, dtype) if backend == "cuda" else
                       ("cupy", "md", f"{template}<{_cupy.CTYPES[dtype]}>"))
             out.append(Config(backend, "md", kernel, dtype, "", module.THREADS, 0, refused, binary))
+        if backend == "cuda":  # the late rebuild's bound (CuPy uses array expressions for it)
+            out.append(Config(backend, "md", "reach", dtype, "", module.THREADS, 0, refused, ("reach", dtype)))
     return out
 
 
@@ -318,7 +320,7 @@ def _numba_kernel(binary):
         return _cuda._five_point_kernel(dtype, binary[2], binary[3]), (a, a, i64, i64, f, f, i64, i64, i64, f)
     if kind == "stage":
         from hpcgpu.kernels.stencil import _cuda
-        return _cuda._stage_kernel, (a,) * 10 + (i64, i64) + (f,) * 7 + (i64,) * 4 + (f,) * 6
+        return _cuda._stage_kernel, (a,) * 10 + (i64, i64, i64) + (f,) * 7 + (i64,) * 4 + (f,) * 6
     if kind == "pass":
         from hpcgpu.kernels.stencil import diffusion_cuda
         return (diffusion_cuda._pass_kernel(dtype, binary[2], binary[3]),
@@ -329,6 +331,9 @@ def _numba_kernel(binary):
     if kind == "finalize":
         from hpcgpu.kernels.nbody import _cuda
         return _cuda._finalize_kernel, (array(dtype, 3), f, array(dtype, 2), a)
+    if kind == "reach":
+        from hpcgpu.kernels.md import _cuda
+        return _cuda._reach_kernel(np.dtype(dtype).name), (a,) * 12 + (f,) * 5 + (a,)
     if kind in ("assign_cells", "build", "forces"):
         from hpcgpu.kernels.md import _cuda
         i32 = array("int32")
