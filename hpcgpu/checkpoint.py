@@ -48,11 +48,13 @@ import time
 import uuid
 import warnings
 
+from hpcgpu import rank_checkpoints
 from hpcgpu._version import __version__
 from hpcgpu.errors import ConfigError
+from hpcgpu.rank_checkpoints import fsync_directory
 
-__all__ = ["write_checkpoint", "read_checkpoint", "list_checkpoints", "checkpoint_directory", "checkpoint_step",
-           "fsync_directory", "prune_checkpoints", "KEEP"]
+__all__ = ["write_checkpoint", "write_rank_checkpoint", "read_checkpoint", "list_checkpoints", "checkpoint_directory",
+           "checkpoint_step", "prune_checkpoints", "KEEP"]
 
 KEEP = 2
 """Checkpoints kept (the newest up to the one just written); older ones are deleted after a new one is in place."""
@@ -79,20 +81,6 @@ def checkpoint_directory(path, step):
     '/scratch/run/step-0000000040'
     """
     return os.path.join(path, f"{_PREFIX}{int(step):010d}")
-
-
-def fsync_directory(path):
-    """Flush ``path``'s entries (renames into it) to disk, where the file system can."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems (network mounts, Windows) cannot sync a directory: the files are synced
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_checkpoint(path, model, host_state, meta):
@@ -125,6 +113,20 @@ def write_checkpoint(path, model, host_state, meta):
     return final
 
 
+def write_rank_checkpoint(path, executor, model, meta):
+    """The ranks of a partitioned grid run write the checkpoint of ``meta["step"]`` under ``path``; its directory.
+
+    Pieces and manifest as :func:`hpcgpu.rank_checkpoints.write_rank_checkpoint`
+    writes them; older checkpoints pruned as by :func:`write_checkpoint`.
+    """
+    os.makedirs(path, exist_ok=True)
+    step = int(meta["step"])
+    directory = rank_checkpoints.write_rank_checkpoint(checkpoint_directory(path, step), executor, model, meta)
+    fsync_directory(path)
+    prune_checkpoints(path, step)
+    return directory
+
+
 def prune_checkpoints(path, step):
     """Delete the checkpoints under ``path`` older than the newest :data:`KEEP` up to ``step`` (just written)."""
     # Pruning by step alone would delete the checkpoint just written when the
@@ -143,8 +145,6 @@ def list_checkpoints(path):
 
 
 def _load(directory):
-    from hpcgpu import rank_checkpoints
-
     if os.path.exists(os.path.join(directory, rank_checkpoints.MANIFEST)):
         return rank_checkpoints.read_manifest(directory)
     if not os.path.exists(os.path.join(directory, "meta.json")) and os.path.isdir(directory) and \

@@ -53,8 +53,8 @@ import numpy as np
 from hpcgpu._version import __version__
 from hpcgpu.errors import ConfigError
 
-__all__ = ["MANIFEST", "CheckpointPieces", "has_pieces", "read_manifest", "write_manifest", "write_pieces",
-           "write_rank_checkpoint", "writes_pieces"]
+__all__ = ["MANIFEST", "CheckpointPieces", "fsync_directory", "has_pieces", "read_manifest", "write_manifest",
+           "write_pieces", "write_rank_checkpoint", "writes_pieces"]
 
 MANIFEST = "manifest.json"
 """The file that makes a checkpoint directory of pieces complete (written last)."""
@@ -147,26 +147,22 @@ def writes_pieces(executor):
     return callable(getattr(executor, "on_workers", None)) and getattr(decomposition, "builds_blocks", False)
 
 
-def write_rank_checkpoint(path, executor, model, meta):
-    """The ranks of ``executor`` write their pieces under ``path``, then the client the manifest; its directory."""
-    from hpcgpu.checkpoint import checkpoint_directory, prune_checkpoints
+def write_rank_checkpoint(directory, executor, model, meta):
+    """The ranks of ``executor`` write their pieces into ``directory`` (emptied first), then the client the manifest.
 
-    directory = checkpoint_directory(path, int(meta["step"]))
+    :func:`hpcgpu.checkpoint.write_rank_checkpoint` names the directory
+    and prunes older checkpoints around this.
+    """
     if os.path.exists(directory):  # an earlier checkpoint of this step, or pieces of an unfinished one
         shutil.rmtree(directory)
     os.makedirs(directory)
     gathered = list(executor.on_workers(_write_rank_pieces, directory, phase="checkpoint").values())
     pieces = sorted((entry for entries, _ in gathered for entry in entries), key=lambda e: e["rank"])
-    write_manifest(path, model, gathered[0][1], meta, pieces, executor.decomposition.grid)
-    prune_checkpoints(path, int(meta["step"]))
-    return directory
+    return write_manifest(directory, model, gathered[0][1], meta, pieces, executor.decomposition.grid)
 
 
-def write_manifest(path, model, state_type, meta, pieces, process_grid):
-    """Write ``model.pkl`` and, last, the manifest of the pieces of step ``meta["step"]`` under ``path``."""
-    from hpcgpu.checkpoint import checkpoint_directory, fsync_directory
-
-    directory = checkpoint_directory(path, int(meta["step"]))
+def write_manifest(directory, model, state_type, meta, pieces, process_grid):
+    """Write ``model.pkl`` and, last, the manifest of ``pieces`` into ``directory``; returns it."""
     os.makedirs(directory, exist_ok=True)
     payload = pickle.dumps({"model": model, "state_type": state_type}, protocol=pickle.HIGHEST_PROTOCOL)
     algorithm, digest, size = _write_file(os.path.join(directory, _MODEL), lambda sink: sink.write(payload))
@@ -178,6 +174,20 @@ def write_manifest(path, model, state_type, meta, pieces, process_grid):
     _write_file(os.path.join(directory, MANIFEST), lambda sink: sink.write(text))
     fsync_directory(directory)
     return directory
+
+
+def fsync_directory(path):
+    """Flush ``path``'s entries (renames into it) to disk, where the file system can."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems (network mounts, Windows) cannot sync a directory: the files are synced
+        pass
+    finally:
+        os.close(fd)
 
 
 def has_pieces(directory):

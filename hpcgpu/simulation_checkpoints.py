@@ -46,7 +46,7 @@ class Checkpointing:
                 "model": repr(self.model), "history": self._history,
                 "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
         if rank_checkpoints.writes_pieces(self._executor):  # each rank writes its own piece
-            directory = rank_checkpoints.write_rank_checkpoint(path, self._executor, self.model, meta)
+            directory = checkpoint.write_rank_checkpoint(path, self._executor, self.model, meta)
         else:
             save = getattr(self.model, "checkpoint_state", self.model.to_host)
             directory = checkpoint.write_checkpoint(path, self.model, save(self._executor.global_state()), meta)

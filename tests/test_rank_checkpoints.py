@@ -168,3 +168,22 @@ def test_pieces_written_across_backends_resume_on_another(client, written):
         warnings.simplefilter("ignore")
         resumed = Simulation.resume(folder, progress=False, backend="numba").run()
     np.testing.assert_allclose(_fields(resumed)["h"], expected["h"], rtol=1e-12)
+
+
+def test_a_users_grid_model_builds_and_checkpoints_on_its_ranks_too(client, tmp_path, monkeypatch):
+    from _user_models import Heat
+
+    model = Heat(nx=8, ny=24)
+    reference = Simulation(model, dt=0.05, stop_steps=STEPS, progress=False).run()
+    calls = []
+    real = Heat.initial_state
+    monkeypatch.setattr(Heat, "initial_state", lambda self: calls.append(self.shape) or real(self))
+    sim = Simulation(model, dt=0.05, stop_steps=STEPS, progress=False, client=client, partitions=4, grid=(2, 2))
+    sim.run(steps=6, checkpoint=tmp_path)
+    sim.close()
+    assert calls == []
+    assert json.loads((tmp_path / "step-0000000006" / "manifest.json").read_text())["process_grid"] == [2, 2]
+    resumed = Simulation.resume(tmp_path, progress=False, client=client, partitions=2, grid=(1, 2)).run()
+    assert calls == []
+    np.testing.assert_array_equal(np.asarray(resumed.state.T), np.asarray(reference.state.T))
+    resumed.close()

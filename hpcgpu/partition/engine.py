@@ -331,6 +331,7 @@ class PartitionedExecutor:
 
     def global_state(self):
         """Gather the whole state to the client (for output; never while stepping)."""
+        self._check_open("the state was requested")
         gathered = self.on_workers(_host_blocks_of, phase="gather")
         blocks = [None] * self.partitions
         for worker, ranks in self._ranks.items():
@@ -341,13 +342,14 @@ class PartitionedExecutor:
     def on_workers(self, function, *args, phase="ranks"):
         """``{worker: function(spec, ranks, results, *args)}``, run on every worker with its ranks' resident
         results (after every epoch sent has finished): the ranks' own work on their blocks, e.g. checkpoint pieces."""
-        self._check_open(f"{phase} was requested")
+        self._check_open(f"the ranks' {phase} work was requested")
         self.synchronize()
         futures = [self.client.submit(function, self._spec, ranks, self._results[w], *args, workers=[w],
                                       allow_other_workers=False, pure=False,
                                       key=self._key(phase, self.workers.index(w), uuid.uuid4().hex[:8]))
                    for w, ranks in self._ranks.items()]
         seconds = epoch_deadline(None, self.deadline_floor, self.session.timeout)
+        # a worker lost meanwhile: WorkerLost, not a task waiting for it forever
         self._watch.wait(futures, dict(at=time.monotonic() + seconds, seconds=seconds, epoch=self.epoch,
                                        results=dict(zip(self._ranks, futures)), what=f"{self.name}: the ranks' {phase}",
                                        why=deadline_why(None, self.deadline_floor, self._deadline_source)))

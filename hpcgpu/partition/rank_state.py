@@ -130,8 +130,27 @@ def place_blocks(client, model, decomposition, state, ranks_by_worker, key):
         built = client.submit(build_blocks, model, decomposition, ranks, source, key=key("build", index), **options)
         results[worker] = client.submit(_first, built, key=key("blocks", index), **options)
         health.append(client.submit(_second, built, key=key("health", index), **options))
+    _wait_watching(client, health, list(ranks_by_worker))
     parts = [part for worker_parts in client.gather(health) for part in worker_parts]
     return results, parts
+
+
+def _wait_watching(client, futures, workers, poll_s=1.0):
+    """Wait for ``futures`` (pinned to ``workers``); WorkerLost as soon as one of those workers is gone."""
+    from distributed import wait
+
+    from hpcgpu.cluster import worker_info
+    from hpcgpu.errors import WorkerLost
+
+    while any(f.status == "pending" for f in futures):
+        try:
+            wait(futures, timeout=poll_s)
+        except Exception:  # noqa: BLE001 - dask's TimeoutError: not done yet
+            pass
+        missing = sorted(set(workers) - set(worker_info(client)))
+        if missing and any(f.status == "pending" for f in futures):
+            client.cancel(futures)
+            raise WorkerLost(f"{', '.join(missing)} left the cluster while the ranks built their initial blocks")
 
 
 def settle_dt(model, decomposition, dt, parts):
