@@ -437,14 +437,18 @@ def _calibration_rate(model, rows=256, seconds=0.3):
     from hpcgpu.partition.decomposition import on_worker
 
     model = on_worker(model)
-    state = model.initial_state()
     ny, nx = model.shape
     rows = min(rows, ny)
     sides = ("wrap", "wrap") if model.periodic[0] else ("wall", "wall")
     where = BlockRegion(first_row=0, first_col=0, rows=slice(0, rows), cols=slice(0, nx),
                         sides=(*sides, "wall", "wall"), shape=(ny, nx))
-    block = with_arrays(state, [a[:rows].copy() for a in state_arrays(state)])
-    dt = model.suggested_dt(state, 0.3)
+    if callable(getattr(model, "initial_block", None)):  # the block alone, not the whole grid
+        block = model.initial_block(where)
+        block = with_arrays(block, [model.backend.asarray(a) for a in state_arrays(block)])
+    else:
+        state = model.initial_state()
+        block = with_arrays(state, [a[:rows].copy() for a in state_arrays(state)])
+    dt = model.suggested_dt(block, 0.3)
     options = {"cache": {}} if _takes_cache(model) else {}
     model.step_block(block, dt, 1, where, **options)  # compile
     steps, start = 0, time.perf_counter()
