@@ -19,9 +19,13 @@ used. The newest :data:`KEEP` checkpoints up to the step just written are
 kept; a checkpoint at a later step (another run's history) is never deleted
 in favour of it.
 
-Checkpoints hold the global state, not per-partition pieces, so a run
-resumes on any number of workers. Pickle runs code when loaded: load only
-checkpoints you wrote.
+These checkpoints hold the global state, so a run resumes on any number of
+workers. A partitioned grid run writes its checkpoints as pieces instead,
+one per rank, under a ``manifest.json`` written last
+(:mod:`hpcgpu.rank_checkpoints`): the same directory names, the same
+metadata, read by the same :func:`read_checkpoint` (which then returns the
+pieces as a block source in place of the state). Pickle runs code when
+loaded: load only checkpoints you wrote.
 
 Examples
 --------
@@ -44,10 +48,13 @@ import time
 import uuid
 import warnings
 
+from hpcgpu import rank_checkpoints
 from hpcgpu._version import __version__
 from hpcgpu.errors import ConfigError
+from hpcgpu.rank_checkpoints import fsync_directory
 
-__all__ = ["write_checkpoint", "read_checkpoint", "list_checkpoints", "checkpoint_step", "KEEP"]
+__all__ = ["write_checkpoint", "write_rank_checkpoint", "read_checkpoint", "list_checkpoints", "checkpoint_directory",
+           "checkpoint_step", "prune_checkpoints", "KEEP"]
 
 KEEP = 2
 """Checkpoints kept (the newest up to the one just written); older ones are deleted after a new one is in place."""
@@ -65,17 +72,15 @@ def checkpoint_step(directory):
     return int(os.path.basename(os.path.normpath(directory))[len(_PREFIX):])
 
 
-def _fsync_directory(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems (network mounts, Windows) cannot sync a directory: the files are synced
-        pass
-    finally:
-        os.close(fd)
+def checkpoint_directory(path, step):
+    """The directory of the checkpoint of ``step`` under ``path``.
+
+    Examples
+    --------
+    >>> checkpoint_directory("/scratch/run", 40)
+    '/scratch/run/step-0000000040'
+    """
+    return os.path.join(path, f"{_PREFIX}{int(step):010d}")
 
 
 def write_checkpoint(path, model, host_state, meta):
@@ -96,20 +101,39 @@ def write_checkpoint(path, model, host_state, meta):
             json.dump(meta, stream, default=float)
             stream.flush()
             os.fsync(stream.fileno())
-        final = os.path.join(path, f"{_PREFIX}{step:010d}")
+        final = checkpoint_directory(path, step)
         if os.path.exists(final):
             shutil.rmtree(final)
         os.rename(temporary, final)
-        _fsync_directory(path)
+        fsync_directory(path)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+    prune_checkpoints(path, step)
+    return final
+
+
+def write_rank_checkpoint(path, executor, model, meta):
+    """The ranks of a partitioned grid run write the checkpoint of ``meta["step"]`` under ``path``; its directory.
+
+    Pieces and manifest as :func:`hpcgpu.rank_checkpoints.write_rank_checkpoint`
+    writes them; older checkpoints pruned as by :func:`write_checkpoint`.
+    """
+    os.makedirs(path, exist_ok=True)
+    step = int(meta["step"])
+    directory = rank_checkpoints.write_rank_checkpoint(checkpoint_directory(path, step), executor, model, meta)
+    fsync_directory(path)
+    prune_checkpoints(path, step)
+    return directory
+
+
+def prune_checkpoints(path, step):
+    """Delete the checkpoints under ``path`` older than the newest :data:`KEEP` up to ``step`` (just written)."""
     # Pruning by step alone would delete the checkpoint just written when the
     # directory holds later steps (another run's): only earlier ones are pruned.
     earlier = [c for c in list_checkpoints(path) if checkpoint_step(c) <= step]
     for old in earlier[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def list_checkpoints(path):
@@ -121,6 +145,11 @@ def list_checkpoints(path):
 
 
 def _load(directory):
+    if os.path.exists(os.path.join(directory, rank_checkpoints.MANIFEST)):
+        return rank_checkpoints.read_manifest(directory)
+    if not os.path.exists(os.path.join(directory, "meta.json")) and os.path.isdir(directory) and \
+            rank_checkpoints.has_pieces(directory):
+        raise FileNotFoundError(f"no {rank_checkpoints.MANIFEST}: an unfinished checkpoint of rank pieces, ignored")
     with open(os.path.join(directory, "meta.json")) as stream:
         meta = json.load(stream)
     with open(os.path.join(directory, "state.pkl"), "rb") as stream:
@@ -135,7 +164,10 @@ def read_checkpoint(path, candidates=None):
     """``(model, host_state, meta)`` of the newest good checkpoint under ``path``.
 
     A checkpoint that cannot be read or fails its digest is skipped with a
-    warning (naming it and why) in favour of the previous one.
+    warning (naming it and why) in favour of the previous one; so is one of
+    rank pieces without its manifest. For a checkpoint of rank pieces,
+    ``host_state`` is a :class:`~hpcgpu.rank_checkpoints.CheckpointPieces`
+    (its pieces are read, and checked, by whoever builds blocks from it).
 
     Parameters
     ----------

@@ -39,6 +39,7 @@ from hpcgpu.cluster import worker_info
 from hpcgpu.dashboard import publish as _publish_status
 from hpcgpu.errors import ClusterError, ConfigError, UnstableSimulation, WorkerLost
 from hpcgpu.partition.local import LocalExecutor
+from hpcgpu.partition.rank_state import block_source, local_state
 from hpcgpu.schedules import Schedule, as_schedule
 from hpcgpu.simulation_checkpoints import Checkpointing
 from hpcgpu.simulation_events import DeferredInterrupt, ScheduledEvents
@@ -60,7 +61,9 @@ class Simulation(Checkpointing, ScheduledEvents):
     model
         A model object, e.g. :class:`hpcgpu.workloads.weather.ShallowWater`.
     state : optional
-        Initial state; defaults to ``model.initial_state()``.
+        Initial state; defaults to the model's initial condition (on a
+        cluster, a grid model's ranks build their own blocks of it: see
+        :mod:`hpcgpu.partition.rank_state`).
     dt : float, optional
         Time step (model time units, s for the weather model). Defaults to
         the step at CFL number 0.5.
@@ -116,10 +119,12 @@ class Simulation(Checkpointing, ScheduledEvents):
                  client=None, partitions=None, steps_per_task=None, weights=None, grid=None):
         self.model = model
         check_model_memory(model, None if client is None else worker_info(client), partitions)
-        state = model.initial_state() if state is None else state
-        if dt is None:
-            dt = model.suggested_dt(state)
-        self.dt = check_float("dt", dt, minimum=0.0, strict_min=True)
+        # on a cluster, grid ranks build (or read from a checkpoint) their own blocks: the client holds no state
+        on_ranks = client is not None and block_source(model, state) is not None
+        if not on_ranks:
+            state = local_state(model, state)
+            dt = model.suggested_dt(state) if dt is None else dt
+        self.dt = None if dt is None else check_float("dt", dt, minimum=0.0, strict_min=True)
         self.stop_steps = None if stop_steps is None else check_int("stop_steps", stop_steps, minimum=0)
         self.stop_time = check_float("stop_time", stop_time, minimum=0.0, allow_none=True)
         self.wall_time_limit = check_float("wall_time_limit", wall_time_limit, minimum=0.0,
@@ -133,13 +138,20 @@ class Simulation(Checkpointing, ScheduledEvents):
         self._records = []
         self._warmed_up = False
         self.timing = {"warmup_s": 0.0, "run_s": 0.0, "steps": 0}
-        cfl = model.cfl(state, self.dt)
+        if on_ranks:  # the start's CFL number (and dt, if none was given) from the ranks' blocks
+            self._executor = self._make_executor(state, client, partitions, steps_per_task, weights, grid)
+            self.dt, cfl = self._executor.dt, self._executor.initial_health[1]
+        else:
+            cfl = model.cfl(state, self.dt)
         if not cfl <= model.cfl_limit:
+            if on_ranks:
+                self._executor.close()
             safe = model.cfl_limit / cfl * self.dt if cfl == cfl and cfl > 0 else float("nan")
             raise ConfigError(
                 f"dt={self.dt:g} gives a CFL number of {cfl:.3g} at the start, above the stable "
                 f"limit {model.cfl_limit:.3g} of the time stepper; use dt <= {safe:.4g}")
-        self._executor = self._make_executor(state, client, partitions, steps_per_task, weights, grid)
+        if not on_ranks:
+            self._executor = self._make_executor(state, client, partitions, steps_per_task, weights, grid)
         # Defaults every 10 steps, rounded up to whole tasks so that checks never split a superstep.
         granularity = self._executor.granularity
         default = granularity * -(-10 // granularity)

@@ -31,19 +31,25 @@ class Checkpointing:
     """The checkpoint methods of :class:`~hpcgpu.simulation.Simulation` (a mixin)."""
 
     def write_checkpoint(self, path):
-        """Write the global state, step, time and diagnostics under ``path`` (atomically); returns its directory."""
-        from hpcgpu import checkpoint
+        """Write the state, step, time and diagnostics under ``path`` (atomically); returns its directory.
+
+        A partitioned grid run's ranks write their own pieces
+        (:mod:`hpcgpu.rank_checkpoints`); other runs write the global state.
+        """
+        from hpcgpu import checkpoint, rank_checkpoints
 
         self._flush(block=True)
-        state = self._executor.global_state()
-        save = getattr(self.model, "checkpoint_state", self.model.to_host)
         meta = {"step": self.step, "time": self.time, "dt": self.dt, "name": self.name,
                 "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
                 "schedules": {"diagnostics": _schedule_meta(self.diagnostics_schedule),
                               "check": _schedule_meta(self.check_schedule)},
                 "model": repr(self.model), "history": self._history,
                 "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
-        directory = checkpoint.write_checkpoint(path, self.model, save(state), meta)
+        if rank_checkpoints.writes_pieces(self._executor):  # each rank writes its own piece
+            directory = checkpoint.write_rank_checkpoint(path, self._executor, self.model, meta)
+        else:
+            save = getattr(self.model, "checkpoint_state", self.model.to_host)
+            directory = checkpoint.write_checkpoint(path, self.model, save(self._executor.global_state()), meta)
         # the only ones _recover restarts from (those pruned since are forgotten: a long run writes many)
         self._own_checkpoints = [c for c in self._own_checkpoints if os.path.isdir(c)]
         self._own_checkpoints.append(os.path.realpath(directory))
@@ -204,6 +210,11 @@ def _schedule_from_meta(saved):
 
 
 def _restore(model, host_state):
-    """A checkpointed host state on ``model``'s backend (the model's own ``restore_state`` if it has one)."""
+    """A checkpointed host state on ``model``'s backend (the model's own ``restore_state`` if it has one).
+
+    A checkpoint's pieces stay as they are: the ranks read them (or the run's one process does).
+    """
+    if callable(getattr(host_state, "owned_block", None)):
+        return host_state
     restore = getattr(model, "restore_state", None)
     return restore(host_state) if restore is not None else model.concat_blocks([host_state])

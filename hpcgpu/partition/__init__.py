@@ -17,7 +17,9 @@ The modules, each importing only those listed before it (no circles, tested):
   ``all_pairs``, ``bricks``, ``spectral``: one per kind (``process_grid``: the
   layout of ranks over axes, ``brick_geometry``: a box in bricks); ``decompositions``: them by kind;
   ``slowdown``: an emulated slow device for benchmarks of mixed clusters;
-- ``epochs``: one epoch of a worker's ranks (the worker side); ``engine``:
+- ``epochs``: one epoch of a worker's ranks (the worker side); ``rank_state``:
+  where a run's initial blocks come from (built by the ranks, or split on the
+  client); ``engine``:
   :class:`~hpcgpu.partition.engine.PartitionedExecutor` (the client side);
   ``local``: the executor for one process.
 """

@@ -68,6 +68,9 @@ class Decomposition:
     """
 
     unit = "items"
+    builds_blocks = False
+    """Whether a rank can build its own initial block (:meth:`build_block`) and checkpoint it as a piece
+    (:meth:`piece_region`); else the client splits a global state (:meth:`split_state`)."""
 
     @classmethod
     def calibrate(cls, client, model):
@@ -90,6 +93,18 @@ class Decomposition:
 
     def split(self, model, host_state):  # pragma: no cover - interface
         """The initial block of each rank, from the global state on the host."""
+        raise NotImplementedError
+
+    def build_block(self, model, rank, source):  # pragma: no cover - interface
+        """Rank ``rank``'s initial block (host arrays), built on its worker from ``source``.
+
+        ``source`` has ``owned_block(model, where)``: the state of the owned
+        cells of ``where`` (see :mod:`hpcgpu.partition.rank_state`).
+        """
+        raise NotImplementedError
+
+    def piece_region(self, rank):  # pragma: no cover - interface
+        """What rank ``rank`` owns, as JSON (a checkpoint piece's region)."""
         raise NotImplementedError
 
     def join(self, model, host_blocks):

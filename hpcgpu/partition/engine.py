@@ -69,9 +69,11 @@ from hpcgpu.partition.epoch_watch import ROOT_CAUSE_WAIT_S, EpochWatch
 from hpcgpu.partition.faults import DEADLINE_ENV, deadline_floor, deadline_why, epoch_deadline
 from hpcgpu.partition.decomposition import Decomposition, forget_rank_caches, on_worker, rank_cache  # noqa: F401
 from hpcgpu.partition.decompositions import decomposition_for, decomposition_kind
+from hpcgpu.partition.layout import check_weights
 from hpcgpu.partition.epochs import RankResult, Spec, epoch_records, epoch_task, host_blocks, unhealthy  # noqa: F401
 from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
+from hpcgpu.partition.rank_state import place_blocks, settle_dt
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["Decomposition", "EPOCH_SECONDS", "MAX_AHEAD", "PartitionedExecutor", "decomposition_for"]
@@ -84,19 +86,8 @@ epochs, few enough to bound memory and the overshoot of a wall-time limit."""
 
 
 # -- the client side -----------------------------------------------------------------------------------
-def _check_weights(weights, partitions):
-    """``weights`` as a list of floats, or ConfigError: one positive finite number per partition."""
-    valid = f"None, 'calibrate' or a sequence of {partitions} positive finite numbers (one per partition)"
-    try:
-        values = list(weights)
-    except TypeError:
-        raise ConfigError(f"weights must be {valid}; got {weights!r}") from None
-    if len(values) != partitions:
-        raise ConfigError(f"weights must be {valid}; got {len(values)} entries: {weights!r}")
-    try:
-        return [check_float("weights", w, minimum=0.0, strict_min=True) for w in values]
-    except ConfigError as error:
-        raise ConfigError(f"weights must be {valid}; got {weights!r} ({error})") from None
+def _host_blocks_of(spec, ranks, results):
+    return host_blocks(spec, results)
 
 
 class PartitionedExecutor:
@@ -109,8 +100,11 @@ class PartitionedExecutor:
         A model whose ``decomposition`` is ``"grid"``, ``"bodies"``,
         ``"domains"`` or ``"spectral"`` (see :mod:`hpcgpu.partition.protocols`).
     state
-        Initial global state (on the client; split and scattered once).
-    dt : float
+        None (the model's initial condition), a block source, or a global
+        state on the client: see :mod:`hpcgpu.partition.rank_state` (grid
+        ranks build their own blocks; a global state is split and scattered).
+    dt : float or None
+        None: the step at CFL number 0.5 of an initial state the ranks built.
     partitions : int, optional
         Ranks P (default: one per worker). Ranks beyond the worker count
         share workers (each runs in a thread of its worker's epoch task).
@@ -163,7 +157,6 @@ class PartitionedExecutor:
                                  else DEADLINE_ENV if DEADLINE_ENV in os.environ else "the default")
         self.client = client
         self.model = model
-        self.dt = dt
         self.name = name
         workers = sorted(worker_info(client))
         if not workers:
@@ -196,25 +189,26 @@ class PartitionedExecutor:
         else:
             calibrated = False
             if weights is not None:
-                weights = _check_weights(weights, partitions)
-        self.decomposition = builder.build(model, dt, partitions, steps_per_task, weights, calibrated, grid=grid)
-        blocks = self.decomposition.split_state(model, state)
+                weights = check_weights(weights, partitions)
+        self.decomposition = builder.build(model, 1.0 if dt is None else dt, partitions, steps_per_task, weights,
+                                           calibrated, grid=grid)
+        self.token = uuid.uuid4().hex[:12]
+        self._ranks = {}
+        for rank, worker in enumerate(self.owner):
+            self._ranks.setdefault(worker, []).append(rank)
+        # each worker's current epoch result (here: its ranks' initial blocks, built there when they can be)
+        self._results, parts = place_blocks(client, model, self.decomposition, state, self._ranks,
+                                            lambda phase, index: self._key(phase, index, epoch=0))
+        self.dt, self.decomposition, self.initial_health = settle_dt(model, self.decomposition, dt, parts)
         self.steps_per_task = self.decomposition.steps_per_task
         self.unit = self.decomposition.unit
         self.bounds = self.decomposition.sizes()
         self.weights = list(self.decomposition.weights)
-        self.token = uuid.uuid4().hex[:12]
         self.step = 0
         self.epoch = 0
         self.session = open_session(client, self.owner, timeout)
         self._watch = EpochWatch(client, self.session, self.owner, name, self._abandon)
-        self._spec = client.scatter(Spec(model, dt, self.decomposition), broadcast=True, hash=False)
-        self._ranks = {}
-        for rank, worker in enumerate(self.owner):
-            self._ranks.setdefault(worker, []).append(rank)
-        # each worker's current epoch result (here: its ranks' initial blocks)
-        self._results = {worker: client.scatter([blocks[r] for r in ranks], workers=[worker], hash=False)
-                         for worker, ranks in self._ranks.items()}
+        self._spec = client.scatter(Spec(model, self.dt, self.decomposition), broadcast=True, hash=False)
         self._program = []
         self._in_flight = deque()  # (epoch, steps, records future, result futures)
         self._dropped = []  # epochs sent after a failed health check, still running: results discarded
@@ -338,20 +332,28 @@ class PartitionedExecutor:
     def global_state(self):
         """Gather the whole state to the client (for output; never while stepping)."""
         self._check_open("the state was requested")
-        self.synchronize()
-        futures = [self.client.submit(host_blocks, self._spec, self._results[w], workers=[w],
-                                      allow_other_workers=False, pure=False, key=self._key("gather", self.workers.index(w)))
-                   for w in self._ranks]
-        seconds = epoch_deadline(None, self.deadline_floor, self.session.timeout)
-        self._watch.wait(futures, dict(at=time.monotonic() + seconds, seconds=seconds, epoch=self.epoch,
-                                       results=dict(zip(self._ranks, futures)), what=f"{self.name}: the state's gather",
-                                       why=deadline_why(None, self.deadline_floor, self._deadline_source)))
-        gathered = dict(zip(self._ranks, self._watch.gather(futures)))
+        gathered = self.on_workers(_host_blocks_of, phase="gather")
         blocks = [None] * self.partitions
         for worker, ranks in self._ranks.items():
             for rank, block in zip(ranks, gathered[worker]):
                 blocks[rank] = block
         return self.decomposition.join(self.model, blocks)
+
+    def on_workers(self, function, *args, phase="ranks"):
+        """``{worker: function(spec, ranks, results, *args)}``, run on every worker with its ranks' resident
+        results (after every epoch sent has finished): the ranks' own work on their blocks, e.g. checkpoint pieces."""
+        self._check_open(f"the ranks' {phase} work was requested")
+        self.synchronize()
+        futures = [self.client.submit(function, self._spec, ranks, self._results[w], *args, workers=[w],
+                                      allow_other_workers=False, pure=False,
+                                      key=self._key(phase, self.workers.index(w), uuid.uuid4().hex[:8]))
+                   for w, ranks in self._ranks.items()]
+        seconds = epoch_deadline(None, self.deadline_floor, self.session.timeout)
+        # a worker lost meanwhile: WorkerLost, not a task waiting for it forever
+        self._watch.wait(futures, dict(at=time.monotonic() + seconds, seconds=seconds, epoch=self.epoch,
+                                       results=dict(zip(self._ranks, futures)), what=f"{self.name}: the ranks' {phase}",
+                                       why=deadline_why(None, self.deadline_floor, self._deadline_source)))
+        return dict(zip(self._ranks, self._watch.gather(futures)))
 
     def describe(self):
         return {"executor": "distributed", "engine": "spmd", "transport": self.transport,

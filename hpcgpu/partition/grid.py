@@ -274,6 +274,38 @@ class GridDecomposition(Decomposition):
             blocks.append(FramedBlock(with_arrays(host_state, framed), where))
         return blocks
 
+    builds_blocks = True
+
+    def owned_region(self, rank):
+        """The :class:`BlockRegion` of ``rank``'s owned cells alone, without a frame (what ``initial_block`` gets)."""
+        where = self.region(rank)
+        rows, cols = where.owned_rows, where.owned_cols
+        return BlockRegion(first_row=rows.start, first_col=cols.start, rows=slice(0, len(rows)),
+                           cols=slice(0, len(cols)), sides=where.sides, shape=where.shape)
+
+    def build_block(self, model, rank, source):
+        """Rank ``rank``'s framed initial block (host), its owned cells from ``source``, its frames zero (as :meth:`split`)."""
+        where = self.region(rank)
+        owned = source.owned_block(model, self.owned_region(rank))
+        expected = (len(where.owned_rows), len(where.owned_cols))
+        framed = []
+        for name, array in zip((f.name for f in fields(owned)), state_arrays(owned)):
+            array = array if isinstance(array, np.ndarray) else model.backend.to_host(array)
+            if array.shape != expected:
+                raise ConfigError(f"{type(model).__name__}: the initial block of rows {where.owned_rows.start}:"
+                                  f"{where.owned_rows.stop}, columns {where.owned_cols.start}:{where.owned_cols.stop} "
+                                  f"has {name} of shape {array.shape}; expected {expected} (the owned cells)")
+            block = np.zeros(self.framed_shape(rank), dtype=array.dtype)
+            block[where.rows, where.cols] = array
+            framed.append(block)
+        return FramedBlock(with_arrays(owned, framed), where)
+
+    def piece_region(self, rank):
+        """``{"rows": [first, stop], "cols": [first, stop]}``: the global cells ``rank`` owns."""
+        where = self.region(rank)
+        return {"rows": [where.owned_rows.start, where.owned_rows.stop],
+                "cols": [where.owned_cols.start, where.owned_cols.stop]}
+
     def join(self, model, host_blocks):
         ny, nx = self.y_bounds[-1][1], self.x_bounds[-1][1]
         first = state_arrays(host_blocks[0])
@@ -405,14 +437,18 @@ def _calibration_rate(model, rows=256, seconds=0.3):
     from hpcgpu.partition.decomposition import on_worker
 
     model = on_worker(model)
-    state = model.initial_state()
     ny, nx = model.shape
     rows = min(rows, ny)
     sides = ("wrap", "wrap") if model.periodic[0] else ("wall", "wall")
     where = BlockRegion(first_row=0, first_col=0, rows=slice(0, rows), cols=slice(0, nx),
                         sides=(*sides, "wall", "wall"), shape=(ny, nx))
-    block = with_arrays(state, [a[:rows].copy() for a in state_arrays(state)])
-    dt = model.suggested_dt(state, 0.3)
+    if callable(getattr(model, "initial_block", None)):  # the block alone, not the whole grid
+        block = model.initial_block(where)
+        block = with_arrays(block, [model.backend.asarray(a) for a in state_arrays(block)])
+    else:
+        state = model.initial_state()
+        block = with_arrays(state, [a[:rows].copy() for a in state_arrays(state)])
+    dt = model.suggested_dt(block, 0.3)
     options = {"cache": {}} if _takes_cache(model) else {}
     model.step_block(block, dt, 1, where, **options)  # compile
     steps, start = 0, time.perf_counter()

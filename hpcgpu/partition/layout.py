@@ -3,8 +3,9 @@
 import numpy as np
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.validation import check_float
 
-__all__ = ["split_rows"]
+__all__ = ["check_weights", "split_rows"]
 
 
 def split_rows(rows, weights, minimum=1):
@@ -53,3 +54,24 @@ def split_rows(rows, weights, minimum=1):
         raise AssertionError(f"split_rows placed {sizes.sum()} of {rows} rows (weights {weights.tolist()})")
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def check_weights(weights, partitions):
+    """``weights`` as a list of floats, or ConfigError: one positive finite number per partition.
+
+    Examples
+    --------
+    >>> check_weights((1, 2.5), 2)
+    [1.0, 2.5]
+    """
+    valid = f"None, 'calibrate' or a sequence of {partitions} positive finite numbers (one per partition)"
+    try:
+        values = list(weights)
+    except TypeError:
+        raise ConfigError(f"weights must be {valid}; got {weights!r}") from None
+    if len(values) != partitions:
+        raise ConfigError(f"weights must be {valid}; got {len(values)} entries: {weights!r}")
+    try:
+        return [check_float("weights", w, minimum=0.0, strict_min=True) for w in values]
+    except ConfigError as error:
+        raise ConfigError(f"weights must be {valid}; got {weights!r} ({error})") from None

@@ -135,7 +135,9 @@ class GridPhysics(Protocol):
     periodic: Any
 
     def reach(self, steps): """Cells a block's ``steps`` steps read beyond it: one int, ``(x, y)`` or 4 sides."""
-    def initial_block(self, where): """The state of the cells of ``where`` at time 0 (global coordinates)."""
+    def initial_block(self, where):
+        """The state of the owned cells of ``where`` at time 0 (global coordinates; on a cluster each rank calls
+        it on its own worker, so the whole grid is never built in one place)."""
     def step_block(self, state, dt, steps, where):
         """The framed block ``steps`` steps later (cells within the reach of a frame's outer edge need not be valid)."""
     def block_sums(self, state, where): """Partial sums of the diagnostics over the owned cells (frames filled)."""

@@ -1,7 +1,24 @@
 """Named initial conditions of the shallow-water model.
 
 Each case fixes a domain, boundaries, physical constants and its own
-parameters, and builds ``(u, v, h)`` on the host in float64.
+parameters, and builds ``(u, v, h)`` on the host in float64 for a block of
+global rows and columns (``range`` objects): a rank of a distributed run
+builds only its own cells, bitwise equal to the same cells of the whole
+grid's fields. What a case computes along one axis (a profile in x or y)
+is computed on the whole axis and then cut, so that every cell sees the
+same arithmetic as in the whole grid; what it computes per cell is
+evaluated on the block only. ``turbulence`` is the exception: its
+streamfunction is an inverse FFT of random phases over the whole grid, so
+each block builds the whole grid (on its own worker) and keeps its cells.
+
+Examples
+--------
+>>> from hpcgpu.workloads.weather.grid import Grid
+>>> from hpcgpu.workloads.weather.model import ShallowWaterParams
+>>> grid = Grid(nx=8, ny=4, Lx=8e3, Ly=4e3)
+>>> u, v, h = CASES["rest"].initial_condition(grid, ShallowWaterParams(), {}, range(1, 3), range(2, 8))
+>>> h.shape
+(2, 6)
 """
 
 import math
@@ -39,6 +56,11 @@ def check_case_parameters(limits, values):
 class WeatherCase:
     """A named test case: defaults plus an initial-condition function.
 
+    ``initial_condition(grid, params, case_parameters, rows, cols)`` returns
+    host float64 ``(u, v, h)`` on the global ``rows`` and ``cols`` (ranges).
+    ``block_local`` says whether it computes a block's cells without the
+    whole grid (False: it builds the whole grid and cuts the block).
+
     ``limits`` gives the ranges of its ``parameters`` (see
     :func:`check_case_parameters`): a width of zero or a negative seed would
     otherwise fail inside NumPy, or give NaN fields.
@@ -56,19 +78,26 @@ class WeatherCase:
     parameters: dict = field(default_factory=dict)
     stop_time: float = 0.0
     limits: dict = field(default_factory=dict)
+    block_local: bool = True
 
 
-def _gravity_wave(grid, params, case):
+def _cut(line, cells):
+    """The part of a whole-axis profile ``line`` at the global indices ``cells`` (a range)."""
+    return line[cells.start:cells.stop]
+
+
+def _gravity_wave(grid, params, case, rows, cols):
     """A standing plane wave h = H + A cos(k x): gravity wave (f0 = 0) or Poincare wave.
 
     Its angular frequency is ``sqrt(f0**2 + g H k**2)`` (the phase speed is
     ``sqrt(g H)`` for f0 = 0), with k = 2 pi m / Lx for wavenumber m.
     """
+    shape = (len(rows), len(cols))
     k = 2 * math.pi * case["wavenumber"] / grid.Lx
     x = grid.x_centre()
     h_row = params.mean_depth + case["amplitude"] * np.cos(k * x)
-    h = np.broadcast_to(h_row, grid.shape).copy()
-    return np.zeros(grid.shape), np.zeros(grid.shape), h
+    h = np.broadcast_to(_cut(h_row, cols), shape).copy()
+    return np.zeros(shape), np.zeros(shape), h
 
 
 def gravity_wave_frequency(params, case, Lx):
@@ -77,7 +106,7 @@ def gravity_wave_frequency(params, case, Lx):
     return math.sqrt(params.f0**2 + params.g * params.mean_depth * k**2)
 
 
-def _unstable_jet(grid, params, case):
+def _unstable_jet(grid, params, case, rows, cols):
     """A Bickley jet u = U sech^2((y - y0)/L) in geostrophic balance, perturbed.
 
     Balance ``g dh/dy = -f u`` with ``f`` on the corner rows gives
@@ -99,21 +128,23 @@ def _unstable_jet(grid, params, case):
     h_row = np.interp(yc, fine, dh)
     h_row += params.mean_depth - h_row.mean()
     x = grid.x_centre()
-    bump = np.exp(-((yc - y0) / width) ** 2)[:, None]
-    wave = (np.cos(2 * math.pi * 4 * x / grid.Lx) + 0.5 * np.sin(2 * math.pi * 5 * x / grid.Lx))[None, :]
-    h = h_row[:, None] + case["perturbation"] * bump * wave
-    u = np.broadcast_to(u_row[:, None], grid.shape).copy()
-    return u, np.zeros(grid.shape), h
+    bump = _cut(np.exp(-((yc - y0) / width) ** 2), rows)[:, None]
+    wave = _cut(np.cos(2 * math.pi * 4 * x / grid.Lx) + 0.5 * np.sin(2 * math.pi * 5 * x / grid.Lx), cols)[None, :]
+    h = _cut(h_row, rows)[:, None] + case["perturbation"] * bump * wave
+    shape = (len(rows), len(cols))
+    u = np.broadcast_to(_cut(u_row, rows)[:, None], shape).copy()
+    return u, np.zeros(shape), h
 
 
-def _turbulence(grid, params, case):
+def _turbulence(grid, params, case, rows, cols):
     """Random geostrophically balanced eddies on a doubly periodic f-plane.
 
     A streamfunction with random phases and a spectrum peaked at wavenumber
     ``peak_wavenumber`` lives on the corners; the discrete velocities are its
     exact C-grid curl (non-divergent) and the depth is in geostrophic balance,
     ``h = H + f0 psi / g``. Decaying 2D turbulence: energy and potential
-    enstrophy are invariants of the scheme.
+    enstrophy are invariants of the scheme. The streamfunction is global
+    (an inverse FFT), so the whole grid is built and the block cut from it.
     """
     rng = np.random.default_rng(int(case["seed"]))
     ky = np.fft.fftfreq(grid.ny, 1.0 / grid.ny)[:, None]
@@ -129,12 +160,14 @@ def _turbulence(grid, params, case):
     psi, u, v = psi * scale, u * scale, v * scale
     psi_centre = 0.25 * (psi + np.roll(psi, -1, 0) + np.roll(psi, -1, 1) + np.roll(np.roll(psi, -1, 0), -1, 1))
     h = params.mean_depth + params.f0 * psi_centre / params.g
-    return u, v, h
+    block = (slice(rows.start, rows.stop), slice(cols.start, cols.stop))
+    return u[block].copy(), v[block].copy(), h[block].copy()
 
 
-def _rest(grid, params, case):
+def _rest(grid, params, case, rows, cols):
     """A flat layer at rest: it must stay exactly at rest."""
-    return np.zeros(grid.shape), np.zeros(grid.shape), np.full(grid.shape, params.mean_depth)
+    shape = (len(rows), len(cols))
+    return np.zeros(shape), np.zeros(shape), np.full(shape, params.mean_depth)
 
 
 CASES = {
@@ -163,6 +196,7 @@ CASES = {
         name="turbulence",
         description="random balanced eddies, doubly periodic: decaying 2D turbulence",
         initial_condition=_turbulence,
+        block_local=False,
         nx=128, ny=128, Lx=2.0e6, Ly=2.0e6, boundary=("periodic", "periodic"),
         physics=dict(g=9.81, f0=1e-4, beta=0.0, mean_depth=1000.0, viscosity=0.0),
         parameters=dict(velocity=10.0, peak_wavenumber=6.0, seed=0.0),

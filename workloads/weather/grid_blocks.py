@@ -64,10 +64,14 @@ class GridBlocks:
         return low, high, low, high
 
     def initial_block(self, where):
-        """The case's initial fields on the owned cells of ``where`` (cut from the whole grid's)."""
-        state = self.initial_state()
+        """The case's initial fields on the owned cells of ``where``, built on those cells only.
+
+        Bitwise the same cells as :meth:`initial_state`'s (the case's
+        profiles are cut from whole axes; ``turbulence`` builds the whole
+        grid and cuts, see :mod:`hpcgpu.workloads.weather.cases`).
+        """
         rows, cols = where.owned_rows, where.owned_cols
-        return self.state_type(*(a[rows.start:rows.stop, cols.start:cols.stop].copy() for a in state.arrays()))
+        return self.state_from_arrays(*self.case_fields(rows, cols), shape=(len(rows), len(cols)))
 
     def step_block(self, state, dt, steps, where, cache=None):
         """A framed block ``steps`` steps later; only the cells the frame protects are valid.

@@ -204,26 +204,35 @@ class ShallowWater(GridBlocks):
 
     def initial_state(self):
         """The case's initial condition as a state on this model's backend."""
-        u, v, h = self._spec.initial_condition(self.grid, self.params, self.case_parameters)
-        if self.grid.wall_x:
-            u[:, 0] = 0.0
-        if self.grid.wall_y:
-            v[0, :] = 0.0
-        return self.state_from_arrays(u, v, h)
+        return self.state_from_arrays(*self.case_fields(range(self.grid.ny), range(self.grid.nx)))
 
-    def state_from_arrays(self, u, v, h):
-        """A state on this backend from host or device arrays of the grid's shape.
+    def case_fields(self, rows, cols):
+        """The case's initial ``(u, v, h)`` on global ``rows`` and ``cols`` (ranges): host float64 arrays.
+
+        The cells of a block are bitwise those of the whole grid's fields
+        (see :mod:`hpcgpu.workloads.weather.cases`).
+        """
+        u, v, h = self._spec.initial_condition(self.grid, self.params, self.case_parameters, rows, cols)
+        if self.grid.wall_x and cols.start == 0:  # no flow through the west wall (its face is column 0)
+            u[:, 0] = 0.0
+        if self.grid.wall_y and rows.start == 0:
+            v[0, :] = 0.0
+        return u, v, h
+
+    def state_from_arrays(self, u, v, h, *, shape=None):
+        """A state on this backend from host or device arrays of the grid's shape (or of ``shape``: a block's).
 
         Raises
         ------
         ConfigError
             Wrong shape, non-finite values or non-positive depth.
         """
+        shape = self.grid.shape if shape is None else tuple(shape)
         out = []
         for name, array in zip(self.field_names, (u, v, h)):
             array = self.backend.asarray(array, dtype=self.dtype)
-            if array.shape != self.grid.shape:
-                raise ConfigError(f"{name} must have shape {self.grid.shape} (ny, nx); got {array.shape}")
+            if array.shape != shape:
+                raise ConfigError(f"{name} must have shape {shape} (ny, nx); got {array.shape}")
             check_finite_array(name, array)
             out.append(array)
         if float(out[2].min()) <= 0:
