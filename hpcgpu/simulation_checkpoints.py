@@ -175,9 +175,10 @@ class Checkpointing:
             pass
         client = executor.client
         try:
-            # the weights asked for (numbers, or "calibrate" again on the workers left)
+            # the weights asked for (numbers, or "calibrate" again on the workers left) and a forced grid
             self._executor = self._make_executor(_restore(self.model, host_state), client, executor.partitions,
-                                                 executor.steps_per_task, getattr(executor, "weights_requested", None))
+                                                 executor.steps_per_task, getattr(executor, "weights_requested", None),
+                                                 getattr(executor, "grid_requested", None))
         except ClusterError as failure:  # e.g. no workers left: the lost worker is the cause to report
             raise WorkerLost(f"{self.name}: {error}; restarting from the checkpoint at step {step} failed: "
                              f"{failure}") from error

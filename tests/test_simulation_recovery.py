@@ -274,3 +274,18 @@ def test_a_restart_asks_for_the_weights_the_run_was_given(tmp_path, client, jet)
     assert sim.summary()["block_rows"] == rows and sim._executor.weights_requested == [3, 1]
     np.testing.assert_array_equal(sim.state.h, reference.state.h)
     sim.close()
+
+
+def test_a_restart_keeps_a_forced_process_grid(tmp_path, client):
+    model = ShallowWater("unstable_jet", nx=48, ny=32, backend="numpy")
+    reference = Simulation(model, dt=100.0, stop_steps=STEPS, progress=False).run()
+    # 1x2 is not the grid 2 ranks would choose for 48 x 32 cells (2x1 cuts 32 cells, 1x2 48)
+    sim = Simulation(model, dt=100.0, stop_steps=STEPS, progress=False, client=client, grid=(1, 2),
+                     steps_per_task=2)
+    assert sim.summary()["process_grid"] == "1x2"
+    sim.add_callback(_lose_a_worker_at(10, 1, []), 2)
+    with pytest.warns(RuntimeWarning, match="restarted from the checkpoint at step 8 "):
+        sim.run(checkpoint=tmp_path, checkpoint_every=4)
+    assert sim.summary()["process_grid"] == "1x2" and sim.restarts
+    np.testing.assert_array_equal(sim.state.h, reference.state.h)
+    sim.close()

@@ -179,6 +179,7 @@ class PartitionedExecutor:
                               f"{', '.join(missing)} (see hpcgpu.partition.protocols)")
         self.owner = [workers[p % len(workers)] for p in range(partitions)]
         self.weights_requested = weights  # as given: a restart on the workers left asks for the same
+        self.grid_requested = grid  # as given (None: chosen): a restart keeps a forced process grid
         if isinstance(weights, str):
             if weights != "calibrate":
                 raise ConfigError(f"weights must be a sequence of numbers or 'calibrate'; got {weights!r}")
