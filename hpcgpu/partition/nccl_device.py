@@ -9,13 +9,14 @@ the caller's current stream and returns an event that says when it is done.
 CuPy is imported only when a device is made.
 """
 
+import threading
 import time
 
 import numpy as np
 
 from hpcgpu.errors import CommTimeout
 
-__all__ = ["NAP_S", "NcclDevice"]
+__all__ = ["NAP_S", "NcclDevice", "call_within"]
 
 NAP_S = 1e-3       # longest sleep between polls
 _WARM_UP_BYTES = 1 << 23  # the largest message of the bootstrap's connection warm-up
@@ -56,7 +57,9 @@ class NcclDevice:
             root_id = base.bcast(nccl.get_unique_id() if rank == 0 else None, root=0, timeout=timeout)
             # each rank makes the ids of its own directions (rank -> peer)
             ids = base.allgather({peer: nccl.get_unique_id() for peer in range(size) if peer != rank}, timeout)
-            main = nccl.NcclCommunicator(size, root_id, rank)
+            # ncclCommInitRank blocks until every rank joins and has no timeout of its own
+            main = call_within(lambda: nccl.NcclCommunicator(size, root_id, rank), timeout,
+                               f"rank {rank}: NCCL's communicator of all {size} ranks (ncclCommInitRank)", rank)
             made.append(main)
             main_stream = cupy.cuda.Stream(non_blocking=True)
             outgoing, incoming = {}, {}
@@ -66,7 +69,9 @@ class NcclDevice:
                 for dest in range(size):
                     if source == dest or rank not in (source, dest):
                         continue
-                    comm = nccl.NcclCommunicator(2, ids[source][dest], 0 if rank == source else 1)
+                    comm = call_within(lambda: nccl.NcclCommunicator(2, ids[source][dest], 0 if rank == source else 1),
+                                       max(deadline - time.monotonic(), NAP_S),
+                                       f"rank {rank}: NCCL's communicator {source} -> {dest} (ncclCommInitRank)", rank)
                     made.append(comm)
                     stream = cupy.cuda.Stream(non_blocking=True)
                     # connect now, while every rank is here (a first send/recv blocks until the peer joins);
@@ -174,3 +179,40 @@ def _quietly(call):
         call()
     except Exception:  # noqa: BLE001 - tearing down: nothing left to tell
         pass
+
+
+def call_within(call, timeout, describe, rank=None):
+    """``call()``'s result, or :class:`~hpcgpu.errors.CommTimeout` after ``timeout`` seconds.
+
+    For a blocking call with no deadline of its own (``ncclCommInitRank``
+    waits for every rank to join, forever): it runs in a daemon thread,
+    and past the deadline the rank stops waiting and reports what it was
+    doing. The thread stays blocked until the call returns (Python cannot
+    stop it); whatever it makes then is not used. Errors of the call are
+    raised here.
+
+    Examples
+    --------
+    >>> call_within(lambda: 6 * 7, 1.0, "a quick call")
+    42
+    >>> call_within(lambda: time.sleep(1), 0.05, "rank 0: a slow call", 0)
+    Traceback (most recent call last):
+    ...
+    hpcgpu.errors.CommTimeout: rank 0: a slow call did not finish within 0.05 s
+    """
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="hpcgpu-bounded-call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise CommTimeout(f"{describe} did not finish within {timeout:g} s", rank=rank)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

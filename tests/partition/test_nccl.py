@@ -777,3 +777,21 @@ def test_device_arrays_are_split_from_the_rest_of_a_message_and_put_back():
     assert split_device_arrays(bare, FakeArray) == (None, [bare])
     for host in (np.zeros(3), {"a": np.zeros(3)}, "text", 4, None, (lambda: 1)):
         assert split_device_arrays(host, FakeArray) == (None, None)
+
+
+def test_a_blocking_nccl_setup_call_ends_at_its_deadline_and_passes_errors_on():
+    """ncclCommInitRank has no timeout: the bootstrap bounds it (here with a call that never returns)."""
+    import threading
+    import time
+
+    from hpcgpu.errors import CommTimeout
+    from hpcgpu.partition.nccl_device import call_within
+
+    never = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(CommTimeout, match=r"rank 3: NCCL init did not finish within 0.2 s") as caught:
+        call_within(never.wait, 0.2, "rank 3: NCCL init", 3)
+    assert time.monotonic() - start < 5 and caught.value.rank == 3
+    never.set()
+    with pytest.raises(ZeroDivisionError):
+        call_within(lambda: 1 / 0, 1.0, "a failing call")
