@@ -281,7 +281,7 @@ class Simulation(Checkpointing, ScheduledEvents):
         Order of work:
 
         1. Once per simulation, the kernels are compiled on a tiny grid
-           (``warmup_s`` in :attr:`timing`, kept apart from step time).
+           (``warmup_s`` in ``Simulation.timing``, kept apart from step time).
         2. At step 0, the state is checked, diagnostics are recorded and
            writers and callbacks that fire at step 0 run.
         3. Then, repeatedly: the number of steps ``n`` to the next event

@@ -2,7 +2,7 @@
 # The device check: what runs on a lent GPU machine, in two commands whose
 # deadlines add up to 12 minutes (330 s and 390 s), install included, so that
 # both fit the 15 minutes of device time with the machine's start
-# (docs/benchmarks.md, "The device check"). Results go under $OUT, each
+# (docs/journal.md, "The device check"). Results go under $OUT, each
 # stage's as it runs.
 #
 #   scripts/device_check.sh 1         # install, info, the GPU test tier, then the

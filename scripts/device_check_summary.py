@@ -39,7 +39,7 @@ STARVED_CPU_SHARE = 0.5
 """A stage that used less than this share of one CPU while it ran waited for the CPUs, mostly:
 the CUDA simulator's Python threads are CPU-bound, so on a shared machine whose other work runs at
 a higher priority (a niced run beside a plain one) its time grows with the load, not with the
-work (docs/benchmarks.md, "The rehearsal")."""
+work (docs/journal.md, "The rehearsal")."""
 
 
 def cpu_note(stage):

@@ -1,8 +1,9 @@
-"""The README's cluster commands for the weather model, run as the README writes them.
+"""The commands of the README and of the documentation's pages, run as they are written.
 
-The commands are read from README.md itself, so that an edit there that
-breaks one fails here (the 4-worker K = 16 example once needed a grid
-bigger than the default one and failed as written).
+The commands are read from README.md and the Markdown pages of docs/
+themselves, so that an edit there that breaks one fails here (the 4-worker
+K = 16 example once needed a grid bigger than the default one and failed as
+written). Text moved from the README to a page of docs/ stays tested.
 """
 
 import json
@@ -11,19 +12,31 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# The README first, then the site's pages in a fixed order: a command is taken from the first that has it.
+# Not the journal: it is history, and its commands are those of their day.
+PAGES = [README, *sorted(page for page in (ROOT / "docs").glob("*.md") if page.name != "journal.md"),
+         *sorted((ROOT / "docs").glob("*/*.md"))]
+
+
+def _documented_text():
+    return "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 
 
 def _readme_command(prefix):
-    """The first inline command of the README that starts with ``prefix``."""
-    with open(README, encoding="utf-8") as handle:
-        text = handle.read()
-    found = re.search(r"`(" + re.escape(prefix) + r"[^`]*)`", text)
-    assert found, f"no `{prefix}...` command in the README"
-    return found.group(1)
+    """The inline command of the README and the pages of docs/ that starts with ``prefix``.
+
+    Where the README and a page both give it, they must give it alike, so the one run tests both.
+    """
+    found = set(re.findall(r"`(" + re.escape(prefix) + r"[^`]*)`", _documented_text()))
+    assert found, f"no `{prefix}...` command in the README or docs/"
+    assert len(found) == 1, f"the README and docs/ give `{prefix}...` differently: {sorted(found)}"
+    return found.pop()
 
 
 def _hpcgpu(command, cwd):
@@ -84,10 +97,8 @@ def test_the_readmes_process_grid_command_runs_as_written(tmp_path):
 
 
 def test_the_readmes_user_grid_model_runs_as_written_and_partitions_bitwise(tmp_path):
-    with open(README, encoding="utf-8") as handle:
-        text = handle.read()
-    found = re.search(r"<!-- user-grid-model-example[^>]*-->\s*```python\n(.*?)```", text, re.S)
-    assert found, "no user grid model example in the README"
+    found = re.search(r"<!-- user-grid-model-example[^>]*-->\s*```python\n(.*?)```", _documented_text(), re.S)
+    assert found, "no user grid model example in the README or docs/"
     source = found.group(1)
     body = [line for line in source.splitlines() if line.strip()]
     model_lines = body[body.index("class Heat(GridModelBase):"):body.index('if __name__ == "__main__":')]

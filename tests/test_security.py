@@ -213,7 +213,7 @@ def test_a_worker_node_cut_off_mid_run_is_found_within_10_s_and_the_run_goes_on_
         with pytest.warns(RuntimeWarning, match=r"restarted from the checkpoint at step 200 on 1 worker\(s\)"):
             sim.run(checkpoint=tmp_path / "checkpoints", checkpoint_every=100)
         detected = recovered["at"] - cut["at"]
-        print(f"the network cut was found {detected:.2f} s after it")  # docs/benchmarks.md (pytest -s)
+        print(f"the network cut was found {detected:.2f} s after it")  # docs/journal.md (pytest -s)
         assert detected < 10, f"the cut was found {detected:.1f} s after it (the rank timeout is 300 s)"
         assert victim not in worker_info(client)
         assert sim.step == steps

@@ -77,7 +77,7 @@ rebuild (which discards them) is likely."""
 
 SPECULATE_ON_CPU = False
 """Whether ranks on CPU backends compute inner forces while their ghosts travel. Off: the two passes
-cost more than the one they replace on a CPU (docs/benchmarks.md, 2026-12-02)."""
+cost more than the one they replace on a CPU (docs/journal.md, 2026-12-02)."""
 
 def _speculates(model):
     return bool(model.backend.on_gpu or SPECULATE_ON_CPU)

@@ -127,7 +127,7 @@ def hello_mac(secret, nonce, session_id, source):
 _COALESCE_BYTES = 1 << 18
 """A message up to this size is joined and sent in one ``sendall`` (the copy
 costs less than the extra system calls: MD slabs of 6,912 atoms, 6.95
-against 7.2 ms a step, docs/benchmarks.md); larger ones go part by part."""
+against 7.2 ms a step, docs/journal.md); larger ones go part by part."""
 
 _WAIT_S = 0.25
 """Longest single wait for room in a full socket buffer: between waits a send looks for an abort and its deadline."""

@@ -296,7 +296,7 @@ class PartitionedExecutor:
         Sends the queued program when the workers would otherwise idle (or
         when ``block``, which also waits for everything sent). A failed
         health check is the last record returned: what was queued or sent
-        after it is dropped, and :attr:`step` and the state are those of
+        after it is dropped, and ``step`` and the state are those of
         its step.
 
         Raises
@@ -477,7 +477,7 @@ class PartitionedExecutor:
         """After ``entry``'s failed health check: its results are the state; what came after it is dropped.
 
         Its ranks stopped at the check (:func:`~hpcgpu.partition.epochs._run_program`), after
-        ``done`` of its steps; :attr:`step` becomes theirs, so that :meth:`global_state`
+        ``done`` of its steps; ``step`` becomes theirs, so that :meth:`global_state`
         shows the fields that blew up, not later steps on them.
         """
         _, steps, _, results = entry

@@ -70,7 +70,7 @@ class GridModelBase:
 
     Class attributes a subclass may set: ``name`` (short name), ``shape``
     (``(ny, nx)``, or set in ``__init__``), ``periodic`` (``(x, y)``,
-    default both), ``cfl_limit`` (the stable limit of its :meth:`cfl`,
+    default both), ``cfl_limit`` (the stable limit of its :meth:`~hpcgpu.partition.protocols.GridPhysics.cfl`,
     default 1). ``backend`` is NumPy unless the subclass sets another
     (:func:`hpcgpu.backends.get_backend`).
     """
@@ -91,12 +91,12 @@ class GridModelBase:
 
     # -- SteppedModel ------------------------------------------------------------------------------------
     def initial_state(self):
-        """The state of the whole grid at time 0 (:meth:`initial_block` of one block)."""
+        """The state of the whole grid at time 0 (:meth:`~hpcgpu.partition.protocols.GridPhysics.initial_block` of one block)."""
         state = self.initial_block(whole_grid(self.shape, self.periodic))
         return with_arrays(state, [self.backend.asarray(a) for a in state_arrays(state)])
 
     def suggested_dt(self, state, cfl=0.5):
-        """The step whose :meth:`cfl` is ``cfl`` (the CFL number is taken as proportional to dt)."""
+        """The step whose :meth:`~hpcgpu.partition.protocols.GridPhysics.cfl` is ``cfl`` (the CFL number is taken as proportional to dt)."""
         cfl = check_float("cfl", cfl, minimum=0.0, strict_min=True)
         return cfl / self.cfl(state, 1.0)
 

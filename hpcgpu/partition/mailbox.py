@@ -41,7 +41,7 @@ for the same reason). A millisecond covers a typical wait of an MD step:
 6,912 atoms a slab on 2 workers here, 6.77 against 7.49 ms a step, faster
 in 8 of 8 alternated rounds (0.3 ms: 6 of 6; 3 ms: 3 of 6, a long poll
 keeps a core from the other rank's helpers); weather at K = 16 and N-body
-unchanged (docs/benchmarks.md). The core is given up at every look
+unchanged (docs/journal.md). The core is given up at every look
 (``sched_yield``), so the thread that delivers the message, or any other
 on that core, runs at once. See :data:`POLL_ENV`."""
 

@@ -17,7 +17,7 @@ spot, every figure the model takes from the machine:
   check the health of the smallest model of the case, submitted and waited
   for one at a time;
 
-keeps the kernel's fraction of its roofline from ``docs/benchmarks.md``
+keeps the kernel's fraction of its roofline from ``docs/journal.md``
 (the named ``cpu`` profile of the kernel family the workload's cost model
 declares, ``Workload.plan_kernel``), predicts the seconds per step on 1
 and 2 workers, then runs the model on the engine, one epoch of
@@ -280,7 +280,7 @@ def format_check(result):
              f"(allreduce {p['allreduce_s'] * 1e3:.3g} ms); an epoch waited for at once "
              f"{p['epoch_overhead_s_1_workers'] * 1e3:.3g} ms (1 worker), "
              f"{p['epoch_overhead_s_2_workers'] * 1e3:.3g} ms (2); "
-             f"{p['kernel_family']} kernel at {p['kernel_fraction']:.2f} of its roofline (docs/benchmarks.md; the "
+             f"{p['kernel_family']} kernel at {p['kernel_fraction']:.2f} of its roofline (docs/journal.md; the "
              f"1-worker run's compute implies {p['implied_kernel_fraction']:.2f})",
              f"{'workers':>7} {'K':>3} {'epoch':>5} {'predicted s/step':>17} {'measured s/step':>16} {'error':>7}   "
              "predicted compute/exchange/scheduler | measured compute/wait/outside epochs (ms/step)"]

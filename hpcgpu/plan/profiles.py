@@ -6,7 +6,7 @@ family reaches; a :class:`LinkProfile` holds what the communicator achieves
 between two workers (latency per message, bandwidth); a
 :class:`SchedulerModel` what dask's scheduler costs the SPMD engine per
 epoch. Named device profiles come from vendor data sheets (cited beside
-each); the fractions come from measurements in ``docs/benchmarks.md``
+each); the fractions come from measurements in ``docs/journal.md``
 where the project has them and are marked as assumptions where it does
 not; the links and the scheduler say the same of themselves (``basis``).
 :mod:`hpcgpu.plan.devices` picks a named device profile or builds one
@@ -267,7 +267,7 @@ class SchedulerModel:
 # neighbour list, "neighbor_build" = the cell-list build, "nbody" = direct
 # all-pairs gravity, "copy" = the task path's block copies).
 _GPU_FRACTIONS = {
-    # docs/benchmarks.md, H200 session 2026-11-30 at 8192^2: best backend per
+    # docs/journal.md, H200 session 2026-11-30 at 8192^2: best backend per
     # dtype (cupy float32 0.26, cuda float64 0.34), first-generation kernels.
     "stencil": {"float32": 0.26, "float64": 0.34},
     "md": {"float32": 0.4, "float64": 0.4},
@@ -276,7 +276,7 @@ _GPU_FRACTIONS = {
     "copy": {"float32": 1.0, "float64": 1.0},
 }
 _GPU_SOURCES = {
-    "stencil": "measured: docs/benchmarks.md, H200 2026-11-30 (shallow_water fraction_of_copy)",
+    "stencil": "measured: docs/journal.md, H200 2026-11-30 (shallow_water fraction_of_copy)",
     "md": "assumed (not yet measured on a GPU): 0.4 of copy bandwidth, neighbour gathers counted in full",
     "neighbor_build": "assumed (not measured): 0.3 of copy bandwidth",
     "nbody": "assumed (not yet measured on a GPU): 0.5 of FP peak at 20 flops per interaction, "
@@ -309,7 +309,7 @@ DEVICES = {
                           {"float32": 19.5e12, "float64": 9.7e12}, _GPU_FRACTIONS, _GPU_SOURCES,
                           "NVIDIA A100 80GB SXM data sheet", _GPU_LAUNCH_S),
     # One core of this development machine (Xeon, AVX-512, 2.6 GHz, 23 GB for
-    # 2 cores), one dask worker per core. Copy: docs/benchmarks.md measured
+    # 2 cores), one dask worker per core. Copy: docs/journal.md measured
     # 20-22 GB/s with 2 Numba threads; 11 GB/s per core. Peak: 2 FMA units x
     # 16 float32 lanes x 2 flops x 2.6 GHz = 166 GFLOP/s (83 in float64).
     # (On 2026-12-01 the machine was a 2-vCPU AMD EPYC without AVX-512, where
@@ -321,18 +321,18 @@ DEVICES = {
         # the fused shallow-water step is bound by arithmetic on a CPU: 45.6 and
         # 22.3 GFLOP/s on one core at 2048^2 (390 flops per point and step)
         {"stencil": {"float32": 0.27, "float64": 0.27},
-         # 139 and 44 GFLOP/s on 2 cores (docs/benchmarks.md) over 333 and 166
+         # 139 and 44 GFLOP/s on 2 cores (docs/journal.md) over 333 and 166
          "nbody": {"float32": 0.42, "float64": 0.26},
          "md": {"float32": 0.3, "float64": 0.3},
          "neighbor_build": {"float32": 0.3, "float64": 0.3},
          "copy": {"float32": 1.0, "float64": 1.0}},
-        {"stencil": "measured: docs/benchmarks.md, numba fused shallow-water step 0.27 of the float32 and "
+        {"stencil": "measured: docs/journal.md, numba fused shallow-water step 0.27 of the float32 and "
                     "float64 peaks (2048^2, one core)",
-         "nbody": "measured: docs/benchmarks.md, numba direct sum 139 (float32) and 44 (float64) GFLOP/s",
+         "nbody": "measured: docs/journal.md, numba direct sum 139 (float32) and 44 (float64) GFLOP/s",
          "md": "assumed (not measured): 0.3 of copy bandwidth",
          "neighbor_build": "assumed (not measured): 0.3 of copy bandwidth",
          "copy": "a copy runs at the copy bandwidth"},
-        "this development machine, one worker per core (docs/benchmarks.md)", _CPU_LAUNCH_S),
+        "this development machine, one worker per core (docs/journal.md)", _CPU_LAUNCH_S),
 }
 
 # Interconnects: what a rank's messages cost through hpcgpu's communicator.

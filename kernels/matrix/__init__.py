@@ -5,22 +5,22 @@ solvers. Public functions check their input once and dispatch to the
 backend files (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``), which share one
 signature on raw arrays:
 
-=========  ============================  ====================================
-backend    ``matmul``                    ``spmv``
-=========  ============================  ====================================
-``numpy``  BLAS (``np.matmul``)          vectorised gather + ``reduceat``
-``numba``  BLAS too: ``np.dot`` compiled one thread per chunk of rows,
-           by Numba into SciPy's         chunks balanced by stored values
+=========  ==============================  ====================================
+backend    ``matmul``                      ``spmv``
+=========  ==============================  ====================================
+``numpy``  BLAS (``np.matmul``)            vectorised gather + ``reduceat``
+``numba``  BLAS too: ``np.dot`` compiled   one thread per chunk of rows,
+           by Numba into SciPy's           chunks balanced by stored values
            ``sgemm``/``dgemm``; a hand-
            written tiled loop only
            without SciPy (much slower)
-``cuda``   hand-written Numba-CUDA:      one thread per row
+``cuda``   hand-written Numba-CUDA:        one thread per row
            shared-memory tiles and a
            register tile per thread
-``cupy``   cuBLAS (``cupy.dot``);        CUDA C++ ``RawKernel``: a group of
-           TF32 only with                1-32 threads per row, sized from
-           ``allow_tf32=True``           the mean row length
-=========  ============================  ====================================
+``cupy``   cuBLAS (``cupy.dot``);          CUDA C++ ``RawKernel``: a group of
+           TF32 only with                  1-32 threads per row, sized from
+           ``allow_tf32=True``             the mean row length
+=========  ==============================  ====================================
 
 Precision: ``matmul`` and ``spmv`` accumulate in the dtype of their inputs
 (as BLAS and SciPy do; the ``numpy`` reference sums SpMV rows in float64);

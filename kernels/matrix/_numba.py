@@ -7,7 +7,7 @@ SciPy installed the ``numba`` backend's GEMM is the same kind of library
 code as the ``numpy`` backend's, at the same speed (on this project's 2-core
 x86 machine, float32, n = 2048 and 4096: 0.99-1.01x NumPy with the two
 interleaved, 0.94-1.00x in ``hpcgpu bench matrix`` runs that outside load
-left alone; docs/benchmarks.md). No Numba loop written by hand comes near a tuned
+left alone; docs/journal.md). No Numba loop written by hand comes near a tuned
 BLAS: its packing, micro-kernels in assembly and cache blocking are years of
 work. Without SciPy (Numba's linear algebra needs it) :func:`matmul` falls
 back to :func:`gemm_tiled`, a Numba loop blocked for the caches and four

@@ -32,14 +32,20 @@ lists are built and checked in :mod:`.neighbor_list`, the forces here):
 
 ``build_neighbor_list(positions, box, *, cutoff, skin, capacity=None, backend)``
     -> :class:`NeighborList`
+
 ``needs_rebuild(neighbor_list, positions, backend=None)`` -> bool
+
 ``largest_displacement_squared(positions, reference, box, backend=None)`` -> float
+
 ``largest_reach_squared(positions, reference, velocities, forces, box, steps, dt, margin)``
     -> ``(float, float)``: that and a bound ``steps`` steps on (a rebuild decided late)
+
 ``lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1, sigma=1,
 shift=True, backend)`` -> ``(forces (3, N), potential_energy, virial)``
+
 ``lj_forces_all_pairs(positions, box, *, cutoff, ...)``: the same without a
     list, O(N^2): the reference.
+
 ``cell_order(positions, box, *, radius, backend)`` -> int64 permutation that
     lists the atoms cell by cell (:mod:`.sorting`): a model reorders its
     atoms with it now and then, so that neighbours stay close in memory.

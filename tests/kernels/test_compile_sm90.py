@@ -10,7 +10,7 @@ skips only where those wheels are not installed, and fails instead under
 ``CI``. The simulator tier sets ``NUMBA_ENABLE_CUDASIM``, under which Numba
 cannot emit PTX, so the script runs in a subprocess without it.
 
-The table in docs/benchmarks.md ("Compiled for sm_90") is the same report;
+The table in docs/journal.md ("Compiled for sm_90") is the same report;
 regenerate it with ``python -P scripts/compile_table.py --write-docs``.
 """
 

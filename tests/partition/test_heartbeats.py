@@ -7,7 +7,7 @@ the middle of a partitioned weather run, which must recover from its last
 checkpoint on the worker left.
 
 Run as a script, this module times the detection on a larger grid (the
-figure in docs/benchmarks.md)::
+figure in docs/journal.md)::
 
     python tests/partition/test_heartbeats.py 1024
 """
@@ -287,7 +287,7 @@ def test_a_worker_stopped_mid_run_is_found_within_10_s_and_the_run_recovers_on_t
         sim.close()
 
 
-if __name__ == "__main__":  # the timing of docs/benchmarks.md: python tests/partition/test_heartbeats.py 1024
+if __name__ == "__main__":  # the timing of docs/journal.md: python tests/partition/test_heartbeats.py 1024
     import tempfile
 
     from hpcgpu.cluster import start_cluster

@@ -349,7 +349,7 @@ class NBody:
 
         ``energy`` = kinetic + potential, ``momentum_x/y/z``,
         ``angular_momentum_x/y/z`` (about the origin), ``virial_ratio``
-        2K/|W|, ``lagrangian_radius_10/50/90`` (radii about the origin
+        ``2K/|W|``, ``lagrangian_radius_10/50/90`` (radii about the origin
         holding 10, 50, 90% of the mass, from 2048 logarithmic bins; every
         case starts with its centre of mass at the origin, at rest), and
         ``centre_of_mass_x/y/z``.
