@@ -251,7 +251,7 @@ def test_a_client_that_stops_waiting_stops_the_ranks(client, monkeypatch):
     assert time.monotonic() - started < 10  # the session closed after its ranks returned, not after its timeout
     assert set(client.run(_executing).values()) == {0}
 
-def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client, monkeypatch):
+def test_a_worker_lost_without_restarts_is_a_cluster_error_that_names_it(client, monkeypatch):
     import os
     import signal
     import threading
@@ -274,11 +274,42 @@ def test_a_worker_lost_during_the_solve_is_a_cluster_error_that_names_it(client,
     killer.start()
     try:
         with pytest.raises(ClusterError, match=f"worker {victim} left the cluster"):
-            linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba")
+            linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba",
+                                      max_restarts=0)
         assert time.monotonic() - started < 0.1 * cg_ranks.TIMEOUT_S
     finally:
         killer.join()
         client.wait_for_workers(2, timeout=60)
+
+
+def test_a_worker_killed_during_the_solve_is_survived_with_the_same_answer(client, monkeypatch):
+    import os
+    import signal
+    import threading
+
+    from _cg_faults import faulty_split
+
+    from hpcgpu.cluster import worker_info
+    from hpcgpu.linalg import cg_ranks
+
+    A = poisson(20)
+    b = np.random.default_rng(3).standard_normal(400)
+    # rank 1 crawls (0.1 s per product), so the solve is still running when its worker dies
+    monkeypatch.setattr(cg_ranks, "split", faulty_split(cg_ranks.split, 1, pause=0.1))
+    undisturbed = linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba")
+    victim = sorted(worker_info(client))[1]
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    killer = threading.Timer(1.5, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.warns(RuntimeWarning, match=f"worker {victim} left the cluster.*restart 1: round 1 solved again"):
+            result = linalg.conjugate_gradient(A, b, client=client, partitions=2, tol=1e-10, backend="numba")
+    finally:
+        killer.join()
+        client.wait_for_workers(2, timeout=60)
+    assert result.converged and result.iterations == undisturbed.iterations
+    np.testing.assert_array_equal(result.x, undisturbed.x)
+    assert result.residuals == undisturbed.residuals
 
 
 def test_a_rank_stuck_in_compute_ends_the_solve_at_its_deadline_naming_what_each_rank_did(

@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 
 from hpcgpu.cluster import worker_info
-from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError
+from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError, WorkerLost
 from hpcgpu.linalg import cg_ranks
 from hpcgpu.partition.faults import DEADLINE_ENV, deadline_error, deadline_floor
 from hpcgpu.partition.layout import split_rows
@@ -34,7 +34,7 @@ _SETTLE_S = 5.0
 
 
 def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8, max_iter=None,
-                       preconditioner="jacobi", backend="auto", check_every=8):
+                       preconditioner="jacobi", backend="auto", check_every=8, max_restarts=3):
     """Solve ``A x = b`` (A sparse, symmetric positive definite) with rows spread over the workers.
 
     Parameters
@@ -60,6 +60,11 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         convergence every iteration on the workers, at no extra cost (the
         residual norm travels with the dot products the iteration reduces
         anyway).
+    max_restarts : int
+        Times a round whose worker was lost is solved again on the workers
+        left (>= 0): the same row blocks from the round's start, which the
+        client holds, so the answer is bitwise the undisturbed one; a
+        ``RuntimeWarning`` says so each time.
 
     Returns
     -------
@@ -74,8 +79,11 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         and the iterations.
     ConfigError
         Bad shapes, dtypes or parameters.
+    WorkerLost
+        A worker lost during the solve (named) more than ``max_restarts``
+        times, or with no worker left (a :class:`ClusterError`).
     ClusterError
-        No workers, or a worker lost during the solve (named). An error
+        No workers. An error
         raised on one partition ends every partition at once and is
         re-raised here.
     EpochDeadline
@@ -108,6 +116,7 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     tol = check_relative_tolerance("tol", tol)
     max_iter = 10 * n if max_iter is None else check_int("max_iter", max_iter, minimum=1)
     check_int("check_every", check_every, minimum=1)
+    max_restarts = check_int("max_restarts", max_restarts, minimum=0)
     if preconditioner not in ("jacobi", None):
         raise ConfigError(f"preconditioner must be 'jacobi' or None; got {preconditioner!r}")
     workers = sorted(worker_info(client))
@@ -140,16 +149,27 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
     session = open_session(client, owner, cg_ranks.TIMEOUT_S)
     solver = None
     try:
-        solver = _Solver(client, session, owner, bounds, parts, name)
         iterations = 0
         # the stall test's state lives across rounds, as across the single-process solver's restarts: a
         # round that restarts from the true residual at the rounding floor must not start a fresh window
         # (each round used to, and a tolerance below the floor ran to max_iter instead of stalling)
         stall = dict(best=history[0], best_at=0, energy=(0.0,))
+        restarts = []
         while True:
-            job = cg_ranks.CGJob(session, name, tol, b_norm, max_iter, iterations, round=solver.rounds,
-                                 stall_window=cg_ranks.STALL_WINDOW, **stall)
-            found, iterations, failure, x, stall = solver.run(job, x, r)
+            try:
+                if solver is None:
+                    solver = _Solver(client, session, owner, bounds, parts, name)
+                job = cg_ranks.CGJob(session, name, tol, b_norm, max_iter, iterations, round=solver.rounds,
+                                     stall_window=cg_ranks.STALL_WINDOW, **stall)
+                found, iterations, failure, x, stall = solver.run(job, x, r)
+            except WorkerLost as lost:
+                if len(restarts) >= max_restarts:
+                    raise
+                restarts.append(lost)
+                # the round again, from the x and r the client holds, on the workers left
+                solver, session = _restart(client, solver, session, bounds, parts, partitions, name, lost,
+                                           len(restarts))
+                continue
             history.extend(found)
             if failure is not None:
                 _fail(failure, history, iterations, tol)
@@ -163,6 +183,40 @@ def conjugate_gradient(matrix, b, *, client, partitions=None, x0=None, tol=1e-8,
         if solver is not None:
             solver.release()
         close_session(client, session)
+
+
+def _restart(client, solver, session, bounds, parts, partitions, backend, lost, count):
+    """A new session and solver on the workers left, at the failed round; ``(solver, session)``.
+
+    ``solver`` is None when the loss came while the first one was being
+    made. The new ones are made before the old ones go, so that whatever
+    fails here leaves the caller holding a session it can close.
+    """
+    import warnings
+
+    from hpcgpu.partition.dask_session import close_session, open_session
+
+    workers = sorted(worker_info(client))
+    if not workers:
+        raise WorkerLost(f"{lost}; no worker is left to solve on") from lost
+    owner = [workers[p % len(workers)] for p in range(partitions)]
+    fresh_session = open_session(client, owner, cg_ranks.TIMEOUT_S)
+    try:
+        fresh = _Solver(client, fresh_session, owner, bounds, parts, backend)
+    except BaseException:
+        close_session(client, fresh_session)
+        raise
+    failed_round = solver.rounds if solver is not None else 1
+    fresh.rounds = failed_round - 1  # the failed round is solved again under its own number
+    try:
+        if solver is not None:
+            solver.release()
+        close_session(client, session)
+    except Exception:  # noqa: BLE001 - the old session's worker is gone; the rest is best effort
+        pass
+    warnings.warn(f"{lost}; restart {count}: round {failed_round} solved again on {len(workers)} worker(s)",
+                  RuntimeWarning, stacklevel=3)
+    return fresh, fresh_session
 
 
 def _host_csr(matrix):
@@ -186,8 +240,22 @@ class _Solver:
         for rank, worker in enumerate(owner):
             self.ranks.setdefault(worker, []).append(rank)
         # the matrix blocks travel once per solve, not once per round
-        self.parts = {worker: client.scatter([parts[r] for r in ranks], workers=[worker], hash=False)
+        self.parts = {worker: self._scatter([parts[r] for r in ranks], worker)
                       for worker, ranks in self.ranks.items()}
+
+    def _scatter(self, data, worker):
+        """``data`` onto ``worker``; a worker gone meanwhile is a :class:`~hpcgpu.errors.WorkerLost`."""
+        try:
+            return self.client.scatter(data, workers=[worker], hash=False)
+        except OSError as error:  # distributed's CommClosedError is one
+            missing, until = self._missing(), time.monotonic() + _SETTLE_S
+            while not missing and time.monotonic() < until:  # the scheduler may not have seen it go yet
+                time.sleep(_POLL_S)
+                missing = self._missing()
+            if missing:
+                raise WorkerLost(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                                 "during the solve; its rows are gone") from error
+            raise
 
     def release(self):
         """Drop the parts from the workers' memory."""
@@ -199,8 +267,7 @@ class _Solver:
         self.rounds += 1
         futures = []
         for k, (worker, ranks) in enumerate(self.ranks.items()):
-            blocks = self.client.scatter([(x[a:b], r[a:b]) for a, b in (self.bounds[rank] for rank in ranks)],
-                                         workers=[worker], hash=False)
+            blocks = self._scatter([(x[a:b], r[a:b]) for a, b in (self.bounds[rank] for rank in ranks)], worker)
             futures.append(self.client.submit(
                 cg_ranks.solve_task, job, ranks, self.parts[worker], blocks,
                 key=(f"cg-solve-{self.token}", job.round, k), workers=[worker], allow_other_workers=False,
@@ -259,8 +326,8 @@ class _Solver:
             missing = self._missing()
             if missing:
                 self.client.cancel(futures)
-                raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
-                                   "during the solve; its rows are gone (solve again on the workers left)")
+                raise WorkerLost(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                                 "during the solve; its rows are gone")
             if time.monotonic() - checked >= floor:
                 checked, last = time.monotonic(), seen
                 seen = self._ask(operations_here)
@@ -304,8 +371,8 @@ class _Solver:
         if own:
             raise own[0]
         if missing:
-            raise ClusterError(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
-                               "during the solve; its rows are gone (solve again on the workers left)")
+            raise WorkerLost(f"distributed conjugate gradient: worker {', '.join(missing)} left the cluster "
+                             "during the solve; its rows are gone")
         if not errors:
             raise ClusterError("distributed conjugate gradient: the solve's tasks were "
                                f"{', '.join(sorted({f.status for f in futures}))} before they finished")
