@@ -64,7 +64,7 @@ def block_source(model, state):
     from hpcgpu.partition.decompositions import DECOMPOSITIONS
 
     kind = DECOMPOSITIONS.get(getattr(model, "decomposition", None))
-    if kind is None or not kind.builds_blocks:
+    if kind is None or not (kind.builds_blocks or kind.builds_initial_blocks):
         return None
     if state is None:
         return InitialBlocks() if callable(getattr(model, "initial_block", None)) else None
@@ -98,7 +98,7 @@ def build_blocks(model, decomposition, ranks, source):
     for rank in ranks:
         block = decomposition.build_block(model, rank, source)
         results.append(RankResult(block))
-        health.append(host_model.block_health(decomposition.model_state(block)))
+        health.append(decomposition.initial_report(host_model, block))
     return results, health
 
 
@@ -167,7 +167,12 @@ def settle_dt(model, decomposition, dt, parts):
     """
     if parts is None:
         return dt, decomposition, None
-    if dt is None:
+    decomposition = decomposition.settled(model, parts)
+    choose = getattr(model, "suggested_dt_for_rate", None)  # a model's own rule for its step
+    if dt is None and choose is not None:
+        dt = choose(model.combine_health(parts, 1.0)[1])
+        decomposition = dataclasses.replace(decomposition, dt=float(dt))
+    elif dt is None:
         rate = model.combine_health(parts, 1.0)[1]
         if not rate > 0 or rate == float("inf"):
             raise ConfigError(f"dt: the initial state's CFL number per unit time is {rate!r}, so no step can be "
