@@ -27,7 +27,7 @@ Examples
 >>> candidate_cells(bricks, 0, 0, 1.0, 10).tolist()
 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 >>> candidate_cells(Bricks.weighted((4, 1, 1), (40.0, 10.0, 10.0)), 0, 0, 1.0, 40).tolist()
-[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 37, 38, 39]
+[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 38, 39]
 """
 
 import math

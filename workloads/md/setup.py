@@ -94,7 +94,7 @@ def fcc_positions(cells, box, ids):
     Examples
     --------
     >>> fcc_positions((2, 2, 2), (2.0, 2.0, 2.0), np.array([0, 5])).T.tolist()
-    [[0.25, 0.25, 0.25], [0.25, 0.75, 1.75]]
+    [[0.25, 0.25, 0.25], [0.75, 0.75, 1.25]]
     """
     ids = np.asarray(ids, dtype=np.int64)
     nx, ny, nz = cells
@@ -115,7 +115,7 @@ def fcc_sites(cells, box, candidate_cells):
     --------
     >>> ids, positions = fcc_sites((3, 3, 3), (3.0, 3.0, 3.0), ([0], [2], [1, 0]))
     >>> ids.tolist()
-    [8, 9, 10, 11, 12, 13, 14, 15]
+    [24, 25, 26, 27, 28, 29, 30, 31]
     """
     cx, cy, cz = (np.unique(np.asarray(c, dtype=np.int64)) for c in candidate_cells)
     _, ny, nz = cells
