@@ -14,6 +14,12 @@ passes through the scheduler. The ranks report each block's health (small
 dicts), from which the client learns the start's CFL number and, when no
 ``dt`` was given, the step at CFL number 0.5.
 
+The bricks of MD (``builds_initial_blocks``) build their atoms the same
+way from the model's lattice (:mod:`hpcgpu.partition.brick_start`); their
+reports carry exact sums of the raw velocities, from which
+:func:`settle_dt` settles the decomposition (``settled``: the velocities'
+normalisation, atoms per brick); their checkpoints stay whole states.
+
 A state the user brings (a global state on the client), and every model
 whose decomposition cannot build blocks, take the fallback: the client
 splits the global state and scatters the blocks
@@ -157,8 +163,9 @@ def settle_dt(model, decomposition, dt, parts):
     """``(dt, decomposition, (bad, cfl))`` once the ranks reported their blocks' health ``parts``.
 
     Without ``parts`` (the client split the state) ``dt`` and the layout
-    stay and the health is None. Without ``dt``, it becomes the step at
-    CFL number :data:`DEFAULT_CFL`.
+    stay and the health is None. Else the layout is ``settled`` on the
+    parts; without ``dt``, it becomes the model's ``suggested_dt_for_rate``
+    (if it has one) or the step at CFL number :data:`DEFAULT_CFL`.
 
     Raises
     ------

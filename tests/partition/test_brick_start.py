@@ -76,6 +76,7 @@ def test_a_two_by_two_brick_run_never_builds_the_whole_state_on_the_client(clien
                      partitions=4, grid=(2, 2, 1))
     try:
         assert model.n not in calls  # the ranks built their atoms
+        assert sum(sim.summary()["atoms_per_partition"]) == model.n
         start = sim.state
         assert model.n not in calls
         np.testing.assert_allclose(start.velocities.sum(axis=1), 0.0, atol=1e-12)
