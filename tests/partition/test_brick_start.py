@@ -15,8 +15,9 @@ from hpcgpu.workloads.md import setup as md_setup
 # 2x2x1 and 2x2x2: two layers (one neighbour); 3x2x1: three; 1x1x4: slabs with a rebuild delay
 @pytest.mark.parametrize("cells, grid", [((6, 6, 3), (2, 2, 1)), ((6, 6, 6), (2, 2, 2)), ((9, 6, 3), (3, 2, 1)),
                                          ((3, 3, 12), (1, 1, 4))])
-def test_every_rank_builds_the_atoms_lists_and_ghosts_the_client_split_gives(cells, grid):
-    model = LennardJones(cells, temperature=1.2, cutoff=2.0, backend="numpy", seed=5)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_every_rank_builds_the_atoms_lists_and_ghosts_the_client_split_gives(cells, grid, dtype):
+    model = LennardJones(cells, temperature=1.2, cutoff=2.0, backend="numpy", seed=5, dtype=dtype)
     whole = model.initial_state()
     decomposition = BrickDecomposition.build(model, 0.005, int(np.prod(grid)), None, None, False, grid=grid)
     split = decomposition.split(model, model.to_host(whole), model.listed_positions(whole))
@@ -30,8 +31,10 @@ def test_every_rank_builds_the_atoms_lists_and_ghosts_the_client_split_gives(cel
         np.testing.assert_array_equal(state.ids, expected.state.ids)
         np.testing.assert_array_equal(state.positions, expected.state.positions)
         np.testing.assert_array_equal(state.velocities, expected.state.velocities)  # bitwise: same sums
-        np.testing.assert_allclose(state.forces, expected.state.forces, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(state.energies, expected.state.energies, rtol=1e-12)
+        assert state.velocities.dtype == state.positions.dtype == model.dtype
+        tolerance = 1e-12 if dtype == "float64" else 1e-5
+        np.testing.assert_allclose(state.forces, expected.state.forces, rtol=0, atol=tolerance)
+        np.testing.assert_allclose(state.energies, expected.state.energies, rtol=tolerance)
         if keep:
             np.testing.assert_array_equal(block.listed, expected.listed)
             assert [(axis, [q for q, _ in stage]) for axis, stage in block.sends] == \
