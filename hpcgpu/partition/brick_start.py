@@ -91,7 +91,7 @@ def rank_start(bricks, model, rank, keep_lists):
 
 
 def _held_lists(bricks, where, rank_of, radius):
-    """``held(r, stage)``: the sites (indices into ``where``) rank r holds before ``stage``, as the exchange orders them.
+    """``held(r, stage)``: the sites (indices into ``where``) rank r holds before ``stage``, in the exchange's order.
 
     Only the sites of one rank's halo are known; every site that reaches
     that rank lies in it, and each cut keeps its sender's order, so the
