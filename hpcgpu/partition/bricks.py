@@ -57,12 +57,13 @@ exchange, not only its first stage, hides behind them.
 import math
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition.brick_geometry import Bricks
+from hpcgpu.partition.brick_start import normalised, rank_start, start_report
 from hpcgpu.partition.decomposition import Decomposition
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.partition.rebuild_flags import LATE_REBUILD_MARGIN, check_list_holds, earliest, rebuild_delay, rebuild_due
@@ -126,6 +127,9 @@ class Domain:
     ``heard`` is the earliest rebuild flag the rank has heard since the
     last rebuild (a step; None: none), ``cuts`` the :func:`merged_cut` of
     each stage (made at the first step that uses the send lists).
+    ``raw_velocities``: the block was built by its rank and its velocities
+    wait for the normalisation the decomposition carries
+    (:mod:`hpcgpu.partition.brick_start`).
     """
 
     state: object
@@ -135,6 +139,7 @@ class Domain:
     listed: object = None
     heard: int = None
     cuts: tuple = None
+    raw_velocities: bool = False
 
 
 def plan_ghosts(bricks, xp, held, rank, axis, radius):
@@ -215,8 +220,10 @@ class BrickDecomposition(Decomposition):
     dt: float
     counts: tuple = ()
     order: object = None  # the atom ids of the state that was split, in its order (join gives them back so)
+    velocities: tuple = None  # (mean, scale) of the ranks' raw initial velocities (rank-built blocks)
     steps_per_task = 1
     unit = "atoms"
+    builds_initial_blocks = True
 
 
     @classmethod
@@ -307,6 +314,29 @@ class BrickDecomposition(Decomposition):
         _, reach = model.rebuild_reach(host_state, delay + 1, self.dt, LATE_REBUILD_MARGIN, reference=listed)
         return reach <= 1.0
 
+    def build_block(self, model, rank, source):
+        """Rank ``rank``'s initial atoms from the model's lattice, built on its worker (see
+        :mod:`hpcgpu.partition.brick_start`); their velocities wait for :meth:`settled`."""
+        from hpcgpu.partition.rank_state import InitialBlocks
+
+        if not isinstance(source, InitialBlocks):
+            raise ConfigError(f"bricks build their atoms from the model's initial condition only; got {source!r}")
+        keep_lists = not rebuild_delay(self.bricks.grid)  # with a delay every rank builds on its first step
+        state, sends, listed = rank_start(self.bricks, model, rank, keep_lists)
+        return Domain(state, sends, listed=listed, raw_velocities=True)
+
+    def initial_report(self, model, block):
+        """The block's health and, for a rank-built block, the exact sums of its raw velocities."""
+        health = super().initial_report(model, block)
+        return {**health, **start_report(model, block.state)} if block.raw_velocities else health
+
+    def settled(self, model, parts):
+        """The layout once the ranks reported their blocks: atoms per brick and the velocities' normalisation."""
+        if not all("velocity_sums" in part for part in parts):
+            return self
+        sums = [part["velocity_sums"] for part in parts]
+        return replace(self, velocities=model.start_normalisation(sums), counts=tuple(s["atoms"] for s in sums))
+
     def sizes(self):
         """Atoms per brick at the start (known once the state is split)."""
         return [(0, n) for n in self.counts] or [(0, 0)] * self.bricks.count
@@ -327,7 +357,7 @@ class BrickDecomposition(Decomposition):
     def resume(self, context, domain):
         if domain.drifted is not None:
             return domain
-        model, state, split = context.model, domain.state, domain.split
+        model, state, split = context.model, self.model_state(domain), domain.split
         sends = domain.sends
         if sends is not None:  # made on the host by split(): the index arrays go where the atoms are
             sends = tuple((axis, tuple((q, model.backend.asarray(index)) for q, index in stage))
@@ -339,6 +369,8 @@ class BrickDecomposition(Decomposition):
         return Domain(state, sends, model.drift_block(state, self.dt), split)
 
     def model_state(self, domain):
+        if domain.raw_velocities and self.velocities is not None:
+            return normalised(domain.state, self.velocities)
         return domain.state
 
     def advance(self, context, domain, steps):

@@ -71,6 +71,9 @@ class Decomposition:
     builds_blocks = False
     """Whether a rank can build its own initial block (:meth:`build_block`) and checkpoint it as a piece
     (:meth:`piece_region`); else the client splits a global state (:meth:`split_state`)."""
+    builds_initial_blocks = False
+    """Whether a rank can build its own initial block from the model (:meth:`build_block`) though its
+    checkpoints are not pieces (bricks: atoms move between ranks)."""
 
     @classmethod
     def calibrate(cls, client, model):
@@ -102,6 +105,14 @@ class Decomposition:
         cells of ``where`` (see :mod:`hpcgpu.partition.rank_state`).
         """
         raise NotImplementedError
+
+    def initial_report(self, model, block):
+        """What a rank reports of its built block (small): its health, and what :meth:`settled` needs."""
+        return model.block_health(self.model_state(block))
+
+    def settled(self, model, parts):
+        """The layout once every rank's :meth:`initial_report` is in (a rank-built start's sums); as it is here."""
+        return self
 
     def piece_region(self, rank):  # pragma: no cover - interface
         """What rank ``rank`` owns, as JSON (a checkpoint piece's region)."""

@@ -14,6 +14,12 @@ passes through the scheduler. The ranks report each block's health (small
 dicts), from which the client learns the start's CFL number and, when no
 ``dt`` was given, the step at CFL number 0.5.
 
+The bricks of MD (``builds_initial_blocks``) build their atoms the same
+way from the model's lattice (:mod:`hpcgpu.partition.brick_start`); their
+reports carry exact sums of the raw velocities, from which
+:func:`settle_dt` settles the decomposition (``settled``: the velocities'
+normalisation, atoms per brick); their checkpoints stay whole states.
+
 A state the user brings (a global state on the client), and every model
 whose decomposition cannot build blocks, take the fallback: the client
 splits the global state and scatters the blocks
@@ -64,7 +70,7 @@ def block_source(model, state):
     from hpcgpu.partition.decompositions import DECOMPOSITIONS
 
     kind = DECOMPOSITIONS.get(getattr(model, "decomposition", None))
-    if kind is None or not kind.builds_blocks:
+    if kind is None or not (kind.builds_blocks or kind.builds_initial_blocks):
         return None
     if state is None:
         return InitialBlocks() if callable(getattr(model, "initial_block", None)) else None
@@ -98,7 +104,7 @@ def build_blocks(model, decomposition, ranks, source):
     for rank in ranks:
         block = decomposition.build_block(model, rank, source)
         results.append(RankResult(block))
-        health.append(host_model.block_health(decomposition.model_state(block)))
+        health.append(decomposition.initial_report(host_model, block))
     return results, health
 
 
@@ -157,8 +163,9 @@ def settle_dt(model, decomposition, dt, parts):
     """``(dt, decomposition, (bad, cfl))`` once the ranks reported their blocks' health ``parts``.
 
     Without ``parts`` (the client split the state) ``dt`` and the layout
-    stay and the health is None. Without ``dt``, it becomes the step at
-    CFL number :data:`DEFAULT_CFL`.
+    stay and the health is None. Else the layout is ``settled`` on the
+    parts; without ``dt``, it becomes the model's ``suggested_dt_for_rate``
+    (if it has one) or the step at CFL number :data:`DEFAULT_CFL`.
 
     Raises
     ------
@@ -167,7 +174,12 @@ def settle_dt(model, decomposition, dt, parts):
     """
     if parts is None:
         return dt, decomposition, None
-    if dt is None:
+    decomposition = decomposition.settled(model, parts)
+    choose = getattr(model, "suggested_dt_for_rate", None)  # a model's own rule for its step
+    if dt is None and choose is not None:
+        dt = choose(model.combine_health(parts, 1.0)[1])
+        decomposition = dataclasses.replace(decomposition, dt=float(dt))
+    elif dt is None:
         rate = model.combine_health(parts, 1.0)[1]
         if not rate > 0 or rate == float("inf"):
             raise ConfigError(f"dt: the initial state's CFL number per unit time is {rate!r}, so no step can be "

@@ -228,6 +228,54 @@ class LennardJones(LocalSteps):
         """Atoms on an fcc lattice with Maxwell-Boltzmann velocities at ``temperature``."""
         return self.state_from_arrays(setup.fcc_lattice(self.cells, self.box))
 
+    def initial_block(self, candidate_cells):
+        """The lattice sites of the unit cells ``candidate_cells`` (per axis): ``(ids, positions)`` on the host.
+
+        What a rank of a brick run builds its atoms and their ghosts from
+        (:meth:`BrickDecomposition.build_block
+        <hpcgpu.partition.bricks.BrickDecomposition.build_block>`): a site's
+        id and position are a pure function of its unit cell, as in
+        :meth:`initial_state`.
+
+        Examples
+        --------
+        >>> model = LennardJones(n_cells=4, backend="numpy")
+        >>> ids, positions = model.initial_block(([0], [0, 1], [3]))
+        >>> ids.tolist()[:4], positions.shape
+        ([12, 13, 14, 15], (3, 8))
+        """
+        return setup.fcc_sites(self.cells, self.box, candidate_cells)
+
+    def lattice_atoms(self, ids, listed):
+        """A block of atoms ``ids`` at the start (host arrays), its forces from ``listed``, and its raw velocities.
+
+        ``listed`` ``(3, M)`` holds the atoms' lattice positions then their
+        ghosts': the forces come from a neighbour list built on them (rows
+        of the block's atoms only). The velocities are the raw deviates of
+        :func:`~hpcgpu.workloads.md.setup.raw_velocities`: every rank's
+        :func:`~hpcgpu.workloads.md.setup.velocity_sums` together give the
+        normalisation that makes them the one-process run's velocities.
+        """
+        b, xp = self.backend, self.backend.xp
+        n = len(ids)
+        joined = b.asarray(listed, dtype=self.dtype)
+        neighbors = self.neighbor_list(joined, rows=n)
+        forces, energies, virials = (b.to_host(a) for a in self.forces(joined, neighbors))
+        positions = np.ascontiguousarray(np.asarray(listed[:, :n], dtype=self.dtype))
+        ids = np.asarray(ids, dtype=np.int64)
+        velocities = setup.raw_velocities(np, ids, self.seed)
+        return MDState(positions, velocities, np.ascontiguousarray(forces[:, :n]), np.zeros((3, n), dtype=np.int64),
+                       positions.copy(), ids, np.ascontiguousarray(energies[:n]), np.ascontiguousarray(virials[:n]),
+                       step=0, rebuilds=1)
+
+    def start_velocity_sums(self, state):
+        """The exact sums of a block's raw initial velocities (see :func:`~hpcgpu.workloads.md.setup.velocity_sums`)."""
+        return setup.velocity_sums(state.velocities)
+
+    def start_normalisation(self, sums):
+        """``(mean, scale)`` of the initial velocities from every block's :meth:`start_velocity_sums`."""
+        return setup.velocity_normalisation(sums, self.temperature)
+
     def state_from_arrays(self, positions, velocities=None, ids=None, *, step=0):
         """A state from positions ``(3, N)``, optional velocities ``(3, N)`` and ids ``(N,)``.
 
@@ -339,8 +387,11 @@ class LennardJones(LocalSteps):
 
     def suggested_dt(self, state, cfl=0.15):
         """The step whose time-step number (see :meth:`cfl`) is ``cfl``, at most the customary 0.005."""
+        return self.suggested_dt_for_rate(self.cfl(state, 1.0), cfl)
+
+    def suggested_dt_for_rate(self, per_dt, cfl=0.15):
+        """:meth:`suggested_dt` from the time-step number per unit ``dt`` (what the ranks of a run report)."""
         cfl = check_float("cfl", cfl, minimum=0.0, strict_min=True)
-        per_dt = self.cfl(state, 1.0)
         return min(0.005, cfl / per_dt) if per_dt > 0 else 0.005
 
     def warm_up(self):

@@ -20,7 +20,8 @@ import numpy as np
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_float, check_int
 
-__all__ = ["geometry", "fcc_lattice", "atom_ids", "stream_key", "gaussians", "maxwell_boltzmann",
+__all__ = ["geometry", "fcc_lattice", "fcc_positions", "fcc_sites", "atom_ids", "stream_key", "gaussians",
+           "maxwell_boltzmann", "raw_velocities", "velocity_sums", "velocity_normalisation", "normalised_velocities",
            "lj_pair_energy", "tail_corrections", "STREAM_VELOCITIES", "STREAM_LANGEVIN"]
 
 STREAM_VELOCITIES = 1
@@ -61,7 +62,7 @@ def geometry(n_cells, density=None, box=None):
 
 
 def fcc_lattice(cells, box):
-    """Positions ``(3, 4 nx ny nz)`` of a face-centred cubic lattice filling ``box``.
+    """Positions ``(3, 4 nx ny nz)`` of a face-centred cubic lattice filling ``box``, in atom id order.
 
     Parameters
     ----------
@@ -74,12 +75,53 @@ def fcc_lattice(cells, box):
     -------
     numpy.ndarray
         float64, every atom inside ``[0, L)``: the lattice is offset by a quarter
-        cell so that no atom sits on a face of the box.
+        cell so that no atom sits on a face of the box. Column ``i`` is
+        :func:`fcc_positions` of id ``i``, bitwise.
     """
-    basis = np.array([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.5, 0.5]]) + 0.25
-    grid = np.stack(np.meshgrid(*(np.arange(c) for c in cells), indexing="ij"), axis=-1).reshape(-1, 1, 3)
-    points = (grid + basis[None, :, :]).reshape(-1, 3)
-    return np.ascontiguousarray((points * (np.asarray(box, float) / np.asarray(cells, float))).T)
+    return fcc_positions(cells, box, np.arange(4 * math.prod(cells), dtype=np.int64))
+
+
+_BASIS = np.array([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.5, 0.5]]) + 0.25
+
+
+def fcc_positions(cells, box, ids):
+    """The lattice positions ``(3, len(ids))`` of atoms ``ids``: a pure function of each id.
+
+    Atom ``i = 4 ((cx ny + cy) nz + cz) + b`` sits at ``(c + basis_b) * box / cells``
+    (the unit cell ``(cx, cy, cz)`` x slowest, basis site ``b``), so that a
+    rank computes the atoms of its own brick without the others'.
+
+    Examples
+    --------
+    >>> fcc_positions((2, 2, 2), (2.0, 2.0, 2.0), np.array([0, 5])).T.tolist()
+    [[0.25, 0.25, 0.25], [0.75, 0.75, 1.25]]
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    nx, ny, nz = cells
+    unit = ids // 4
+    cell = np.stack([unit // (ny * nz), (unit // nz) % ny, unit % nz])
+    points = cell.astype(np.float64) + _BASIS[ids % 4].T
+    return np.ascontiguousarray(points * (np.asarray(box, float) / np.asarray(cells, float))[:, None])
+
+
+def fcc_sites(cells, box, candidate_cells):
+    """The ids (increasing) and positions of the lattice sites in the unit cells ``candidate_cells``.
+
+    ``candidate_cells`` holds, per axis, the unit-cell indices to take (any
+    order, repeats ignored): their product's sites are returned, so a rank
+    lists the sites near its brick without the whole lattice.
+
+    Examples
+    --------
+    >>> ids, positions = fcc_sites((3, 3, 3), (3.0, 3.0, 3.0), ([0], [2], [1, 0]))
+    >>> ids.tolist()
+    [24, 25, 26, 27, 28, 29, 30, 31]
+    """
+    cx, cy, cz = (np.unique(np.asarray(c, dtype=np.int64)) for c in candidate_cells)
+    _, ny, nz = cells
+    units = ((cx[:, None, None] * ny + cy[None, :, None]) * nz + cz[None, None, :]).reshape(-1)
+    ids = (4 * units[:, None] + np.arange(4)[None, :]).reshape(-1)
+    return ids, fcc_positions(cells, box, ids)
 
 
 def atom_ids(backend, ids, n):
@@ -149,21 +191,64 @@ def gaussians(xp, key, ids, count=3):
     return out
 
 
+def raw_velocities(xp, ids, seed):
+    """The standard normal deviates ``(3, N)`` the initial velocities of atoms ``ids`` are made from.
+
+    A pure function of ``(seed, atom id)`` (the stream :data:`STREAM_VELOCITIES`
+    of :func:`gaussians`): the same numbers for an atom whichever rank, brick
+    layout or process count builds it.
+    """
+    return gaussians(xp, stream_key(seed, STREAM_VELOCITIES, 0), ids)
+
+
+def velocity_sums(velocities):
+    """Exact partial sums of ``velocities`` ``(3, N)``: ``{"sum": [3], "squares": one, "atoms": N}``.
+
+    The pieces of any split of the atoms add up exactly
+    (:class:`~hpcgpu.exact_sums.ExactPartial`), so that
+    :func:`velocity_normalisation` gives the same numbers for every split.
+    """
+    from hpcgpu.exact_sums import exact_partial
+
+    return {"sum": [exact_partial(velocities[axis]) for axis in range(3)],
+            "squares": exact_partial(velocities * velocities), "atoms": int(velocities.shape[1])}
+
+
+def velocity_normalisation(parts, temperature):
+    """``(mean (3,), scale)`` from every part's :func:`velocity_sums`: ``v <- (v - mean) * scale``.
+
+    Removes the total momentum and rescales so that ``2 K / (3N - 3) = T``
+    (the centre of mass carries no kinetic energy, so 3N - 3 degrees of
+    freedom remain). ``K`` is the sum of squares less ``N mean^2``, both
+    from the exact totals: the same floats for any split of the atoms.
+    """
+    n = sum(p["atoms"] for p in parts)
+    totals = [float(sum((p["sum"][axis] for p in parts[1:]), parts[0]["sum"][axis])) for axis in range(3)]
+    squares = float(sum((p["squares"] for p in parts[1:]), parts[0]["squares"]))
+    mean = tuple(t / n for t in totals)
+    kinetic = 0.5 * (squares - n * sum(m * m for m in mean))
+    if temperature == 0 or n < 2 or not kinetic > 0:
+        return mean, 0.0
+    return mean, math.sqrt(temperature * (3 * n - 3) / (2 * kinetic))
+
+
+def normalised_velocities(xp, raw, normalisation):
+    """``(raw - mean) * scale`` for a :func:`velocity_normalisation` (elementwise: the same on every rank)."""
+    mean, scale = normalisation
+    return (raw - xp.asarray(np.asarray(mean, dtype=np.float64))[:, None]) * scale
+
+
 def maxwell_boltzmann(xp, ids, temperature, seed):
     """Velocities ``(3, N)`` (float64) at exactly ``temperature``, zero total momentum.
 
-    Gaussian components of variance ``T`` (mass 1) from the counter-based
-    stream :data:`STREAM_VELOCITIES`; the mean is removed and the result
-    rescaled so that ``2 K / (3N - 3) = T`` to rounding (the centre of mass
-    carries no kinetic energy, so 3N - 3 degrees of freedom remain).
+    Gaussian components from the counter-based stream
+    :data:`STREAM_VELOCITIES` (:func:`raw_velocities`); the mean is removed
+    and the result rescaled so that ``2 K / (3N - 3) = T`` to rounding
+    (:func:`velocity_normalisation`). A partitioned run's ranks build the
+    same velocities from their own atoms and the sums of every rank.
     """
-    n = ids.shape[0]
-    velocities = gaussians(xp, stream_key(seed, STREAM_VELOCITIES, 0), ids)
-    velocities -= velocities.mean(axis=1, keepdims=True)
-    if temperature == 0 or n < 2:
-        return xp.zeros_like(velocities)
-    kinetic = 0.5 * float((velocities * velocities).sum())
-    return velocities * math.sqrt(temperature * (3 * n - 3) / (2 * kinetic))
+    raw = raw_velocities(xp, ids, seed)
+    return normalised_velocities(xp, raw, velocity_normalisation([velocity_sums(raw)], temperature))
 
 
 def lj_pair_energy(r, epsilon=1.0, sigma=1.0):
