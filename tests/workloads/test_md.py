@@ -185,8 +185,8 @@ def test_langevin_nvt_reproduces_the_nist_lj_state_point():
 
     Here: the same N and rc with the default, shifted, potential (its
     forces, so its trajectory, are the truncated potential's; its energy
-    lacks u(rc) per pair inside the cutoff, +0.27 per atom here, 30 times
-    the allowed error); fcc start, 2000 steps of equilibration (it melts),
+    is higher by |u(rc)| per pair inside the cutoff, 0.27 per atom here,
+    30 times the allowed error); fcc start, 2000 steps of equilibration (it melts),
     20000 steps of production with dt = 0.005 and friction 1. U/N is the
     full potential's estimate ``potential_energy_full_per_atom`` (the shift
     back and the tail of :func:`tail_corrections`), the pressure the virial
@@ -319,9 +319,9 @@ def test_shifted_and_truncated_potentials_differ_by_the_pair_count_times_u_rc():
 
 
 def test_full_potential_energy_is_right_for_either_shift(backend):
-    """Issue 36: at rho = 0.8442, rc = 2.5 the shift takes about +0.45 per atom from the energy, as much as
-    the tail adds (-0.45): the full potential's estimate puts both back, whatever ``shift``, from the
-    pairs counted where each backend sums the energies."""
+    """Issue 36: at rho = 0.8442, rc = 2.5 the shift raises the energy by about 0.45 per atom (u(rc) < 0
+    taken from every pair inside the cutoff), as much as the tail (-0.45): the full potential's estimate
+    puts both back, whatever ``shift``, from the pairs counted where each backend sums the energies."""
     cells = small(backend, 4, 3)  # 3 cells: a box of 5.04, just over twice the cutoff
     reference = LennardJones(cells, **{**LIQUID, "backend": "numpy"})
     melted = reference.step(reference.initial_state(), 0.005, 40)
@@ -334,7 +334,7 @@ def test_full_potential_energy_is_right_for_either_shift(backend):
     assert math.isclose(a["potential_energy_full"], b["potential_energy_full"], rel_tol=1e-10)
     assert math.isclose(a["potential_energy_full_per_atom"] * n, a["potential_energy_full"], rel_tol=1e-14)
     shift_back = (a["potential_energy_full"] - a["potential_energy"] - a["energy_tail"]) / n
-    assert 0.4 < shift_back < 0.5 and -0.46 < a["energy_tail"] / n < -0.44
+    assert -0.5 < shift_back < -0.4 and -0.46 < a["energy_tail"] / n < -0.44
     # the pairs inside the cutoff, counted by brute force over every minimum image
     x = np.asarray(melted.positions)
     d = x[:, :, None] - x[:, None, :]
