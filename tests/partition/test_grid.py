@@ -52,11 +52,11 @@ def test_weather_on_any_process_grid_equals_one_block_bitwise(client, grid, case
 @pytest.mark.parametrize("grid", [(2, 2), (3, 1)], ids=["2x2", "3x1"])
 def test_the_energy_budget_on_a_process_grid_equals_one_block_bitwise(client, grid):
     """The viscous energy accumulated cell by cell every step, summed as exact partials: the same budget."""
-    model = ShallowWater("unstable_jet", nx=40, ny=30, backend="numba", energy_budget=True)
+    model = ShallowWater("unstable_jet", nx=48, ny=48, backend="numba", energy_budget=True)
     state = model.initial_state()
     dt = model.suggested_dt(state)
     reference = _reference(model, state, dt, 11, diagnostics=1)
-    sim = Simulation(model, state, dt=dt, stop_steps=11, progress=False, client=client, grid=grid, steps_per_task=4,
+    sim = Simulation(model, state, dt=dt, stop_steps=11, progress=False, client=client, grid=grid, steps_per_task=2,
                      diagnostics=1).run()
     got, expected = sim.diagnostics, reference.diagnostics.sel(time=sim.diagnostics.time)
     assert float(got["energy_dissipated"][-1]) > 0

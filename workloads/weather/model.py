@@ -221,10 +221,12 @@ class ShallowWater(GridBlocks):
         """``(what, bytes)``: the sizes that set the memory and the bytes a run needs.
 
         Three fields, the SSP-RK3 stage buffers and the fused kernels' work
-        arrays: about twelve grid arrays.
+        arrays: about twelve grid arrays; an energy budget adds two float64
+        ones (the state's and the stepper's) and the rates of three stages.
         """
+        budget = 5 * 8 if self.energy_budget else 0
         return (f"nx={self.grid.nx}, ny={self.grid.ny} ({self.dtype.name})",
-                12 * self.grid.nx * self.grid.ny * self.dtype.itemsize)
+                (12 * self.dtype.itemsize + budget) * self.grid.nx * self.grid.ny)
 
     # -- set-up ------------------------------------------------------------
     def coriolis_corners(self):
