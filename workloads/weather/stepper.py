@@ -84,7 +84,6 @@ class ShallowWaterStepper:
             target[...] = budget
         return target
 
-
     def _buffers(self, state):
         backend = self.model.backend
         shape, dtype = state.h.shape, state.h.dtype
