@@ -137,9 +137,9 @@ def _print_summary(s):
             print(f"  {label + ' change:':<27} {value:+.3e} ({note})")
     if "energy_budget_error" in s:
         share = abs(s["energy_budget_error"] / s["energy_change"]) if s["energy_change"] else float("nan")
-        print(f"  {'energy budget:':<27} change {s['energy_change']:+.4e} m5/s2 = -dissipated "
-              f"{-s['energy_dissipated']:+.4e} + time-stepping error {s['energy_budget_error']:+.3e} "
-              f"({share:.2%} of the change)")
+        print(f"  {'energy budget:':<27} change {s['energy_change']:+.4e} m5/s2, viscous dissipation "
+              f"{s['energy_dissipated']:.4e}, their difference {s['energy_budget_error']:+.3e} "
+              f"(the time scheme's error: {share:.2%} of the change)")
     print(f"  max CFL:      {s.get('max_cfl', float('nan')):.3f}")
     if s.get("executor") == "distributed":
         print(f"  cluster:      {s['workers']} workers, {s['partitions']} partitions on a {s['process_grid']} process "
