@@ -553,3 +553,18 @@ def test_xyz_writer_append_keeps_the_frames_before_drops_a_cut_one_and_writes_no
     path.write_text("not a trajectory\n")
     with pytest.raises(ConfigError, match="cannot append"):
         XYZWriter(path, 2, append=True)
+
+
+def test_a_state_pickled_before_states_carried_pair_counts_is_restored_with_them():
+    model = LennardJones(3, backend="numpy")
+    state = model.step(model.initial_state(), 0.005, 5)
+    host = model.checkpoint_state(state)
+    old = dict(host.__dict__)
+    del old["pair_counts"]  # what a checkpoint of an earlier version holds
+    unpickled = object.__new__(type(host))
+    unpickled.__setstate__(old)
+    assert unpickled.pair_counts is None
+    restored = model.restore_state(unpickled)
+    np.testing.assert_array_equal(restored.pair_counts, state.pair_counts)
+    assert model.diagnostics(restored)["potential_energy_full"] == pytest.approx(
+        model.diagnostics(state)["potential_energy_full"], rel=1e-14)
