@@ -32,7 +32,7 @@ class ShallowWaterStepper:
     one of its own buffers (the result of its previous ``advance``), so a
     driver that always feeds back the last result steps without allocating.
 
-    A :class:`~hpcgpu.workloads.weather.model.ShallowWaterBudgetState`
+    A :class:`~hpcgpu.workloads.weather.ShallowWaterBudgetState`
     (a model with ``energy_budget``) is stepped by the three stage calls,
     bitwise the fused step, and each step adds to its ``viscous_energy``,
     cell by cell, the viscous energy tendency at the three stage inputs
