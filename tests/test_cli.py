@@ -72,6 +72,12 @@ def test_run_weather_writes_fields_picture_and_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 60 and abs(summary["mass_relative_change"]) < 1e-12
     assert summary["point_updates_per_s"] > 0
+    # the default jet loses energy to viscosity: a budget, not a conservation error
+    assert "energy budget:" in result.stdout and "viscosity removes energy" in result.stdout
+    assert "conservation" not in result.stdout.lower()
+    assert summary["energy_change"] < 0 < summary["energy_dissipated"]
+    assert abs(summary["energy_budget_error"]) < 0.05 * abs(summary["energy_change"])
+    assert summary["energy_budget_error"] == pytest.approx(summary["energy_change"] + summary["energy_dissipated"])
 
 
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path):
@@ -159,6 +165,7 @@ def test_run_weather_on_a_local_cluster(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["executor"] == "distributed" and summary["step"] == 24
     assert abs(summary["mass_relative_change"]) < 1e-12
+    assert summary["energy_dissipated"] > 0 and "energy budget:" in result.stdout
 
 
 def test_bench_scaling_prints_efficiency_and_baseline():

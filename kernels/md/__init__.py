@@ -56,9 +56,11 @@ Each backend file (``_numpy``, ``_numba``, ``_cuda``, ``_cupy``) exports::
         # fills the full list; returns the largest count (> capacity means
         # the rows were cut and the caller must retry with more capacity)
     forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma,
-           energy_shift, forces_out, energy_out, virial_out)
+           energy_shift, forces_out, energy_out, virial_out, pair_counts_out)
         # per-atom arrays: energy_out (N,) holds half of each pair's energy,
-        # virial_out (N,) half of each pair's r . f, so sums give the totals
+        # virial_out (N,) half of each pair's r . f, so sums give the totals;
+        # pair_counts_out (N,) int32 the atom's neighbours inside the cutoff
+        # (its sum is twice the pairs: the shifted energy's correction needs it)
 
 and may export, where one pass beats the NumPy expressions (Numba)::
 
@@ -234,7 +236,7 @@ def lj_forces(positions, box, neighbor_list, *, cutoff, epsilon=1.0, sigma=1.0, 
     energy = backend.empty((n,), dtype)
     virial = backend.empty((n,), dtype)
     kernels.forces(positions, box, neighbors, counts, cutoff * cutoff, epsilon, sigma,
-                   shift_value, forces, energy, virial)
+                   shift_value, forces, energy, virial, backend.empty((n,), np.int32))
     potential_energy, total_virial = _totals(backend, positions, box, forces, energy, virial,
                                              neighbors, counts)
     return forces, potential_energy, total_virial
@@ -284,7 +286,7 @@ def lj_forces_all_pairs(positions, box, *, cutoff, epsilon=1.0, sigma=1.0, shift
     energy = backend.empty((n,), dtype)
     virial = backend.empty((n,), dtype)
     _numpy.forces_all_pairs(positions, box, cutoff * cutoff, epsilon, sigma, shift_value,
-                            forces, energy, virial)
+                            forces, energy, virial, backend.empty((n,), np.int32))
     potential_energy, total_virial = _totals(backend, positions, box, forces, energy, virial, None, None)
     return forces, potential_energy, total_virial
 
@@ -332,8 +334,10 @@ def prepare_lj_forces(box, *, cutoff, epsilon=1.0, sigma=1.0, shift=True, backen
 
     Calling the returned :class:`PreparedLJForces` with ``(positions,
     neighbor_list)`` returns ``(forces (3, N), energies (N,), virials
-    (N,))`` on the backend's device: the per-atom terms that
-    :func:`lj_forces` sums, from the backend's kernel on raw arrays. Each
+    (N,), pair_counts (N,))`` on the backend's device: the per-atom terms that
+    :func:`lj_forces` sums, and each atom's neighbours inside the cutoff
+    (int32; their sum is twice the interacting pairs), from the backend's
+    kernel on raw arrays. Each
     call checks shapes, the dtype and that the list is for these atoms, box
     and cutoff; not that the positions are finite.
 
@@ -347,9 +351,10 @@ def prepare_lj_forces(box, *, cutoff, epsilon=1.0, sigma=1.0, shift=True, backen
     >>> x = np.array([[0.0, 2.0 ** (1 / 6)], [0.0, 0.0], [0.0, 0.0]])
     >>> box = (10.0, 10.0, 10.0)
     >>> nl = build_neighbor_list(x, box, cutoff=2.5, skin=0.3, backend="numpy")
-    >>> forces, energies, virials = prepare_lj_forces(box, cutoff=2.5, shift=False, backend="numpy")(x, nl)
-    >>> round(float(energies.sum()), 12)
-    -1.0
+    >>> forces, energies, virials, pair_counts = prepare_lj_forces(box, cutoff=2.5, shift=False,
+    ...                                                            backend="numpy")(x, nl)
+    >>> round(float(energies.sum()), 12), pair_counts.tolist()
+    (-1.0, [1, 1])
     """
     backend = get_backend(backend)
     box = _box(box)

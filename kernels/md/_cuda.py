@@ -175,7 +175,7 @@ def _kernels(dtype_name):
 
     @cuda.jit
     def forces(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, cutoff2, sigma2, c4, c24, shift,
-               forces_out, energy_out, virial_out, zero, one, two, half):
+               forces_out, energy_out, virial_out, pair_counts_out, zero, one, two, half):
         i = cuda.grid(1)
         if i >= x.shape[0]:
             return
@@ -190,6 +190,7 @@ def _kernels(dtype_name):
         fz = zero
         energy = zero
         virial = zero
+        pairs = 0
         for k in range(m):
             # Column-major: the threads of a warp read neighbour k of consecutive atoms, coalesced.
             j = _index(neighbors[i, _index(k)])
@@ -204,11 +205,13 @@ def _kernels(dtype_name):
                 fz += weight * dz
                 energy += e
                 virial += w
+                pairs += 1
         forces_out[0, i] = -fx
         forces_out[1, i] = -fy
         forces_out[2, i] = -fz
         energy_out[i] = half * energy
         virial_out[i] = half * virial
+        pair_counts_out[i] = pairs
 
     return build, forces
 
@@ -243,7 +246,7 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
 
 
 def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
-           forces_out, energy_out, virial_out):
+           forces_out, energy_out, virial_out, pair_counts_out):
     """Lennard-Jones forces from a full neighbour list; see ``_numpy.forces``."""
     dtype = np.dtype(positions.dtype)
     t = dtype.type
@@ -254,7 +257,7 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
         *(_on_device(positions[k]) for k in range(3)), _on_device(neighbors), _on_device(counts),
         t(lx), t(ly), t(lz), t(1.0 / lx), t(1.0 / ly), t(1.0 / lz), t(cutoff2), t(sigma * sigma),
         t(4.0 * epsilon), t(24.0 * epsilon), t(energy_shift), _on_device(forces_out),
-        _on_device(energy_out), _on_device(virial_out), t(0), t(1), t(2), t(0.5))
+        _on_device(energy_out), _on_device(virial_out), _on_device(pair_counts_out), t(0), t(1), t(2), t(0.5))
     return forces_out
 
 

@@ -171,7 +171,8 @@ __global__ void forces_kernel(const T* __restrict__ positions, int n, const int*
                               int slot_stride, T lx, T ly, T lz,
                               T ilx, T ily, T ilz, T cutoff2, T sigma2, T four_epsilon,
                               T twenty_four_epsilon, T energy_shift, T* __restrict__ forces_out,
-                              T* __restrict__ energy_out, T* __restrict__ virial_out)
+                              T* __restrict__ energy_out, T* __restrict__ virial_out,
+                              int* __restrict__ pair_counts_out)
 {
     const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= n) return;
@@ -182,6 +183,7 @@ __global__ void forces_kernel(const T* __restrict__ positions, int n, const int*
     const int m = counts[i] < capacity ? counts[i] : capacity;
     const int* row = neighbors + (long long)i * atom_stride;
     T fx = T(0), fy = T(0), fz = T(0), energy = T(0), virial = T(0);
+    int pairs = 0;
     for (int k = 0; k < m; ++k) {
         const int j = row[(long long)k * slot_stride];
         const T dx = minimum_image(x[j] - xi, lx, ilx);
@@ -196,6 +198,7 @@ __global__ void forces_kernel(const T* __restrict__ positions, int n, const int*
             fz += weight * dz;
             energy += e;
             virial += w;
+            ++pairs;
         }
     }
     forces_out[i] = -fx;
@@ -203,6 +206,7 @@ __global__ void forces_kernel(const T* __restrict__ positions, int n, const int*
     forces_out[2LL * n + i] = -fz;
     energy_out[i] = T(0.5) * energy;
     virial_out[i] = T(0.5) * virial;
+    pair_counts_out[i] = pairs;
 }
 """
 
@@ -283,7 +287,7 @@ def _build(positions, box, radius, neighbors_out, counts_out, threads):
 
 
 def _forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
-            forces_out, energy_out, virial_out, threads):
+            forces_out, energy_out, virial_out, pair_counts_out, threads):
     ctype = _ctype(positions.dtype)
     xp = _xp(positions)
     positions = xp.ascontiguousarray(positions)
@@ -296,13 +300,14 @@ def _forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_s
     counts = xp.ascontiguousarray(counts, dtype=np.int32)
     t = positions.dtype.type
     n = positions.shape[1]
-    outputs = [_target(a) for a in (forces_out, energy_out, virial_out)]
+    destinations = (forces_out, energy_out, virial_out, pair_counts_out)
+    outputs = [_target(a) for a in destinations]
     _kernel(f"forces_kernel<{ctype}>")(
         _blocks(n, threads), (threads, 1, 1),
         (positions, np.int32(n), memory, counts, np.int32(neighbors.shape[1]), np.int32(atom_stride),
          np.int32(slot_stride), *_box_values(box, t),
          t(cutoff2), t(sigma * sigma), t(4.0 * epsilon), t(24.0 * epsilon), t(energy_shift), *outputs))
-    for result, out in zip(outputs, (forces_out, energy_out, virial_out)):
+    for result, out in zip(outputs, destinations):
         if result is not out:
             out[...] = result
     return forces_out
@@ -314,7 +319,7 @@ def build_neighbors(positions, box, radius, neighbors_out, counts_out):
 
 
 def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
-           forces_out, energy_out, virial_out):
+           forces_out, energy_out, virial_out, pair_counts_out):
     """Lennard-Jones forces from a full neighbour list; see ``_numpy.forces``."""
     return _forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
-                   forces_out, energy_out, virial_out, THREADS)
+                   forces_out, energy_out, virial_out, pair_counts_out, THREADS)

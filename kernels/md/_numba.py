@@ -54,20 +54,26 @@ VECTOR_BYTES = 64
 
 @njit(**_PAIR_OPTS)
 def _pair(dx, dy, dz, live, cutoff2, sigma2, c4, c24, shift, zero, one, two):
-    """``(weight, energy, virial)`` of one listed pair; zeros unless ``live`` and inside the cutoff."""
+    """``(weight, energy, virial, inside)`` of one listed pair; zeros unless ``live`` and inside the cutoff.
+
+    ``inside`` is ``one`` for a pair that interacts: counted in the float
+    lanes of the sums (exact for any row length a list holds).
+    """
     r2 = dx * dx + dy * dy + dz * dz
     weight, e, w = lennard_jones(r2, sigma2, c4, c24, shift, one, two)
+    inside = one
     if not (live & within(r2, cutoff2)):
         weight = zero
         e = zero
         w = zero
-    return weight, e, w
+        inside = zero
+    return weight, e, w, inside
 
 
 @njit(inline="always", **_OPTS)
 def _atom_sums(x, y, z, row, count, xi, yi, zi, images, lx, ly, lz, ilx, ily, ilz, cutoff2, sigma2, c4,
                c24, shift, zero, one, two):
-    """Sums over the listed neighbours of one atom: (sum w dx, sum w dy, sum w dz, energy, virial).
+    """Sums over the listed neighbours of one atom: (sum w dx, sum w dy, sum w dz, energy, virial, pairs).
 
     ``images`` false skips the minimum image (the caller knows every pair
     inside the cutoff is its own nearest image); inlined, so the branch is
@@ -79,6 +85,7 @@ def _atom_sums(x, y, z, row, count, xi, yi, zi, images, lx, ly, lz, ilx, ily, il
     fz = zero
     energy = zero
     virial = zero
+    pairs = zero
     lanes = VECTOR_BYTES // x.itemsize
     body = count - count % lanes
     for k in range(body):
@@ -92,12 +99,13 @@ def _atom_sums(x, y, z, row, count, xi, yi, zi, images, lx, ly, lz, ilx, ily, il
             dx = x[j] - xi
             dy = y[j] - yi
             dz = z[j] - zi
-        weight, e, w = _pair(dx, dy, dz, True, cutoff2, sigma2, c4, c24, shift, zero, one, two)
+        weight, e, w, inside = _pair(dx, dy, dz, True, cutoff2, sigma2, c4, c24, shift, zero, one, two)
         fx += weight * dx
         fy += weight * dy
         fz += weight * dz
         energy += e
         virial += w
+        pairs += inside
     if body < count:
         last = count - 1
         for q in range(lanes):
@@ -111,14 +119,15 @@ def _atom_sums(x, y, z, row, count, xi, yi, zi, images, lx, ly, lz, ilx, ily, il
                 dx = x[j] - xi
                 dy = y[j] - yi
                 dz = z[j] - zi
-            weight, e, w = _pair(dx, dy, dz, body + q < count, cutoff2, sigma2, c4, c24, shift, zero, one,
-                                 two)
+            weight, e, w, inside = _pair(dx, dy, dz, body + q < count, cutoff2, sigma2, c4, c24, shift, zero,
+                                         one, two)
             fx += weight * dx
             fy += weight * dy
             fz += weight * dz
             energy += e
             virial += w
-    return fx, fy, fz, energy, virial
+            pairs += inside
+    return fx, fy, fz, energy, virial, pairs
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -132,7 +141,8 @@ def _inside_box(x, y, z, lx, ly, lz):
 
 @njit(parallel=True, **_OPTS)
 def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, interior, cutoff2, sigma2, c4,
-                   c24, shift, forces_out, energy_out, virial_out, n_chunks, zero, one, two, half):
+                   c24, shift, forces_out, energy_out, virial_out, pair_counts_out, n_chunks, zero, one, two,
+                   half):
     n = x.shape[0]
     capacity = neighbors.shape[1]
     for chunk in prange(n_chunks):
@@ -146,11 +156,11 @@ def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, interi
             count = min(counts[i], capacity)
             if (interior <= xi <= lx - interior) & (interior <= yi <= ly - interior) & (
                     interior <= zi <= lz - interior):
-                fx, fy, fz, energy, virial = _atom_sums(
+                fx, fy, fz, energy, virial, pairs = _atom_sums(
                     x, y, z, neighbors[i], count, xi, yi, zi, False, lx, ly, lz, ilx, ily, ilz, cutoff2,
                     sigma2, c4, c24, shift, zero, one, two)
             else:
-                fx, fy, fz, energy, virial = _atom_sums(
+                fx, fy, fz, energy, virial, pairs = _atom_sums(
                     x, y, z, neighbors[i], count, xi, yi, zi, True, lx, ly, lz, ilx, ily, ilz, cutoff2,
                     sigma2, c4, c24, shift, zero, one, two)
             forces_out[0, i] = -fx
@@ -158,12 +168,13 @@ def _forces_kernel(x, y, z, neighbors, counts, lx, ly, lz, ilx, ily, ilz, interi
             forces_out[2, i] = -fz
             energy_out[i] = half * energy
             virial_out[i] = half * virial
+            pair_counts_out[i] = np.int32(pairs)
         restore_fp_mode(fp_mode)
 
 
 @adaptive_threads(key=lambda positions, *rest: positions.shape[1])
 def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
-           forces_out, energy_out, virial_out):
+           forces_out, energy_out, virial_out, pair_counts_out):
     """Lennard-Jones forces from a full neighbour list; see ``_numpy.forces``."""
     t = positions.dtype.type
     lx, ly, lz = (float(v) for v in box)
@@ -176,8 +187,8 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
         interior = (1.0 + 1e-3) * np.sqrt(cutoff2) + 16 * np.finfo(t).eps * max(lx, ly, lz)
     _forces_kernel(x, y, z, neighbors, counts, t(lx), t(ly), t(lz), t(1.0 / lx), t(1.0 / ly), t(1.0 / lz),
                    t(interior), t(cutoff2), t(sigma * sigma), t(4.0 * epsilon), t(24.0 * epsilon),
-                   t(energy_shift), forces_out, energy_out, virial_out, _chunks(positions.shape[1]),
-                   t(0), t(1), t(2), t(0.5))
+                   t(energy_shift), forces_out, energy_out, virial_out, pair_counts_out,
+                   _chunks(positions.shape[1]), t(0), t(1), t(2), t(0.5))
     return forces_out
 
 

@@ -102,21 +102,25 @@ def _pair_terms(xp, r2, interacting, cutoff2, epsilon, sigma, energy_shift, t):
             xp.where(interacting, virial, zero))
 
 
-def _store(start, stop, d, weight, energy, virial, forces_out, energy_out, virial_out, t):
+def _store(start, stop, d, weight, energy, virial, interacting, forces_out, energy_out, virial_out,
+           pair_counts_out, t):
     for axis in range(3):
         forces_out[axis, start:stop] = -(weight * d[axis]).sum(axis=1)
     half = t(0.5)
     energy_out[start:stop] = half * energy.sum(axis=1)
     virial_out[start:stop] = half * virial.sum(axis=1)
+    pair_counts_out[start:stop] = interacting.sum(axis=1)
 
 
 def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_shift,
-           forces_out, energy_out, virial_out):
+           forces_out, energy_out, virial_out, pair_counts_out):
     """Lennard-Jones forces from a full neighbour list.
 
     ``forces_out`` (3, N) receives each atom's total force; ``energy_out``
     and ``virial_out`` (N,) half of each of its pairs' energy and ``r . F``
-    (see :mod:`.physics`), so that their sums are the totals. Only the
+    (see :mod:`.physics`), so that their sums are the totals;
+    ``pair_counts_out`` (N,) int32 how many of its neighbours lie inside
+    the cutoff (each pair in both rows: the sum is twice the pairs). Only the
     first ``counts[i]`` entries of row ``i`` are read; neighbours at
     ``r^2 >= cutoff2`` contribute nothing.
     """
@@ -138,12 +142,13 @@ def forces(positions, box, neighbors, counts, cutoff2, epsilon, sigma, energy_sh
             interacting = listed & physics.within(r2, cutoff2)
             weight, energy, virial = _pair_terms(xp, r2, interacting, cutoff2, epsilon, sigma,
                                                  energy_shift, t)
-            _store(start, stop, d, weight, energy, virial, forces_out, energy_out, virial_out, t)
+            _store(start, stop, d, weight, energy, virial, interacting, forces_out, energy_out, virial_out,
+                   pair_counts_out, t)
     return forces_out
 
 
 def forces_all_pairs(positions, box, cutoff2, epsilon, sigma, energy_shift,
-                     forces_out, energy_out, virial_out):
+                     forces_out, energy_out, virial_out, pair_counts_out):
     """:func:`forces` over all pairs, without a list: O(N^2), the reference."""
     xp = _xp(positions)
     t = positions.dtype.type
@@ -159,5 +164,6 @@ def forces_all_pairs(positions, box, cutoff2, epsilon, sigma, energy_shift,
             interacting = (columns != rows) & physics.within(r2, cutoff2)
             weight, energy, virial = _pair_terms(xp, r2, interacting, cutoff2, epsilon, sigma,
                                                  energy_shift, t)
-            _store(start, stop, d, weight, energy, virial, forces_out, energy_out, virial_out, t)
+            _store(start, stop, d, weight, energy, virial, interacting, forces_out, energy_out, virial_out,
+                   pair_counts_out, t)
     return forces_out

@@ -148,9 +148,10 @@ class PreparedLJForces:
 
     Built by :func:`hpcgpu.kernels.md.prepare_lj_forces`. Calling it with
     positions ``(3, N)`` and a :class:`~hpcgpu.kernels.md.NeighborList`
-    returns ``(forces (3, N), energies (N,), virials (N,))`` on the
-    backend's device, each pair's energy and virial split between its atoms
-    as :func:`~hpcgpu.kernels.md.lj_forces` sums them. The positions are not
+    returns ``(forces (3, N), energies (N,), virials (N,), pair_counts
+    (N,))`` on the backend's device, each pair's energy and virial split
+    between its atoms as :func:`~hpcgpu.kernels.md.lj_forces` sums them,
+    and each atom's neighbours inside the cutoff (int32). The positions are not
     checked for NaN (a stepper's instability check sees those).
     """
 
@@ -185,6 +186,7 @@ class PreparedLJForces:
         b = self.backend
         forces, energies, virials = b.empty((3, n), positions.dtype), b.empty((n,), positions.dtype), \
             b.empty((n,), positions.dtype)
+        pair_counts = b.empty((n,), np.int32)
         self._kernels.forces(positions, self.box, neighbor_list.neighbors, neighbor_list.counts, self._cutoff2,
-                             self.epsilon, self.sigma, self.shift_value, forces, energies, virials)
-        return forces, energies, virials
+                             self.epsilon, self.sigma, self.shift_value, forces, energies, virials, pair_counts)
+        return forces, energies, virials, pair_counts

@@ -43,7 +43,8 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.stencil.boundary import CODES, DIRICHLET, NAMES, OPEN, PERIODIC, WALL
 from hpcgpu.kernels.stencil.fields import MIN_POINTS, _boundary_value, _fields, _spacing, normalize_boundary
 from hpcgpu.kernels.stencil.prepared import FAST_PATHS, PreparedShallowWater, boundary_names
-from hpcgpu.kernels.stencil.shallow_water import prepare_shallow_water, shallow_water_stage, shallow_water_tendency
+from hpcgpu.kernels.stencil.shallow_water import (prepare_shallow_water, shallow_water_stage, shallow_water_tendency,
+                                                  viscous_energy_tendency)
 from hpcgpu.validation import check_count, check_float
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "diffuse",
     "shallow_water_tendency",
     "shallow_water_stage",
+    "viscous_energy_tendency",
     "arakawa_jacobian",
     "prepare_shallow_water",
     "PreparedShallowWater",

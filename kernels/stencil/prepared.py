@@ -83,6 +83,22 @@ class PreparedShallowWater:
         arrays, corners = self._window((*state0, *state, *out), rows, cols)
         self._kernels.shallow_water_stage(*arrays, corners, *self.physics, a, b, c, *self.boundary, cols=cols)
 
+    def viscous_energy_tendency(self, state, *, rows, cols=None):
+        """:func:`~hpcgpu.kernels.stencil.viscous_energy_tendency` of ``state`` (u, v, h) on the window
+        :meth:`stage` steps (rows ``lo:hi``, ``cols``), with its boundary: float64 ``(hi - lo, columns)``.
+
+        Array-module generic (the NumPy reference's expressions on this
+        backend's arrays). Cells within the stencil reach of an open edge
+        are not valid, as for a stage.
+        """
+        from hpcgpu.kernels.stencil import _numpy
+
+        arrays, _ = self._window(state, rows, cols)
+        if cols is not None:
+            arrays = [a[:, cols[0]:cols[1]] for a in arrays]
+        _, rdx, rdy, nu = self.physics
+        return _numpy.viscous_energy_tendency(*arrays, nu, rdx, rdy, *self.boundary)
+
     def rk3_step(self, state0, out, dt, stages, *, rows, cols=None):
         """One fused SSP-RK3 step from ``state0`` into ``out`` on rows ``lo:hi`` (only where ``fused``).
 

@@ -26,7 +26,7 @@ from hpcgpu.kernels.stencil.fields import MIN_POINTS, _fields, _spacing, normali
 from hpcgpu.kernels.stencil.prepared import PreparedShallowWater, boundary_names
 from hpcgpu.validation import check_dtype, check_finite_array, check_float, check_int
 
-__all__ = ["prepare_shallow_water", "shallow_water_stage", "shallow_water_tendency"]
+__all__ = ["prepare_shallow_water", "shallow_water_stage", "shallow_water_tendency", "viscous_energy_tendency"]
 
 
 def _coriolis(backend, f_corner, ny, dtype):
@@ -95,6 +95,52 @@ def shallow_water_tendency(u, v, h, *, f_corner, g, dx, dy, viscosity=0.0,
     bc = normalize_boundary(boundary)
     f_corner = _coriolis(backend, f_corner, h.shape[0], h.dtype)
     return backend.kernels("stencil").shallow_water_tendency(u, v, h, f_corner, g, rdx, rdy, nu, *bc)
+
+
+def viscous_energy_tendency(u, v, h, *, dx, dy, viscosity, boundary="periodic", backend="auto"):
+    """Per cell, the rate at which the Laplacian viscosity changes the discrete energy (m**3/s**3).
+
+    ``h_u u nu lap(u) + h_v v nu lap(v)`` at each cell's west and south
+    faces, with the viscous operator and boundary rules of
+    :func:`shallow_water_tendency` and ``h_u``, ``h_v`` the mean depths
+    beside each face: the energy's derivative along the viscous tendency.
+    Its sum times the cell area is the viscous term's ``dE/dt`` (m**5/s**3,
+    per unit density; <= 0 away from boundaries' round-off); the other
+    terms of the scheme conserve the energy, so the energy changes by its
+    time integral up to the time scheme's error. Array-module generic: the
+    same expressions on every backend's arrays, in float64.
+
+    Parameters
+    ----------
+    u, v, h : arrays (ny, nx)
+        Velocities on west / south faces (m/s) and layer depth at centres (m).
+    dx, dy : float
+        Grid spacing (m), > 0.
+    viscosity : float
+        Laplacian viscosity (m**2/s), >= 0.
+    boundary, backend
+        See :func:`normalize_boundary`.
+
+    Returns
+    -------
+    array (ny, nx), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> u = np.zeros((8, 8)); u[4, :] = 1.0  # a jet one row wide: viscosity spreads it, losing energy
+    >>> rate = viscous_energy_tendency(u, np.zeros((8, 8)), np.full((8, 8), 10.0), dx=1.0, dy=1.0,
+    ...                                viscosity=0.1, backend="numpy")
+    >>> float(rate.sum())  # 8 faces x h 10 x u 1 x nu 0.1 x lap(u) -2
+    -16.0
+    """
+    from hpcgpu.kernels.stencil import _numpy
+
+    backend = get_backend(backend)
+    u, v, h = _fields(backend, ("u", "v", "h"), (u, v, h))
+    dx, dy = _spacing(dx, dy)
+    viscosity = check_float("viscosity", viscosity, minimum=0.0)
+    return _numpy.viscous_energy_tendency(u, v, h, viscosity, 1.0 / dx, 1.0 / dy, *normalize_boundary(boundary))
 
 
 def shallow_water_stage(state0, state, out, *, a, b, c, f_corner, g, dx, dy, viscosity=0.0,

@@ -174,15 +174,19 @@ def test_backend_kernels_match_numpy_per_atom(fast_backend, dtype, order, rng):
     counts = np.empty(n, np.int32)
     assert _numpy.build_neighbors(x, box, radius, neighbors, counts) <= 40
     args = (box, 1.2**2, 0.9, 1.1, -0.05)
-    ref = [np.empty((3, n), dtype), np.empty(n, dtype), np.empty(n, dtype)]
+    ref = [np.empty((3, n), dtype), np.empty(n, dtype), np.empty(n, dtype), np.empty(n, np.int32)]
     _numpy.forces(x, *args[:1], neighbors, counts, *args[1:], *ref)
     dev = fast_backend.asarray
-    out = [fast_backend.empty((3, n), dtype), fast_backend.empty((n,), dtype), fast_backend.empty((n,), dtype)]
+    out = [fast_backend.empty((3, n), dtype), fast_backend.empty((n,), dtype), fast_backend.empty((n,), dtype),
+           fast_backend.empty((n,), np.int32)]
     listed = dev(np.asarray(neighbors, order=order))
     assert listed.flags.f_contiguous if order == "F" else listed.flags.c_contiguous
     fast_backend.kernels("md").forces(dev(x), box, listed, dev(counts), *args[1:], *out)
-    for got, expected in zip(out, ref):
+    for got, expected in zip(out[:3], ref[:3]):
         assert relative(got, expected.astype(np.float64)) <= tolerance(fast_backend, dtype)
+    # the pairs inside the cutoff, counted where the energies are summed: exactly the reference's
+    np.testing.assert_array_equal(_host(out[3]), ref[3])
+    assert 0 < ref[3].sum() < counts.sum()  # the list's skin holds pairs outside the cutoff
 
 
 def test_list_layout_is_the_backends_and_results_do_not_depend_on_it(backend, rng):

@@ -116,15 +116,17 @@ def test_forces_read_every_layout_to_the_bit(emulated, dtype, rng):
     args = (1.8**2, 0.9, 1.1, md.energy_shift(1.8, epsilon=0.9, sigma=1.1))
     results = {}
     for name, neighbors in layouts.items():
-        out = [np.full((3, n), np.nan, dtype), np.full(n, np.nan, dtype), np.full(n, np.nan, dtype)]
+        out = [np.full((3, n), np.nan, dtype), np.full(n, np.nan, dtype), np.full(n, np.nan, dtype),
+               np.full(n, -1, np.int32)]
         _cupy.forces(x, box, neighbors, counts, *args, *out)
         results[name] = out
     for name in ("columns", "view"):
         for got, expected in zip(results[name], results["rows"]):
             np.testing.assert_array_equal(got, expected, err_msg=name)
-    reference = [np.empty((3, n), dtype), np.empty(n, dtype), np.empty(n, dtype)]
+    reference = [np.empty((3, n), dtype), np.empty(n, dtype), np.empty(n, dtype), np.empty(n, np.int32)]
     _numpy.forces(x, box, rows, counts, *args, *reference)
-    for got, expected in zip(results["columns"], reference):
+    np.testing.assert_array_equal(results["columns"][3], reference[3])  # pairs inside the cutoff, exactly
+    for got, expected in zip(results["columns"][:3], reference[:3]):
         expected = expected.astype(np.float64)
         assert np.abs(got - expected).max() <= tolerance("cupy", dtype) * np.abs(expected).max()
 

@@ -42,7 +42,7 @@ def neighbor_list(x, box, capacity=160):
 
 def per_atom(kernels, x, box, neighbors, counts):
     n, dtype = x.shape[1], x.dtype
-    out = [np.empty((3, n), dtype), np.empty(n, dtype), np.empty(n, dtype)]
+    out = [np.empty((3, n), dtype), np.empty(n, dtype), np.empty(n, dtype), np.empty(n, np.int32)]
     kernels.forces(x, box, neighbors, counts, CUTOFF**2, 1.0, 1.0, -0.0163169, *out)
     return out
 

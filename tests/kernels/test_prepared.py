@@ -71,10 +71,15 @@ def test_prepared_lj_forces_are_the_terms_lj_forces_sums(backend, rng):
     nl = md.build_neighbor_list(x, box, cutoff=2.5, skin=0.3, backend=backend)
     forces, energy, virial = md.lj_forces(x, box, nl, cutoff=2.5, backend=backend)
     prepared = md.prepare_lj_forces(box, cutoff=2.5, backend=backend)
-    f, energies, virials = pickle.loads(pickle.dumps(prepared))(x, nl)
+    f, energies, virials, pair_counts = pickle.loads(pickle.dumps(prepared))(x, nl)
     np.testing.assert_array_equal(backend.to_host(f), backend.to_host(forces))
     assert float(backend.to_host(energies).sum(dtype=np.float64)) == pytest.approx(energy, rel=1e-12)
     assert float(backend.to_host(virials).sum(dtype=np.float64)) == pytest.approx(virial, rel=1e-12)
+    # the pair counts: the shifted energies miss exactly u(cutoff) per counted pair
+    unshifted = md.prepare_lj_forces(box, cutoff=2.5, shift=False, backend=backend)(x, nl)[1]
+    pairs = int(backend.to_host(pair_counts).sum()) // 2
+    assert pairs > 0 and float(backend.to_host(unshifted).sum(dtype=np.float64)) == pytest.approx(
+        float(backend.to_host(energies).sum(dtype=np.float64)) + pairs * md.energy_shift(2.5), rel=1e-12)
     with pytest.raises(ConfigError, match="built for 64 atoms"):
         prepared(x[:, :10], nl)
 

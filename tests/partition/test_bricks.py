@@ -57,7 +57,7 @@ def test_bricks_equal_one_process_with_atoms_crossing_faces_edges_and_corners(cl
     try:
         run.advance(100)
         final = run.global_state()
-        energy = run.diagnostics()["energy"]
+        diagnostics = run.diagnostics()
         summary = run.describe()
     finally:
         run.close()
@@ -68,7 +68,11 @@ def test_bricks_equal_one_process_with_atoms_crossing_faces_edges_and_corners(cl
     np.testing.assert_allclose(final.positions, reference.positions, rtol=1e-12, atol=1e-12 * side)
     speed = np.abs(reference.velocities).max()
     np.testing.assert_allclose(final.velocities, reference.velocities, rtol=1e-12, atol=1e-12 * speed)
-    np.testing.assert_allclose(energy, model.diagnostics(reference)["energy"], rtol=1e-12)
+    expected = model.diagnostics(reference)
+    for key in ("energy", "potential_energy_full"):
+        np.testing.assert_allclose(diagnostics[key], expected[key], rtol=1e-12, err_msg=key)
+    # each pair inside the cutoff counted once, whichever bricks hold its atoms (ghosts count half)
+    assert diagnostics["interacting_pairs"] == expected["interacting_pairs"] > 0
     if rebuild_delay(grid) == 0:
         assert final.rebuilds == reference.rebuilds > state.rebuilds  # the same builds, at the same steps
     else:  # decided late on a bound of the displacement: at least those builds
@@ -122,8 +126,9 @@ def test_md_bricks_reproduce_the_single_run_with_atoms_migrating(client, liquid,
     np.testing.assert_array_equal(sim.state.images, reference.state.images)
     np.testing.assert_array_equal(sim.state.ids, reference.state.ids)
     expected = reference.diagnostics.sel(time=sim.diagnostics.time)
-    for key in ("energy", "temperature", "pressure", "msd"):
+    for key in ("energy", "temperature", "pressure", "msd", "potential_energy_full"):
         np.testing.assert_allclose(sim.diagnostics[key], expected[key], rtol=1e-10, err_msg=key)
+    np.testing.assert_array_equal(sim.diagnostics["interacting_pairs"], expected["interacting_pairs"])
     summary = sim.summary()
     layers = [int(n) for n in summary["process_grid"].split("x")]
     if rebuild_delay(layers) == 0:
@@ -254,12 +259,12 @@ def test_inner_forces_then_the_edge_atoms_equal_the_forces_in_one_pass(liquid, b
                                   np.asarray(neighbors.counts))
     inner = model.inner_forces(block, split)
     in_two = model.forces_with_ghosts(block, ghosts, rebuild=False, inner=(split, inner))
-    for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
-        if backend == "numba":  # each row summed in the same order: bitwise
+    for name, one, two in zip(("forces", "energies", "virials", "pair_counts"), whole[:4], in_two[:4]):
+        if backend == "numba" or name == "pair_counts":  # each row summed in the same order: bitwise
             np.testing.assert_array_equal(two, one, err_msg=name)
         else:  # the NumPy reference pads rows to the longest of a chunk: to rounding
             np.testing.assert_allclose(two, one, rtol=1e-12, atol=1e-12, err_msg=name)
-    assert in_two[3] is neighbors
+    assert in_two[4] is neighbors
     with pytest.raises(ConfigError, match="the ghosts changed without a neighbour-list rebuild"):
         model.forces_with_ghosts(block, ghosts[:, 1:], rebuild=False, inner=(split, inner))
 
@@ -319,7 +324,7 @@ def test_every_backend_splits_the_forces_into_inner_and_edge_atoms_as_one_pass(f
     split = model.split_neighbors(block, fast_backend.asarray(edge))
     inner = (split, model.inner_forces(block, split))
     in_two = model.forces_with_ghosts(block, ghosts, rebuild=False, inner=inner)
-    for name, one, two in zip(("forces", "energies", "virials"), whole[:3], in_two[:3]):
+    for name, one, two in zip(("forces", "energies", "virials", "pair_counts"), whole[:4], in_two[:4]):
         np.testing.assert_array_equal(fast_backend.to_host(two), fast_backend.to_host(one), err_msg=name)
 
 

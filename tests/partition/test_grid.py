@@ -49,6 +49,24 @@ def test_weather_on_any_process_grid_equals_one_block_bitwise(client, grid, case
     sim.close()
 
 
+@pytest.mark.parametrize("grid", [(2, 2), (3, 1)], ids=["2x2", "3x1"])
+def test_the_energy_budget_on_a_process_grid_equals_one_block_bitwise(client, grid):
+    """The viscous energy accumulated cell by cell every step, summed as exact partials: the same budget."""
+    model = ShallowWater("unstable_jet", nx=48, ny=48, backend="numba", energy_budget=True)
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    reference = _reference(model, state, dt, 11, diagnostics=1)
+    sim = Simulation(model, state, dt=dt, stop_steps=11, progress=False, client=client, grid=grid, steps_per_task=2,
+                     diagnostics=1).run()
+    got, expected = sim.diagnostics, reference.diagnostics.sel(time=sim.diagnostics.time)
+    assert float(got["energy_dissipated"][-1]) > 0
+    for key in ("energy", "energy_dissipated"):
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    for name in ("u", "v", "h"):
+        np.testing.assert_array_equal(getattr(sim.state, name), getattr(reference.state, name), err_msg=name)
+    sim.close()
+
+
 def test_walls_on_both_axes_partition_in_two_dimensions(client):
     model = ShallowWater("turbulence", nx=40, ny=36, backend="numpy", boundary=("wall", "wall"))
     state = model.initial_state()

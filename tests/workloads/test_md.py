@@ -183,16 +183,20 @@ def test_langevin_nvt_reproduces_the_nist_lj_state_point():
     (the uncertainties NIST lists; the same numbers are HOOMD-blue's
     validation state point in hoomd/md/pytest/test_lj_nvt.py).
 
-    Here: the same N, rc and (truncated, unshifted) potential; fcc start,
-    2000 steps of equilibration (it melts), 20000 steps of production with
-    dt = 0.005 and friction 1. The tail corrections of
-    :func:`tail_corrections` are added to the measured U/N and virial
-    pressure, as NIST does. Pass: mean T within 2 % of the target, U/N and
+    Here: the same N and rc with the default, shifted, potential (its
+    forces, so its trajectory, are the truncated potential's; its energy
+    is higher by |u(rc)| per pair inside the cutoff, 0.27 per atom here,
+    30 times the allowed error); fcc start, 2000 steps of equilibration (it melts),
+    20000 steps of production with dt = 0.005 and friction 1. U/N is the
+    full potential's estimate ``potential_energy_full_per_atom`` (the shift
+    back and the tail of :func:`tail_corrections`), the pressure the virial
+    plus the tail, as NIST does. Pass: mean T within 2 % of the target, U/N and
     P within three combined standard errors (ours from 10 block means, and
     NIST's). About 8 s with Numba.
     """
-    model = LennardJones(5, density=0.86, temperature=0.85, cutoff=3.0, shift=False, thermostat="langevin",
+    model = LennardJones(5, density=0.86, temperature=0.85, cutoff=3.0, thermostat="langevin",
                          friction=1.0, backend="numba", seed=11)
+    assert model.shift
     stepper = model.stepper(0.005)
     state = stepper.advance(model.initial_state(), 2000)
     temperature, energy, pressure, msd = [], [], [], []
@@ -200,7 +204,7 @@ def test_langevin_nvt_reproduces_the_nist_lj_state_point():
         state = stepper.advance(state, 10)
         d = model.diagnostics(state)
         temperature.append(d["temperature"])
-        energy.append(d["potential_energy_per_atom"] + d["energy_tail"] / model.n)
+        energy.append(d["potential_energy_full_per_atom"])
         pressure.append(d["pressure"] + d["pressure_tail"])
         msd.append(d["msd"])
     t_mean, t_error = _block_mean(temperature)
@@ -312,6 +316,32 @@ def test_shifted_and_truncated_potentials_differ_by_the_pair_count_times_u_rc():
     difference = truncated.diagnostics(other)["potential_energy"] - shifted.diagnostics(state)["potential_energy"]
     assert math.isclose(difference, pairs * md_setup.lj_pair_energy(2.5), rel_tol=1e-9)
     assert np.array_equal(other.forces, state.forces)
+
+
+def test_full_potential_energy_is_right_for_either_shift(backend):
+    """Issue 36: at rho = 0.8442, rc = 2.5 the shift raises the energy by about 0.45 per atom (u(rc) < 0
+    taken from every pair inside the cutoff), as much as the tail (-0.45): the full potential's estimate
+    puts both back, whatever ``shift``, from the pairs counted where each backend sums the energies."""
+    cells = small(backend, 4, 3)  # 3 cells: a box of 5.04, just over twice the cutoff
+    reference = LennardJones(cells, **{**LIQUID, "backend": "numpy"})
+    melted = reference.step(reference.initial_state(), 0.005, 40)
+    shifted = LennardJones(cells, **{**LIQUID, "backend": backend})  # shift=True, the default
+    truncated = LennardJones(cells, **{**LIQUID, "shift": False, "backend": backend})
+    a = shifted.diagnostics(shifted.state_from_arrays(melted.positions, melted.velocities))
+    b = truncated.diagnostics(truncated.state_from_arrays(melted.positions, melted.velocities))
+    n = shifted.n
+    assert math.isclose(b["potential_energy_full"], b["potential_energy"] + b["energy_tail"], rel_tol=1e-12)
+    assert math.isclose(a["potential_energy_full"], b["potential_energy_full"], rel_tol=1e-10)
+    assert math.isclose(a["potential_energy_full_per_atom"] * n, a["potential_energy_full"], rel_tol=1e-14)
+    shift_back = (a["potential_energy_full"] - a["potential_energy"] - a["energy_tail"]) / n
+    assert -0.5 < shift_back < -0.4 and -0.46 < a["energy_tail"] / n < -0.44
+    # the pairs inside the cutoff, counted by brute force over every minimum image
+    x = np.asarray(melted.positions)
+    d = x[:, :, None] - x[:, None, :]
+    box = np.asarray(reference.box)[:, None, None]
+    d -= box * np.rint(d / box)
+    r2 = (d * d).sum(axis=0)
+    assert a["interacting_pairs"] == b["interacting_pairs"] == int((r2[np.triu_indices(n, 1)] < 2.5**2).sum())
 
 
 # -- backends, driver, stability ------------------------------------------------------------------
@@ -523,3 +553,18 @@ def test_xyz_writer_append_keeps_the_frames_before_drops_a_cut_one_and_writes_no
     path.write_text("not a trajectory\n")
     with pytest.raises(ConfigError, match="cannot append"):
         XYZWriter(path, 2, append=True)
+
+
+def test_a_state_pickled_before_states_carried_pair_counts_is_restored_with_them():
+    model = LennardJones(3, backend="numpy")
+    state = model.step(model.initial_state(), 0.005, 5)
+    host = model.checkpoint_state(state)
+    old = dict(host.__dict__)
+    del old["pair_counts"]  # what a checkpoint of an earlier version holds
+    unpickled = object.__new__(type(host))
+    unpickled.__setstate__(old)
+    assert unpickled.pair_counts is None
+    restored = model.restore_state(unpickled)
+    np.testing.assert_array_equal(restored.pair_counts, state.pair_counts)
+    assert model.diagnostics(restored)["potential_energy_full"] == pytest.approx(
+        model.diagnostics(state)["potential_energy_full"], rel=1e-14)

@@ -118,7 +118,9 @@ def _run(args, model, state, steps, client):
         cutoff=model.cutoff, atom_steps_per_s=model.n * summary["steps_per_s"],
         temperature_mean=float(late.temperature.mean()), pressure_mean=float(late.pressure.mean()),
         pressure_tail=float(late.pressure_tail[0]),
+        pressure_full_mean=float((late.pressure + late.pressure_tail).mean()),
         potential_energy_per_atom_mean=float(late.potential_energy_per_atom.mean()),
+        potential_energy_full_per_atom_mean=float(late.potential_energy_full_per_atom.mean()),
         energy_tail_per_atom=float(late.energy_tail[0]) / model.n, msd=float(diagnostics.msd[-1]),
         neighbor_rebuilds=int(diagnostics.neighbor_rebuilds[-1]), rdf_samples=rdf.samples,
         rdf_peak_r=float(r[peak]), rdf_peak_g=float(g[peak]))
@@ -129,7 +131,7 @@ def _run(args, model, state, steps, client):
     summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)
-    _print_summary(summary)
+    _print_summary(summary, model.shift)
     return 0
 
 
@@ -182,7 +184,7 @@ def _plot(path, model, diagnostics, r, g, samples):
     plt.close(fig)
 
 
-def _print_summary(s):
+def _print_summary(s, shift=True):
     print(f"md/{s['thermostat']} on {s['backend']} ({s['dtype']}, N = {s['n']}, density {s['density']:.4g}): "
           f"{s['step']} steps to t = {s['time']:.6g} in {s['wall_s']:.2f} s wall")
     print(f"  speed:          {s['steps_per_s']:.1f} steps/s, {s['atom_steps_per_s']:.3g} atom-steps/s "
@@ -191,9 +193,13 @@ def _print_summary(s):
         print(f"  energy change:  {s['energy_relative_change']:+.3e} (relative)")
     else:
         print(f"  energy change:  {s['energy_relative_change']:+.3e} (relative; the thermostat exchanges energy)")
-    print(f"  second half:    T = {s['temperature_mean']:.4f}, P = {s['pressure_mean']:.4f} "
-          f"(tail {s['pressure_tail']:+.4f}), U/N = {s['potential_energy_per_atom_mean']:.4f} "
-          f"(tail {s['energy_tail_per_atom']:+.4f})")
+    # the simulated potential's U/N and P beside the full potential's estimates (what tables of the
+    # fluid give): the tail alone is not the difference when the potential is shifted
+    simulated = "shifted" if shift else "truncated"
+    print(f"  second half:    T = {s['temperature_mean']:.4f}; U/N = {s['potential_energy_per_atom_mean']:.4f} "
+          f"({simulated} at the cutoff), {s['potential_energy_full_per_atom_mean']:.4f} (full potential)")
+    print(f"                  P = {s['pressure_mean']:.4f} (virial, {simulated}), {s['pressure_full_mean']:.4f} "
+          f"(full potential: with the tail {s['pressure_tail']:+.4f})")
     print(f"  structure:      g(r) peak {s['rdf_peak_g']:.2f} at r = {s['rdf_peak_r']:.3f}; MSD {s['msd']:.3f} sigma^2")
     print(f"  neighbour list: {s['neighbor_rebuilds']} builds in {s['step']} steps")
     if s.get("executor") == "distributed":

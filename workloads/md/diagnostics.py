@@ -68,15 +68,27 @@ class Thermodynamics:
 
         ``kinetic_energy``, ``potential_energy`` (of the simulated, shifted or
         truncated, potential) and ``energy`` (their sum, conserved in NVE);
-        ``potential_energy_per_atom``; ``temperature`` ``2 K' / (3N - 3)``
+        ``potential_energy_per_atom``; ``potential_energy_full`` and
+        ``potential_energy_full_per_atom``, the estimate of the full
+        (untruncated, unshifted) Lennard-Jones potential energy, the one
+        tables of the fluid (NIST, Johnson et al.) give, whatever ``shift``::
+
+            U_full = U + n_pairs u(cutoff) [shift] + N u_tail
+
+        with ``U`` the simulated energy, ``n_pairs`` the pairs inside the
+        cutoff (``interacting_pairs``: the shift took ``u(cutoff)`` from
+        each of them) and ``N u_tail`` the tail beyond the cutoff
+        (``energy_tail``, assuming ``g(r) = 1`` there); ``temperature`` ``2 K' / (3N - 3)``
         with ``K'`` the kinetic energy in the centre-of-mass frame;
         ``pressure`` ``(2 K + W) / (3 V)``, the virial pressure with ``K``
         the kinetic energy and ``W`` the sum over pairs of ``r_ij . F_ij``:
         its kinetic part is ``2 K / (3 V)`` whatever the temperature's
         degrees of freedom (what LAMMPS, HOOMD and OpenMM report), so it is
-        not ``N T / V`` with the ``3N - 3`` temperature; ``energy_tail`` (N u_tail) and
-        ``pressure_tail`` (add them for full-potential estimates, see
-        :func:`tail_corrections`); ``momentum_x/y/z``; ``msd``, the mean
+        not ``N T / V`` with the ``3N - 3`` temperature; ``energy_tail`` (N u_tail,
+        already in ``potential_energy_full``; added to ``potential_energy``
+        alone it is the full estimate only for ``shift=False``) and
+        ``pressure_tail`` (add it to ``pressure`` for the full potential's,
+        either ``shift``: see :func:`tail_corrections`); ``momentum_x/y/z``; ``msd``, the mean
         squared displacement since step 0 (sigma^2); ``density``;
         ``neighbor_rebuilds``, the neighbour lists built so far.
         """
@@ -94,9 +106,12 @@ class Thermodynamics:
         for axis, length in enumerate(self.model.box):
             d = state.positions[axis].astype(np.float64) + state.images[axis] * length - state.origins[axis]
             squared = squared + d * d
+        # the pair counts ride in float64: exact below 2**53
         values = xp.stack([(v * v).sum(), *v.sum(axis=1), state.energies.sum(dtype=np.float64),
-                           state.virials.sum(dtype=np.float64), xp.asarray(squared).sum()])
-        names = ("kinetic2", "momentum_x", "momentum_y", "momentum_z", "potential", "virial", "squared_displacement")
+                           state.virials.sum(dtype=np.float64), xp.asarray(squared).sum(),
+                           state.pair_counts.sum(dtype=np.float64)])
+        names = ("kinetic2", "momentum_x", "momentum_y", "momentum_z", "potential", "virial", "squared_displacement",
+                 "listed_pairs")
         out = dict(zip(names, (float(x) for x in backend.to_host(values))))
         out.update(atoms=state.size, rebuilds=state.rebuilds)
         return out
@@ -110,8 +125,14 @@ class Thermodynamics:
         volume = self.model.volume
         density = n / volume
         energy_tail, pressure_tail = tail_corrections(density, self.model.cutoff)
+        # every pair inside the cutoff sits in both of its atoms' counts, whichever blocks hold them
+        pairs = 0.5 * total["listed_pairs"]
+        # energy_shift is u(cutoff) with shift=True, 0 without: the shift taken from each pair goes back
+        full = total["potential"] + pairs * self.model.energy_shift + n * energy_tail
         out = {"energy": kinetic + total["potential"], "kinetic_energy": kinetic,
                "potential_energy": total["potential"], "potential_energy_per_atom": total["potential"] / n,
+               "potential_energy_full": full, "potential_energy_full_per_atom": full / n,
+               "interacting_pairs": pairs,
                "temperature": temperature, "pressure": (2.0 * kinetic + total["virial"]) / (3.0 * volume),
                "energy_tail": n * energy_tail, "pressure_tail": pressure_tail,
                "msd": total["squared_displacement"] / n, "density": density,

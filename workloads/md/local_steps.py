@@ -99,8 +99,7 @@ class LocalSteps:
             if self.sort_every and rebuilds % self.sort_every == 0:
                 state = self.sorted_into_cells(state)
             neighbors = self.neighbor_list(state.positions, neighbors)
-        forces, energies, virials = self.forces(state.positions, neighbors)
-        return self._kicked(state, dt, forces, energies, virials, neighbors, rebuilds)
+        return self._kicked(state, dt, self.forces(state.positions, neighbors), neighbors, rebuilds)
 
     def sorted_into_cells(self, state):
         """The state with its atoms in cell order (every per-atom array; no neighbour list).
@@ -127,15 +126,16 @@ class LocalSteps:
         computed while the ghosts travelled; ``joined``: the atoms' and the
         ghosts' positions in one array, when the caller has it).
         """
-        forces, energies, virials, neighbors, rebuilds = self.forces_with_ghosts(state, ghost_positions, rebuild,
-                                                                                 inner, joined)
-        return self._kicked(state, dt, forces, energies, virials, neighbors, rebuilds)
+        *terms, neighbors, rebuilds = self.forces_with_ghosts(state, ghost_positions, rebuild, inner, joined)
+        return self._kicked(state, dt, terms, neighbors, rebuilds)
 
-    def _kicked(self, state, dt, forces, energies, virials, neighbors, rebuilds):
-        """The state after the second half kick ``v + f dt/2`` (one pass on backends that have it)."""
+    def _kicked(self, state, dt, terms, neighbors, rebuilds):
+        """The state after the second half kick ``v + f dt/2`` (one pass on backends that have it);
+        ``terms``: forces, energies, virials and pair counts, as :meth:`LennardJones.forces` gives them."""
+        forces, energies, virials, pair_counts = terms
         velocities = md_kernels.verlet_kick(state.velocities, forces, dt, backend=self.backend)
         return replace(state, velocities=velocities, forces=forces, energies=energies, virials=virials,
-                       neighbors=neighbors, rebuilds=rebuilds)
+                       pair_counts=pair_counts, neighbors=neighbors, rebuilds=rebuilds)
 
     def ghost_radius(self):
         """``cutoff + skin``: atoms this close to a brick are its ghosts."""
@@ -227,7 +227,7 @@ class LocalSteps:
     def inner_forces(self, state, split):
         """Forces on the block's inner atoms (those whose rows list no ghost), zeros on the others.
 
-        Returns ``(positions, forces, energies, virials)``: ``positions`` is
+        Returns ``(positions, forces, energies, virials, pair_counts)``: ``positions`` is
         the ``(3, atoms + ghosts)`` array the list indexes, the block's own
         atoms first and zeros (inside the box) where the ghosts go;
         :meth:`forces_with_ghosts` writes the ghosts there and adds the edge atoms.
@@ -247,7 +247,7 @@ class LocalSteps:
 
         Returns
         -------
-        forces, energies, virials, neighbors, rebuilds
+        forces, energies, virials, pair_counts, neighbors, rebuilds
             As :meth:`LennardJones.forces` gives them, for the block's own
             atoms; the list and the count of lists built so far.
 
@@ -262,7 +262,7 @@ class LocalSteps:
             raise ConfigError(f"joined must hold the {n} atoms and {ghost_positions.shape[1]} ghosts; "
                               f"got {joined.shape[1]} columns")
         if inner is not None and not rebuild:
-            split, (positions, forces, energies, virials) = inner
+            split, (positions, forces, energies, virials, pair_counts) = inner
             if split.edge.size != n + ghost_positions.shape[1]:
                 raise ConfigError(f"the ghosts changed without a neighbour-list rebuild ({split.edge.size} listed "
                                   f"atoms, {n + ghost_positions.shape[1]} given)")
@@ -270,11 +270,11 @@ class LocalSteps:
                 positions[:, n:] = ghost_positions
             else:
                 positions = joined
-            edge_forces, edge_energies, edge_virials = model.forces(positions, split.edge)
+            edge_forces, edge_energies, edge_virials, edge_pair_counts = model.forces(positions, split.edge)
             xp, edge = model.backend.xp, split.edge_atoms
             return (xp.where(edge[None, :], edge_forces[:, :n], forces[:, :n]),
                     xp.where(edge, edge_energies[:n], energies[:n]), xp.where(edge, edge_virials[:n], virials[:n]),
-                    state.neighbors, state.rebuilds)
+                    xp.where(edge, edge_pair_counts[:n], pair_counts[:n]), state.neighbors, state.rebuilds)
         positions = joined
         if positions is None:
             positions = model.backend.xp.concatenate([state.positions, ghost_positions], axis=1)
@@ -287,8 +287,8 @@ class LocalSteps:
         elif neighbors.size != positions.shape[1]:
             raise ConfigError(f"the ghosts changed without a neighbour-list rebuild ({neighbors.size} listed "
                               f"atoms, {positions.shape[1]} given)")
-        forces, energies, virials = model.forces(positions, neighbors)
-        return forces[:, :n], energies[:n], virials[:n], neighbors, rebuilds
+        forces, energies, virials, pair_counts = model.forces(positions, neighbors)
+        return forces[:, :n], energies[:n], virials[:n], pair_counts[:n], neighbors, rebuilds
 
     def take_block(self, state, start, stop):
         """Atoms ``start:stop`` as independent arrays (without a neighbour list)."""
@@ -321,6 +321,10 @@ class LocalSteps:
 
     def restore_state(self, host):
         """A checkpointed state on this model's backend (its neighbour list kept on the CPU)."""
+        if host.pair_counts is None:  # written before states carried them: counted again here
+            positions = self.backend.asarray(host.positions)
+            pair_counts = self.forces(positions, self.neighbor_list(positions))[3]
+            host = replace(host, pair_counts=self.backend.to_host(pair_counts))
         state = self.concat_blocks([host])
         if host.neighbors is not None and not self.backend.on_gpu and host.neighbors.size == state.size:
             state = replace(state, neighbors=host.neighbors)

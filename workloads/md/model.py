@@ -38,8 +38,10 @@ unwrapped trajectories (mean-squared displacement) stay exact.
 
 Diagnostics (:meth:`LennardJones.diagnostics`): energies, temperature with
 3N - 3 degrees of freedom, virial pressure, momentum, mean-squared
-displacement, neighbour-list builds and the standard long-range tail
-corrections (:func:`tail_corrections`); g(r) is :meth:`LennardJones.rdf`.
+displacement, neighbour-list builds, the standard long-range tail
+corrections (:func:`tail_corrections`) and the full potential's energy
+estimated from them and the shift (``potential_energy_full``); g(r) is
+:meth:`LennardJones.rdf`.
 
 Examples
 --------
@@ -166,7 +168,9 @@ class LennardJones(LocalSteps):
     diagnostic_units = {"time": "tau (LJ units)", "max_cfl": "1", "temperature": "epsilon/k_B",
                         "pressure": "epsilon/sigma3", "pressure_tail": "epsilon/sigma3", "msd": "sigma2",
                         "density": "sigma-3", "neighbor_rebuilds": "1", "potential_energy_per_atom": "epsilon",
-                        **{k: "epsilon" for k in ("energy", "kinetic_energy", "potential_energy", "energy_tail")},
+                        "potential_energy_full_per_atom": "epsilon", "interacting_pairs": "1",
+                        **{k: "epsilon" for k in ("energy", "kinetic_energy", "potential_energy", "energy_tail",
+                                                  "potential_energy_full")},
                         **{f"momentum_{a}": "mass sigma/tau (LJ units)" for a in "xyz"}}
 
     def __init__(self, n_cells=5, *, density=None, box=None, temperature=1.0, cutoff=2.5, skin=0.3,
@@ -311,8 +315,8 @@ class LennardJones(LocalSteps):
         positions, images = md_kernels.wrap_into_box(xp, self.box, positions.copy(), xp.zeros((3, n), dtype=np.int64))
         neighbors = self.neighbor_list(positions)
         pairs.check_overlaps(self.backend, self.box, positions, neighbors, ids, MIN_DISTANCE)
-        forces, energies, virials = self.forces(positions, neighbors)
-        return MDState(positions, velocities, forces, images, origins, ids, energies, virials,
+        forces, energies, virials, pair_counts = self.forces(positions, neighbors)
+        return MDState(positions, velocities, forces, images, origins, ids, energies, virials, pair_counts,
                        step=check_int("step", step, minimum=0), rebuilds=1, neighbors=neighbors)
 
     # -- neighbour pairs ------------------------------------------------------------------
@@ -370,7 +374,8 @@ class LennardJones(LocalSteps):
 
     # -- forces and time stepping -------------------------------------------------------------
     def forces(self, positions, neighbors):
-        """Forces ``(3, N)`` and per-atom energies and virials ``(N,)`` from a neighbour list."""
+        """Forces ``(3, N)``, per-atom energies and virials ``(N,)`` and pair counts (int32 ``(N,)``:
+        neighbours inside the cutoff) from a neighbour list."""
         lj = self.__dict__.get("_lj_forces")
         if lj is None or lj.backend.name != self.backend.name:
             lj = self._lj_forces = md_kernels.prepare_lj_forces(self.box, cutoff=self.cutoff, shift=self.shift,

@@ -27,6 +27,10 @@ class MDState:
         Global atom ids: they key each atom's random numbers.
     energies, virials : arrays (N,)
         Half of the potential energy and of ``r . f`` of each of the atom's pairs.
+    pair_counts : int32 array (N,)
+        The atom's neighbours inside the cutoff: their sum is twice the
+        interacting pairs (what the shifted potential's energy lacks, times
+        ``u(cutoff)``, from the full potential's).
     step, rebuilds : int
         Time steps taken (keys the thermostat's noise) and neighbour lists built so far.
     neighbors : NeighborList or None
@@ -41,13 +45,19 @@ class MDState:
     ids: object
     energies: object
     virials: object
+    pair_counts: object
     step: int = 0
     rebuilds: int = 0
     neighbors: object = None
 
     def arrays(self):
         return (self.positions, self.velocities, self.forces, self.images, self.origins, self.ids,
-                self.energies, self.virials)
+                self.energies, self.virials, self.pair_counts)
+
+    def __setstate__(self, fields):
+        # a checkpoint written before the state carried its pair counts: the model restores them
+        fields.setdefault("pair_counts", None)
+        self.__dict__.update(fields)
 
     @property
     def size(self):

@@ -20,7 +20,8 @@ must not import the physics.
 
 from hpcgpu.registry import lazy_exports
 
-__all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
+__all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterBudgetState", "ShallowWaterParams", "CASES",
+           "RK3_CFL_LIMIT"]
 
 _HOME = {**dict.fromkeys(__all__, "model"), **{"STAGE_REACH": "stepper", "Grid": "grid"}}
 """The module each public name lives in."""

@@ -33,6 +33,9 @@ def add_arguments(parser):
     parser.add_argument("--out", help="output directory (default: hpcgpu-output/weather-CASE)")
     parser.add_argument("--snapshots", type=int, default=8, help="field snapshots written to Zarr (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-energy-budget", action="store_true",
+                        help="do not integrate the viscous dissipation every step (faster: Numba's fused step; "
+                             "the summary then has no energy budget)")
     cluster = add_cluster_arguments(parser, "blocks of the state on a process grid (default: one per worker)")
     cluster.add_argument("--steps-per-task", type=int,
                          help="time steps per task, K (default: the largest of 16, 8, 4, 2, 1 whose halo is at "
@@ -53,7 +56,8 @@ def run(args):
     # only): this command line's model would allocate a full-size state just to drop it.
     model = state = dt = steps = None
     if not args.resume:
-        model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend)
+        model = ShallowWater(args.case, nx=args.nx, ny=args.ny, dtype=args.dtype, backend=args.backend,
+                             energy_budget=not args.no_energy_budget)
         state = model.initial_state()
         dt = args.dt if args.dt is not None else model.suggested_dt(state, args.cfl)
         stop_time = args.stop_time if args.stop_time is not None else CASES[args.case].stop_time
@@ -85,6 +89,7 @@ def run(args):
             sim.close()
     wall = time.perf_counter() - started
     summary = sim.summary()
+    summary.update(_energy_budget(sim.diagnostics))
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path),
                    grid=f"{model.grid.nx}x{model.grid.ny}", backend=model.backend.name, dtype=model.dtype.name,
                    case=getattr(model, "case", args.case))
@@ -105,15 +110,36 @@ def run(args):
     return 0
 
 
+def _energy_budget(diagnostics):
+    """The run's energy budget (m5 s-2) from its diagnostics: the change, the viscous dissipation and their
+    difference, the time scheme's error (the spatial scheme conserves energy). Empty without a budget."""
+    if "energy_dissipated" not in diagnostics:
+        return {}
+    energy, dissipated = diagnostics["energy"].values, diagnostics["energy_dissipated"].values
+    change, removed = float(energy[-1] - energy[0]), float(dissipated[-1] - dissipated[0])
+    error = change + removed
+    return {"energy_change": change, "energy_dissipated": removed, "energy_budget_error": error,
+            "energy_budget_error_relative": error / abs(float(energy[0])) if energy[0] else float("nan")}
+
+
 def _print_summary(s):
     print(f"weather/{s['case']} on {s['backend']} ({s['dtype']}, grid {s['grid']}): "
           f"{s['step']} steps to t = {s['time']:.6g} s in {s['wall_s']:.2f} s wall")
     print(f"  speed:        {s['steps_per_s']:.1f} steps/s, {s['point_updates_per_s'] / 1e6:.1f} M grid-point updates/s "
           f"(JIT warm-up {s['warmup_s']:.2f} s, not counted)")
-    for key, label in (("mass", "mass"), ("energy", "energy"), ("enstrophy", "potential enstrophy")):
+    # only mass is conserved: viscosity removes energy and enstrophy, so their changes are no errors;
+    # the energy budget tells the scheme's error apart from the dissipation
+    for key, label, note in (("mass", "mass", "relative; conserved"),
+                             ("energy", "energy", "relative; viscosity removes energy"),
+                             ("enstrophy", "potential enstrophy", "relative; viscosity changes it")):
         value = s.get(f"{key}_relative_change")
         if value is not None:
-            print(f"  {label + ' change:':<27} {value:+.3e} (relative)")
+            print(f"  {label + ' change:':<27} {value:+.3e} ({note})")
+    if "energy_budget_error" in s:
+        share = abs(s["energy_budget_error"] / s["energy_change"]) if s["energy_change"] else float("nan")
+        print(f"  {'energy budget:':<27} change {s['energy_change']:+.4e} m5/s2, viscous dissipation "
+              f"{s['energy_dissipated']:.4e}, their difference {s['energy_budget_error']:+.3e} "
+              f"(the time scheme's error: {share:.2%} of the change)")
     print(f"  max CFL:      {s.get('max_cfl', float('nan')):.3f}")
     if s.get("executor") == "distributed":
         print(f"  cluster:      {s['workers']} workers, {s['partitions']} partitions on a {s['process_grid']} process "

@@ -1,5 +1,9 @@
 """Diagnostics of the shallow-water model as sums over grid blocks: mass, energy, potential enstrophy.
 
+With the model's ``energy_budget``, also the energy the viscous terms have
+removed (``energy_dissipated``): the sum of the state's per-cell budget,
+which the stepper accumulates (:class:`~hpcgpu.workloads.weather.ShallowWaterBudgetState`).
+
 Every quantity is a sum over a block's owned cells (:func:`block_sums`),
 combined afterwards (:func:`combine_sums`), so a partitioned run reduces
 where its partitions live and only a few numbers per quantity travel. A
@@ -75,9 +79,13 @@ def block_sums(model, state, where):
     if north_wall:
         density[-1] *= 0.5
     # exact partial sums: any split of the grid into blocks adds up to the same correctly rounded totals
-    return {"cells": int(rows * cols), "depth": exact_partial(h), "deviation": exact_partial(deviation),
+    sums = {"cells": int(rows * cols), "depth": exact_partial(h), "deviation": exact_partial(deviation),
             "deviation2": exact_partial(deviation * deviation), "kinetic2": exact_partial(kinetic),
             "enstrophy": exact_partial(density)}
+    budget = getattr(state, "viscous_energy", None)
+    if budget is not None:  # accumulated cell by cell: its owned cells are any split's
+        sums["viscous_energy"] = exact_partial(where.interior(budget))
+    return sums
 
 
 def combine_sums(model, parts):
@@ -89,6 +97,9 @@ def combine_sums(model, parts):
     offset = total["deviation"] / total["cells"]  # mean depth minus the rest depth
     # APE about the actual mean depth, summed about the rest depth without cancellation
     potential = 0.5 * model.params.g * (total["deviation2"] - total["cells"] * offset * offset)
-    return {"mass": total["depth"] * area,
-            "energy": (0.5 * total["kinetic2"] + potential) * area,
-            "enstrophy": total["enstrophy"] * area}
+    out = {"mass": total["depth"] * area,
+           "energy": (0.5 * total["kinetic2"] + potential) * area,
+           "enstrophy": total["enstrophy"] * area}
+    if "viscous_energy" in total:
+        out["energy_dissipated"] = (0.0 - total["viscous_energy"]) * area  # 0.0, not -0.0, at the start
+    return out

@@ -31,6 +31,8 @@ Examples
 
 import math
 
+import numpy as np
+
 from hpcgpu.kernels.stencil import OPEN
 from hpcgpu.workloads.weather.stepper import STAGE_REACH, HostArrayPool
 
@@ -119,7 +121,7 @@ class GridBlocks:
                 # results the caller has released come back from the pool
                 # (no page faults on a resident block's next superstep)
                 empty = cache.setdefault("result-arrays", HostArrayPool()).empty
-            out = self.state_type(*(empty(a.shape, self.dtype) for a in state.arrays()))
+            out = self.state_type(*(empty(a.shape, a.dtype) for a in state.arrays()))
         return stepper.advance(state, steps, out=out)
 
     def to_host(self, state):
@@ -128,7 +130,10 @@ class GridBlocks:
 
     def restore_state(self, host_state):
         """A host state (a checkpoint's) on this model's backend, in its dtype."""
-        return self.state_type(*(self.backend.asarray(a, dtype=self.dtype) for a in host_state.arrays()))
+        # the fields in the model's dtype; an energy budget stays float64
+        dtypes = [self.dtype] * len(self.field_names) + [np.float64]
+        return self.state_type(*(self.backend.asarray(a, dtype=dtype)
+                                 for a, dtype in zip(host_state.arrays(), dtypes)))
 
     def block_health(self, state):
         """Extremes and non-finite fields of a block (host scalars)."""

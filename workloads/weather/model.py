@@ -34,7 +34,8 @@ from hpcgpu.workloads.weather.grid_blocks import GridBlocks
 from hpcgpu.workloads.weather.stepper import ShallowWaterStepper
 from hpcgpu.workloads.weather.grid import Grid
 
-__all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterParams", "CASES", "RK3_CFL_LIMIT"]
+__all__ = ["ShallowWater", "ShallowWaterState", "ShallowWaterBudgetState", "ShallowWaterParams", "CASES",
+           "RK3_CFL_LIMIT"]
 
 CASES = cases.CASES
 
@@ -70,6 +71,26 @@ class ShallowWaterState:
 
         ny, nx = self.h.shape
         return html_views.state_html(self, facts=[("grid (nx x ny)", f"{nx} x {ny}")])
+
+
+@dataclass(frozen=True)
+class ShallowWaterBudgetState(ShallowWaterState):
+    """A :class:`ShallowWaterState` that also carries the viscous energy budget (``energy_budget=True``).
+
+    Attributes
+    ----------
+    viscous_energy : float64 array (ny, nx)
+        Per cell, the energy the viscous terms have added since the budget
+        started (m**3/s**2 per unit area and density; negative: viscosity
+        removes energy): the time integral of
+        :func:`hpcgpu.kernels.stencil.viscous_energy_tendency`, accumulated
+        every step with the SSP-RK3 weights on its three stages.
+    """
+
+    viscous_energy: object
+
+    def arrays(self):
+        return (self.u, self.v, self.h, self.viscous_energy)
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,13 @@ class ShallowWater(GridBlocks):
         Domain size (m); defaults from the case.
     boundary : str or tuple, optional
         Grid boundary (see :class:`hpcgpu.workloads.weather.grid.Grid`); default from the case.
+    energy_budget : bool
+        Keep the energy budget (default False): states are
+        :class:`ShallowWaterBudgetState`, which accumulate the viscous
+        terms' energy change every step, and the diagnostics add
+        ``energy_dissipated``. Every step then runs the three stage calls
+        (not a backend's fused step: the same numbers) and three evaluations
+        of :func:`~hpcgpu.kernels.stencil.viscous_energy_tendency`.
     **params
         Overrides of :class:`ShallowWaterParams` fields and of the case's own
         parameters (e.g. ``jet_speed``, ``amplitude``, ``wavenumber``).
@@ -156,9 +184,10 @@ class ShallowWater(GridBlocks):
     # units of the time axis and of the diagnostics, for the files they are written to (ZarrWriter)
     diagnostic_units = {"time": "s", "mass": "m3", "energy": "m5 s-2", "enstrophy": "m s-2", "max_cfl": "1"}
     stencil_radius = 2  # rows a tendency evaluation reads on each side
+    energy_budget = False  # models pickled before the option existed keep none
 
     def __init__(self, case="unstable_jet", *, nx=None, ny=None, dtype="float64", backend="auto",
-                 Lx=None, Ly=None, boundary=None, **params):
+                 Lx=None, Ly=None, boundary=None, energy_budget=False, **params):
         spec = CASES.get(case) if isinstance(case, str) else None
         if spec is None:
             check_choice("case", case, tuple(CASES))
@@ -179,6 +208,12 @@ class ShallowWater(GridBlocks):
         self.backend = get_backend(backend)
         # What was asked for: workers of a cluster resolve "auto" on their own hardware.
         self.backend_request = backend if isinstance(backend, str) else self.backend.name
+        if not isinstance(energy_budget, (bool, np.bool_)):
+            raise ConfigError(f"energy_budget must be True or False; got {energy_budget!r}")
+        self.energy_budget = bool(energy_budget)
+        if self.energy_budget:
+            self.state_type = ShallowWaterBudgetState
+            self.diagnostic_units = {**type(self).diagnostic_units, "energy_dissipated": "m5 s-2"}
         self._spec = spec
         self._f_corner = None
 
@@ -186,10 +221,12 @@ class ShallowWater(GridBlocks):
         """``(what, bytes)``: the sizes that set the memory and the bytes a run needs.
 
         Three fields, the SSP-RK3 stage buffers and the fused kernels' work
-        arrays: about twelve grid arrays.
+        arrays: about twelve grid arrays; an energy budget adds two float64
+        ones (the state's and the stepper's) and the rates of three stages.
         """
+        budget = 5 * 8 if self.energy_budget else 0
         return (f"nx={self.grid.nx}, ny={self.grid.ny} ({self.dtype.name})",
-                12 * self.grid.nx * self.grid.ny * self.dtype.itemsize)
+                (12 * self.dtype.itemsize + budget) * self.grid.nx * self.grid.ny)
 
     # -- set-up ------------------------------------------------------------
     def coriolis_corners(self):
@@ -219,8 +256,11 @@ class ShallowWater(GridBlocks):
             v[0, :] = 0.0
         return u, v, h
 
-    def state_from_arrays(self, u, v, h, *, shape=None):
+    def state_from_arrays(self, u, v, h, viscous_energy=None, *, shape=None):
         """A state on this backend from host or device arrays of the grid's shape (or of ``shape``: a block's).
+
+        With ``energy_budget``, ``viscous_energy`` (the budget so far, see
+        :class:`ShallowWaterBudgetState`) defaults to zeros: the budget starts here.
 
         Raises
         ------
@@ -238,7 +278,14 @@ class ShallowWater(GridBlocks):
         if float(out[2].min()) <= 0:
             raise ConfigError("h (layer depth) must be > 0 everywhere; got a minimum of "
                               f"{float(out[2].min())}")
-        return ShallowWaterState(*out)
+        if not self.energy_budget:
+            return ShallowWaterState(*out)
+        if viscous_energy is None:
+            return ShallowWaterBudgetState(*out, self.backend.xp.zeros(shape, np.float64))
+        viscous_energy = self.backend.asarray(viscous_energy, dtype=np.float64)
+        if viscous_energy.shape != shape:
+            raise ConfigError(f"viscous_energy must have shape {shape} (ny, nx); got {viscous_energy.shape}")
+        return ShallowWaterBudgetState(*out, viscous_energy)
 
     # -- time stepping -----------------------------------------------------
     def suggested_dt(self, state, cfl=0.5):
@@ -271,7 +318,7 @@ class ShallowWater(GridBlocks):
         tiny = ShallowWater(self.case, nx=8, ny=8, dtype=self.dtype, backend=self.backend,
                             Lx=self.grid.Lx, Ly=self.grid.Ly, boundary=self.grid.boundary,
                             **{f.name: getattr(self.params, f.name) for f in fields(ShallowWaterParams)},
-                            **self.case_parameters)
+                            energy_budget=self.energy_budget, **self.case_parameters)
         state = tiny.initial_state()
         tiny.step(state, tiny.suggested_dt(state, 0.1), 1)
         self.backend.synchronize()
@@ -309,7 +356,13 @@ class ShallowWater(GridBlocks):
 
         ``mass`` (m**3, per unit density), ``energy`` (kinetic plus available
         potential energy, m**5/s**2), ``enstrophy`` (potential enstrophy,
-        m/s**2), ``max_cfl`` (if ``dt`` is given).
+        m/s**2), ``max_cfl`` (if ``dt`` is given). With ``energy_budget``
+        also ``energy_dissipated`` (m**5/s**2): the energy the viscous terms
+        have removed since the budget started, integrated every step.
+        Only mass is conserved with viscosity or walls' friction: the
+        energy budget is ``energy(t) - energy(0) = -(energy_dissipated(t) -
+        energy_dissipated(0)) + the time scheme's error`` (the spatial
+        scheme conserves energy; SSP-RK3's error shrinks as ``dt**3``).
         """
         out = self.combine_sums([self.block_sums(state, whole_grid(self.shape, self.periodic))])
         if dt is not None:
@@ -403,8 +456,9 @@ class ShallowWater(GridBlocks):
         return state
 
     def __repr__(self):
+        budget = ", energy_budget=True" if self.energy_budget else ""
         return (f"ShallowWater(case={self.case!r}, nx={self.grid.nx}, ny={self.grid.ny}, "
-                f"dtype={self.dtype.name!r}, backend={self.backend.name!r})")
+                f"dtype={self.dtype.name!r}, backend={self.backend.name!r}{budget})")
 
     def _repr_html_(self):
         """HTML summary for Jupyter: case, grid, domain, physics, backend (all parameters collapsed)."""

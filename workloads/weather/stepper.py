@@ -32,6 +32,13 @@ class ShallowWaterStepper:
     one of its own buffers (the result of its previous ``advance``), so a
     driver that always feeds back the last result steps without allocating.
 
+    A :class:`~hpcgpu.workloads.weather.ShallowWaterBudgetState`
+    (a model with ``energy_budget``) is stepped by the three stage calls,
+    bitwise the fused step, and each step adds to its ``viscous_energy``,
+    cell by cell, the viscous energy tendency at the three stage inputs
+    weighted as SSP-RK3 weights its stages (1/6, 1/6, 2/3): the budget's
+    integral is third order, as the fields are.
+
     Parameters
     ----------
     model : ShallowWater
@@ -65,6 +72,17 @@ class ShallowWaterStepper:
         self.open_cols = tuple(bool(side) for side in open_cols)
         self._work = []
         self._kernels = None
+        self._budget = None
+
+    def _budget_target(self, budget, out):
+        """The array a step accumulates the energy budget into, holding ``budget`` (not ``budget`` itself
+        unless it is the stepper's own, or ``out``'s)."""
+        target = out.viscous_energy if out is not None else self._budget
+        if target is None or target.shape != budget.shape:
+            target = self._budget = self.model.backend.empty(budget.shape, np.float64)
+        if target is not budget:
+            target[...] = budget
+        return target
 
     def _buffers(self, state):
         backend = self.model.backend
@@ -96,7 +114,10 @@ class ShallowWaterStepper:
             return state
         kernels = self._prepared(state)
         work = self._buffers(state)
-        y0 = state.arrays()
+        y0 = state.arrays()[:3]
+        budget = getattr(state, "viscous_energy", None)
+        if budget is not None:
+            budget = self._budget_target(budget, out)
         # At an open edge (a partition's halo) each stage leaves its outer
         # STAGE_REACH rows invalid, so the next stage only needs the rows
         # that are still valid: the window shrinks stage by stage and ends on
@@ -114,12 +135,12 @@ class ShallowWaterStepper:
         for step in range(steps):
             free = [w for w in work if w[0] is not y0[0]]
             first, second = free[0], free[1]
-            last = first if out is None or step < steps - 1 else out.arrays()
+            last = first if out is None or step < steps - 1 else out.arrays()[:3]
             # Backends with a fused step (Numba) do the three stages in one
             # sweep over memory; bitwise the same as the stage calls. Its
             # three stages step one column window (the rows shrink within
             # the sweep): the window shrinks by a step's reach between steps.
-            if kernels.fused:
+            if kernels.fused and budget is None:
                 kernels.rk3_step(y0, last, self.dt, stencil.SSP_RK3_STAGES, rows=(lo, hi),
                                  cols=(west, east) if windowed else None)
                 lo, hi = lo + 3 * shrink_s, hi - 3 * shrink_n
@@ -127,13 +148,37 @@ class ShallowWaterStepper:
                 y0 = last
                 continue
             stages = zip(stencil.SSP_RK3_STAGES, (y0, first, second), (first, second, last))
+            rates = []
             for (a, b, c), src, dst in stages:
+                if budget is not None:  # the stage's input, before a later stage overwrites it
+                    rates.append((kernels.viscous_energy_tendency(src, rows=(lo, hi), cols=(west, east)), lo, west))
                 kernels.stage(y0, src, dst, a=a, b=b, c=c * self.dt, rows=(lo, hi),
                               cols=(west, east) if windowed else None)
                 lo, hi = lo + shrink_s, hi - shrink_n
                 west, east = west + shrink_w, east - shrink_e
+            if budget is not None:
+                self._accumulate(budget, rates)
             y0 = last
+        if budget is not None:
+            return type(state)(*y0, budget)
         return type(state)(*y0)
+
+    def _accumulate(self, budget, rates):
+        """Add a step's viscous energy change to ``budget`` on the last stage's window, per cell.
+
+        The rates at the three stage inputs, weighted as SSP-RK3 weights its
+        stages' tendencies (1/6, 1/6, 2/3): the budget is integrated as the
+        fields are, to third order. Cell by cell, so any block of the grid
+        adds what one block adds there.
+        """
+        (first, lo1, w1), (second, lo2, w2), (third, lo3, w3) = rates
+        rows, cols = third.shape
+        window = (slice(lo3, lo3 + rows), slice(w3, w3 + cols))
+
+        def cut(rate, lo, west):
+            return rate[lo3 - lo:lo3 - lo + rows, w3 - west:w3 - west + cols]
+
+        budget[window] += self.dt * ((cut(first, lo1, w1) + cut(second, lo2, w2)) / 6.0 + third * (2.0 / 3.0))
 
 
 class HostArrayPool:
