@@ -264,13 +264,13 @@ class LennardJones(LocalSteps):
         n = len(ids)
         joined = b.asarray(listed, dtype=self.dtype)
         neighbors = self.neighbor_list(joined, rows=n)
-        forces, energies, virials = (b.to_host(a) for a in self.forces(joined, neighbors))
+        forces, energies, virials, pair_counts = (b.to_host(a) for a in self.forces(joined, neighbors))
         positions = np.ascontiguousarray(np.asarray(listed[:, :n], dtype=self.dtype))
         ids = np.asarray(ids, dtype=np.int64)
         velocities = setup.raw_velocities(np, ids, self.seed)
         return MDState(positions, velocities, np.ascontiguousarray(forces[:, :n]), np.zeros((3, n), dtype=np.int64),
                        positions.copy(), ids, np.ascontiguousarray(energies[:n]), np.ascontiguousarray(virials[:n]),
-                       step=0, rebuilds=1)
+                       np.ascontiguousarray(pair_counts[:n]), step=0, rebuilds=1)
 
     def start_velocity_sums(self, state):
         """The exact sums of a block's raw initial velocities (see :func:`~hpcgpu.workloads.md.setup.velocity_sums`)."""
