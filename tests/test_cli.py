@@ -60,7 +60,7 @@ print("ok")
 def test_run_weather_writes_fields_picture_and_summary(tmp_path):
     out = tmp_path / "jet"
     result = run("run", "weather", "--case", "unstable_jet", "--nx", "48", "--ny", "24", "--steps", "60",
-                 "--snapshots", "3", "--out", str(out), "--backend", "numba", "--no-progress")
+                 "--snapshots", "3", "--out", str(out), "--backend", "numba", "--no-progress", "--energy-budget")
     assert result.returncode == 0, result.stderr
     assert "grid-point updates/s" in result.stdout and "mass change" in result.stdout
     fields = xr.open_zarr(out / "fields.zarr")
@@ -157,7 +157,8 @@ def test_bench_nbody_blocks_on_two_workers_beside_the_one_process_rate():
 def test_run_weather_on_a_local_cluster(tmp_path):
     out = tmp_path / "cluster"
     result = run("run", "weather", "--nx", "32", "--ny", "48", "--steps", "24", "--workers", "2",
-                 "--steps-per-task", "3", "--out", str(out), "--backend", "numba", "--no-progress")
+                 "--steps-per-task", "3", "--out", str(out), "--backend", "numba", "--no-progress",
+                 "--energy-budget")
     assert result.returncode == 0, result.stderr
     # a channel: the block at the south wall steps fewer halo rows, so it holds more rows
     assert ("2 workers, 2 partitions on a 1x2 process grid (blocks of [26, 22] rows x [32] columns), 3 steps per "
