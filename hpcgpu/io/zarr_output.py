@@ -86,6 +86,8 @@ class ZarrWriter:
         """Append the current state of ``simulation``."""
         if self._last_step is not None and simulation.step <= self._last_step:
             return  # already in the store (written before the run was resumed)
+        if self._write_by_ranks(simulation):
+            return
         ds = simulation.model.to_dataset(simulation.state, time=simulation.time)
         ds = ds.assign_coords(step=("time", [simulation.step]))
         if self.fields is not None:
@@ -107,6 +109,28 @@ class ZarrWriter:
         # a run that goes back to a checkpoint (a resume with this writer, a restart after a lost
         # worker) steps through these steps again: they are in the store already
         self._last_step = simulation.step
+
+    def _write_by_ranks(self, simulation):
+        """On a partitioned grid run, the ranks write their regions (:mod:`hpcgpu.io.rank_zarr`); False otherwise."""
+        from hpcgpu.io import rank_zarr
+
+        model, executor = simulation.model, simulation.executor
+        if not rank_zarr.rank_writable(model, executor, self.fields):
+            return False
+        names = list(model.output_variables())
+        if self.fields is not None:
+            missing = set(self.fields) - set(names)
+            if missing:
+                raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
+            names = [name for name in names if name in self.fields]
+        first = self.snapshots == 0
+        if first and os.path.exists(self.path):
+            shutil.rmtree(self.path)
+        rank_zarr.write_snapshot(executor, model, self.path, first, simulation.time, simulation.step, names,
+                                 {**model.attributes(), "run_name": simulation.name})
+        self.snapshots += 1
+        self._last_step = simulation.step
+        return True
 
     def close(self, simulation):
         """Write the diagnostics time series into the group ``diagnostics``."""
