@@ -11,7 +11,7 @@ pytest.importorskip("zarr")
 
 from hpcgpu import Simulation  # noqa: E402
 from hpcgpu.io import ZarrWriter  # noqa: E402
-from hpcgpu.io.rank_zarr import chunk_size  # noqa: E402
+from hpcgpu.io.rank_zarr import BackgroundWrites, chunk_size  # noqa: E402
 from hpcgpu.partition.engine import PartitionedExecutor  # noqa: E402
 from hpcgpu.schedules import Every  # noqa: E402
 from hpcgpu.workloads.weather import ShallowWater  # noqa: E402
@@ -105,8 +105,22 @@ def test_a_rank_whose_write_fails_fails_the_run_with_its_error(client, tmp_path)
     blocker = path / "h" / "c" / "1"
     assert not blocker.exists()
     blocker.write_text("not a folder")
-    with pytest.raises(Exception, match="c/1|Not a directory|FileExists|exists"):
-        sim.run(steps=2)
+    with pytest.raises(Exception, match="c/1|Not a directory|FileExists|exists") as failure:
+        sim.run(steps=2)  # raised by the run that queued the write: at its end, once the ranks' threads ran
+    print("the write's error:", type(failure.value).__name__, failure.value)
     assert os.path.isfile(blocker)
     sim.close()
 
+
+
+def test_background_writes_run_in_order_and_report_a_failure_once():
+    writes, done = BackgroundWrites(depth=1), []
+    for n in range(5):  # more than the queue holds: submit waits for room
+        writes.submit(lambda n=n: done.append(n))
+    writes.submit(lambda: 1 / 0)
+    writes.submit(lambda: done.append("after"))
+    with pytest.raises(ZeroDivisionError):
+        writes.wait()
+    assert done == [0, 1, 2, 3, 4, "after"]
+    writes.wait()  # reported once
+    writes.stop()

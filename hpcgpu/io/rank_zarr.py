@@ -31,14 +31,18 @@ Examples
 """
 
 import math
+import queue
+import threading
 import warnings
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 
 from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
-__all__ = ["TIME_ATTRS", "chunk_size", "rank_writable", "template", "write_snapshot"]
+__all__ = ["QUEUE_DEPTH", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "chunk_size", "rank_writable",
+           "template"]
 
 TIME_ATTRS = {"units": "s", "long_name": "model time"}
 """The attributes of the ``time`` coordinate (as the grid models' ``to_dataset`` gives them)."""
@@ -97,26 +101,58 @@ def template(model, decomposition, time, step, names, attrs):
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-def write_snapshot(executor, model, path, first, time, step, names, attrs):
-    """Write one snapshot of the run of ``executor`` into the store at ``path``: metadata here, regions by the ranks.
+class RankSnapshots:
+    """The rank-written snapshots of one store: metadata on the client, regions on background threads of the workers.
 
-    ``first`` creates the store (replacing one there); otherwise the
-    snapshot is appended along ``time``. A rank's failed write raises
-    here, on the client, with the worker's error.
+    Each worker writes on one background thread per store, fed by a
+    bounded queue (:data:`QUEUE_DEPTH` jobs; a full queue makes the next
+    snapshot wait): the ranks copy their owned cells off the device once,
+    queue the write and return, so the next steps run while the snapshot
+    is written. The derived variables of a snapshot read cells of other
+    ranks from the store: they are queued at the next snapshot (or at
+    :meth:`finish`), once every rank's fields are written. A failed write
+    raises on the client at the next snapshot or at :meth:`finish`, with
+    the worker's error.
+
+    Parameters
+    ----------
+    path : str
+        The store.
     """
-    ds = template(model, executor.decomposition, time, step, names, attrs)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-        if first:
-            ds.to_zarr(path, mode="w", consolidated=True, compute=False)
-        else:
-            ds.to_zarr(path, append_dim="time", consolidated=True, compute=False)
-    index = _time_length(path) - 1
-    fields = [name for name in names if name in model.field_names]
-    derived = [name for name in names if name not in model.field_names]
-    executor.on_workers(write_field_regions, path, index, fields, phase="snapshot")
-    if derived:  # after every rank's fields are in the store: a region's derived cells read beyond it
-        executor.on_workers(write_derived_regions, path, index, derived, phase="snapshot-derived")
+
+    def __init__(self, path):
+        self.path = path
+        self._derived = None  # (time index, names) of the last snapshot: its derived variables still to write
+
+    def write(self, executor, model, first, time, step, names, attrs):
+        """Write one snapshot of the run of ``executor`` (``first`` creates the store, otherwise it is appended)."""
+        self._queue_derived(executor)
+        ds = template(model, executor.decomposition, time, step, names, attrs)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+            if first:
+                ds.to_zarr(self.path, mode="w", consolidated=True, compute=False)
+            else:
+                ds.to_zarr(self.path, append_dim="time", consolidated=True, compute=False)
+        index = _time_length(self.path) - 1
+        fields = [name for name in names if name in model.field_names]
+        derived = [name for name in names if name not in model.field_names]
+        executor.on_workers(queue_field_regions, self.path, index, fields, phase="snapshot")
+        self._derived = (index, derived) if derived else None
+
+    def finish(self, executor):
+        """Wait until every queued write is done (derived variables included); raise the first failed one."""
+        self._queue_derived(executor)
+        executor.on_workers(finish_writes, self.path, phase="snapshot-finish")
+
+    def _queue_derived(self, executor):
+        if self._derived is None:
+            return
+        index, names = self._derived
+        self._derived = None
+        # every rank's fields of that snapshot written (and their errors raised) before any rank reads them
+        executor.on_workers(wait_writes, self.path, phase="snapshot-wait")
+        executor.on_workers(queue_derived_regions, self.path, index, names, phase="snapshot-derived")
 
 
 def _time_length(path):
@@ -131,36 +167,137 @@ def _regions(spec, ranks):
         yield rank, slice(*region["rows"]), slice(*region["cols"])
 
 
-def write_field_regions(spec, ranks, results, path, index, names):
-    """Each rank of this worker writes its owned cells of the state fields ``names`` at time ``index`` (a worker task)."""
-    import zarr
+QUEUE_DEPTH = 2
+"""Snapshots a worker may hold queued for writing (host copies of its ranks' cells) before the next one waits."""
 
+_WRITERS = {}  # per worker process: store path -> BackgroundWrites
+_WRITERS_LOCK = threading.Lock()
+
+
+class BackgroundWrites:
+    """A thread that runs queued write jobs in order; the first failure is kept for :meth:`wait`.
+
+    Examples
+    --------
+    >>> writes = BackgroundWrites()
+    >>> out = []
+    >>> writes.submit(lambda: out.append(1))
+    >>> writes.wait(); out
+    [1]
+    >>> writes.stop()
+    """
+
+    def __init__(self, depth=QUEUE_DEPTH):
+        self._queue = queue.Queue(maxsize=depth)
+        self._errors = []
+        self._thread = threading.Thread(target=self._loop, name="hpcgpu-rank-writes", daemon=True)
+        self._thread.start()
+
+    def submit(self, job):
+        """Queue ``job`` (a callable); blocks while the queue is full."""
+        self._queue.put(job)
+
+    def wait(self):
+        """Block until every queued job ran; raise the first error since the last wait."""
+        self._queue.join()
+        errors, self._errors = self._errors, []
+        if errors:
+            raise errors[0]
+
+    def stop(self):
+        """End the thread once the queued jobs ran."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _loop(self):
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except BaseException as error:  # noqa: BLE001 - kept, and raised by wait() on the caller's side
+                self._errors.append(error)
+            finally:
+                self._queue.task_done()
+
+
+def _writes(path):
+    with _WRITERS_LOCK:
+        if path not in _WRITERS:
+            _WRITERS[path] = BackgroundWrites()
+        return _WRITERS[path]
+
+
+def _host_copy(model, state):
+    """The owned cells of ``state`` as NumPy arrays of their own: copied off the device once, or copied in host
+    memory when they are views of the rank's live block (that the next steps overwrite)."""
+    host = model.to_host(state)
+    copies = [np.array(h) if isinstance(s, np.ndarray) else np.asarray(h)
+              for s, h in zip((getattr(state, f.name) for f in dataclass_fields(state)),
+                              (getattr(host, f.name) for f in dataclass_fields(host)))]
+    return type(host)(*copies)
+
+
+def queue_field_regions(spec, ranks, results, path, index, names):
+    """Each rank of this worker copies its owned cells and queues their write at time ``index`` (a worker task)."""
     model = on_worker(spec.model)
-    group = zarr.open_group(path, mode="r+")
-    arrays = {name: group[name] for name in names}
-    for (rank, rows, cols), result in zip(_regions(spec, ranks), results):
-        host = model.to_host(spec.decomposition.model_state(getattr(result, "carried", result)))  # off the device once
-        for name, array in arrays.items():
-            array[index, rows, cols] = np.asarray(getattr(host, name))
+    copies = [(rows, cols, _host_copy(model, spec.decomposition.model_state(getattr(result, "carried", result))))
+              for (_, rows, cols), result in zip(_regions(spec, ranks), results)]
+    _writes(path).submit(lambda: write_field_regions(path, index, names, copies))
     return len(ranks)
 
 
-def write_derived_regions(spec, ranks, results, path, index, names):
-    """Each rank of this worker writes the derived variables ``names`` of its region at time ``index`` (a worker task).
+def write_field_regions(path, index, names, copies):
+    """Write the state fields ``names`` of ``copies`` (``[(rows, cols, host state)]``) at time ``index``."""
+    import zarr
+
+    group = zarr.open_group(path, mode="r+")
+    for name in names:
+        array = group[name]
+        for rows, cols, host in copies:
+            array[index, rows, cols] = getattr(host, name)
+
+
+def queue_derived_regions(spec, ranks, results, path, index, names):
+    """Each rank of this worker queues the write of its region's derived variables at time ``index`` (a worker task)."""
+    model = on_worker(spec.model).with_backend("numpy")
+    regions = [(rows, cols) for _, rows, cols in _regions(spec, ranks)]
+    _writes(path).submit(lambda: write_derived_regions(model, path, index, names, regions))
+    return len(ranks)
+
+
+def write_derived_regions(model, path, index, names, regions):
+    """Write the derived variables ``names`` of ``regions`` at time ``index``.
 
     They are computed by ``model.derived_output_block`` from the state
-    fields already in the store (the cells beyond the block included).
+    fields already in the store (the cells beyond each region included).
     """
     import zarr
 
-    model = on_worker(spec.model).with_backend("numpy")
     group = zarr.open_group(path, mode="r+")
 
     def read(field, rows, cols):
         return group[field].oindex[index, np.asarray(rows), np.asarray(cols)]
 
-    for rank, rows, cols in _regions(spec, ranks):
+    for rows, cols in regions:
         values = model.derived_output_block(read, rows, cols)
         for name in names:
             group[name][index, rows, cols] = values[name]
-    return len(ranks)
+
+
+def wait_writes(spec, ranks, results, path):
+    """Wait for this worker's queued writes to ``path``; raise the first that failed (a worker task)."""
+    _writes(path).wait()
+
+
+def finish_writes(spec, ranks, results, path):
+    """Wait for this worker's queued writes to ``path`` and end its thread; raise the first failure (a worker task)."""
+    with _WRITERS_LOCK:
+        writes = _WRITERS.pop(path, None)
+    if writes is None:
+        return
+    try:
+        writes.wait()
+    finally:
+        writes.stop()

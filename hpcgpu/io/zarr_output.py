@@ -68,6 +68,7 @@ class ZarrWriter:
         self.overwrite = overwrite
         self.snapshots = 0
         self._last_step = None
+        self._rank_snapshots = None  # the ranks' queued writes of a partitioned grid run
         if append and os.path.exists(self.path):
             import xarray as xr
 
@@ -126,14 +127,19 @@ class ZarrWriter:
         first = self.snapshots == 0
         if first and os.path.exists(self.path):
             shutil.rmtree(self.path)
-        rank_zarr.write_snapshot(executor, model, self.path, first, simulation.time, simulation.step, names,
-                                 {**model.attributes(), "run_name": simulation.name})
+        if self._rank_snapshots is None:
+            self._rank_snapshots = rank_zarr.RankSnapshots(self.path)
+        self._rank_snapshots.write(executor, model, first, simulation.time, simulation.step, names,
+                                   {**model.attributes(), "run_name": simulation.name})
         self.snapshots += 1
         self._last_step = simulation.step
         return True
 
     def close(self, simulation):
-        """Write the diagnostics time series into the group ``diagnostics``."""
+        """Wait for the snapshots the ranks still write; write the diagnostics time series (group ``diagnostics``)."""
+        if self._rank_snapshots is not None:
+            rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
+            rank_snapshots.finish(simulation.executor)
         if not self.diagnostics:
             return
         ds = simulation.diagnostics
