@@ -35,6 +35,7 @@ import queue
 import threading
 import warnings
 from dataclasses import fields as dataclass_fields
+from time import perf_counter
 
 import numpy as np
 
@@ -141,9 +142,14 @@ class RankSnapshots:
         self._derived = (index, derived) if derived else None
 
     def finish(self, executor):
-        """Wait until every queued write is done (derived variables included); raise the first failed one."""
+        """Wait until every queued write is done (derived variables included); raise the first failed one.
+
+        Returns each rank's state-field writes since the store's last
+        finish: ``[{"rank", "bytes", "seconds"}]`` per snapshot.
+        """
         self._queue_derived(executor)
-        executor.on_workers(finish_writes, self.path, phase="snapshot-finish")
+        done = executor.on_workers(finish_writes, self.path, phase="snapshot-finish")
+        return sorted((timing for timings in done.values() for timing in timings), key=lambda t: t["rank"])
 
     def _queue_derived(self, executor):
         if self._derived is None:
@@ -190,6 +196,7 @@ class BackgroundWrites:
     def __init__(self, depth=QUEUE_DEPTH):
         self._queue = queue.Queue(maxsize=depth)
         self._errors = []
+        self.timings = []  # what the jobs report: e.g. each rank's bytes and seconds of a snapshot
         self._thread = threading.Thread(target=self._loop, name="hpcgpu-rank-writes", daemon=True)
         self._thread.start()
 
@@ -242,21 +249,28 @@ def _host_copy(model, state):
 def queue_field_regions(spec, ranks, results, path, index, names):
     """Each rank of this worker copies its owned cells and queues their write at time ``index`` (a worker task)."""
     model = on_worker(spec.model)
-    copies = [(rows, cols, _host_copy(model, spec.decomposition.model_state(getattr(result, "carried", result))))
-              for (_, rows, cols), result in zip(_regions(spec, ranks), results)]
+    copies = [(rank, rows, cols, _host_copy(model, spec.decomposition.model_state(getattr(result, "carried", result))))
+              for (rank, rows, cols), result in zip(_regions(spec, ranks), results)]
     _writes(path).submit(lambda: write_field_regions(path, index, names, copies))
     return len(ranks)
 
 
 def write_field_regions(path, index, names, copies):
-    """Write the state fields ``names`` of ``copies`` (``[(rows, cols, host state)]``) at time ``index``."""
+    """Write the state fields ``names`` of ``copies`` (``[(rank, rows, cols, host state)]``) at time ``index``.
+
+    Each rank's bytes and seconds are kept (``timings``: :func:`finish_writes` returns them).
+    """
     import zarr
 
     group = zarr.open_group(path, mode="r+")
-    for name in names:
-        array = group[name]
-        for rows, cols, host in copies:
-            array[index, rows, cols] = getattr(host, name)
+    arrays = {name: group[name] for name in names}
+    for rank, rows, cols, host in copies:
+        started, size = perf_counter(), 0
+        for name, array in arrays.items():
+            values = getattr(host, name)
+            array[index, rows, cols] = values
+            size += values.nbytes
+        _writes(path).timings.append({"rank": rank, "bytes": size, "seconds": perf_counter() - started})
 
 
 def queue_derived_regions(spec, ranks, results, path, index, names):
@@ -292,12 +306,18 @@ def wait_writes(spec, ranks, results, path):
 
 
 def finish_writes(spec, ranks, results, path):
-    """Wait for this worker's queued writes to ``path`` and end its thread; raise the first failure (a worker task)."""
+    """Wait for this worker's queued writes to ``path`` and end its thread; raise the first failure (a worker task).
+
+    Returns the ranks' snapshot timings (``[{"rank", "bytes", "seconds"}]``).
+    """
     with _WRITERS_LOCK:
-        writes = _WRITERS.pop(path, None)
+        writes = _WRITERS.get(path)
     if writes is None:
-        return
+        return []
     try:
         writes.wait()
     finally:
+        with _WRITERS_LOCK:
+            _WRITERS.pop(path, None)
         writes.stop()
+    return writes.timings
