@@ -124,3 +124,22 @@ def test_background_writes_run_in_order_and_report_a_failure_once():
     assert done == [0, 1, 2, 3, 4, "after"]
     writes.wait()  # reported once
     writes.stop()
+
+
+def test_a_checkpoint_waits_for_the_snapshots_the_ranks_still_write(client, tmp_path, monkeypatch):
+    from hpcgpu.io import rank_zarr
+
+    model = ShallowWater("unstable_jet", nx=32, ny=24, backend="numpy")
+    finished = []
+    real = rank_zarr.RankSnapshots.finish
+    monkeypatch.setattr(rank_zarr.RankSnapshots, "finish", lambda self, ex: finished.append(1) or real(self, ex))
+    sim = Simulation(model, stop_steps=4, progress=False, client=client, partitions=4, grid=(2, 2))
+    sim.add_writer(ZarrWriter(tmp_path / "ranks.zarr", Every(2)))
+    sim.run(checkpoint=tmp_path / "checkpoints", checkpoint_every=2)
+    assert len(finished) >= 2  # at the checkpoints (steps 2, 4), not only at the end
+    # every snapshot up to the last checkpoint is whole: no unwritten chunk reads as NaN
+    stored = xr.open_zarr(tmp_path / "ranks.zarr").load()
+    assert list(stored["step"].values) == [0, 2, 4]
+    for name in stored.data_vars:
+        assert np.isfinite(stored[name].values).all(), name
+    sim.close()

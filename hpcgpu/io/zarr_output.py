@@ -135,11 +135,18 @@ class ZarrWriter:
         self._last_step = simulation.step
         return True
 
-    def close(self, simulation):
-        """Wait for the snapshots the ranks still write; write the diagnostics time series (group ``diagnostics``)."""
+    def flush(self, simulation):
+        """Wait until the snapshots the ranks still write are in the store; raise a failed write's error.
+
+        :meth:`close` and every checkpoint of ``simulation`` call it.
+        """
         if self._rank_snapshots is not None:
             rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
             rank_snapshots.finish(simulation.executor)
+
+    def close(self, simulation):
+        """Wait for the snapshots the ranks still write; write the diagnostics time series (group ``diagnostics``)."""
+        self.flush(simulation)
         if not self.diagnostics:
             return
         ds = simulation.diagnostics
