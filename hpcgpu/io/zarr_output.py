@@ -58,6 +58,15 @@ class ZarrWriter:
     that wrote for another simulation, except a simulation resumed from that
     one's checkpoints, which continues the store as ``append`` does (steps
     already written are not written again).
+
+    On a partitioned grid run whose model describes its output
+    (``output_coords``, ``output_variables``; the weather model does), the
+    ranks write their regions of each snapshot on background threads of
+    their workers and the client only metadata and coordinates
+    (:mod:`hpcgpu.io.rank_zarr`); the store must then be on a file system
+    every worker sees. :meth:`flush` (called by :meth:`close` and before
+    each checkpoint) waits for those writes and raises a failed one's
+    error. Other runs gather the state to the client and write it there.
     """
 
     def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
@@ -128,7 +137,8 @@ class ZarrWriter:
         if first and os.path.exists(self.path):
             shutil.rmtree(self.path)
         if self._rank_snapshots is None:
-            self._rank_snapshots = rank_zarr.RankSnapshots(self.path)
+            # absolute: a worker's working directory need not be the client's
+            self._rank_snapshots = rank_zarr.RankSnapshots(os.path.abspath(self.path))
         self._rank_snapshots.write(executor, model, first, simulation.time, simulation.step, names,
                                    {**model.attributes(), "run_name": simulation.name})
         self.snapshots += 1
