@@ -143,3 +143,21 @@ def test_a_checkpoint_waits_for_the_snapshots_the_ranks_still_write(client, tmp_
     for name in stored.data_vars:
         assert np.isfinite(stored[name].values).all(), name
     sim.close()
+
+
+def test_blocks_without_a_common_divisor_warn_of_small_chunks():
+    from types import SimpleNamespace
+
+    from hpcgpu.io.rank_zarr import template
+
+    model = ShallowWater("unstable_jet", nx=26, ny=13, backend="numpy")
+    uneven = SimpleNamespace(y_bounds=((0, 7), (7, 13)), x_bounds=((0, 13), (13, 26)))
+    with pytest.warns(RuntimeWarning, match="chunks of 1 x 13 cells"):
+        ds = template(model, uneven, 0.0, 0, ["h"], {})
+    assert ds["h"].chunks == ((1,), (1,) * 13, (13, 13))
+    even = SimpleNamespace(y_bounds=((0, 13),), x_bounds=((0, 13), (13, 26)))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert template(model, even, 0.0, 0, ["h", "vorticity"], {})["vorticity"].chunks == ((1,), (13,), (13, 13))

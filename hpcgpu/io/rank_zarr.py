@@ -42,9 +42,11 @@ import numpy as np
 from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
-__all__ = ["QUEUE_DEPTH", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "chunk_size", "rank_writable",
+__all__ = ["QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "chunk_size", "rank_writable",
            "template"]
 
+SMALL_CHUNK = 8
+"""Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
 TIME_ATTRS = {"units": "s", "long_name": "model time"}
 """The attributes of the ``time`` coordinate (as the grid models' ``to_dataset`` gives them)."""
 
@@ -64,6 +66,8 @@ def rank_writable(model, executor, fields=None):
     if not writes_pieces(executor):
         return False
     if not all(callable(getattr(model, name, None)) for name in ("output_coords", "output_variables")):
+        return False
+    if getattr(model, "field_names", None) is None:
         return False
     names = set(model.output_variables())
     derived = names - set(model.field_names)
@@ -93,6 +97,11 @@ def template(model, decomposition, time, step, names, attrs):
 
     ny, nx = model.shape
     chunks = (1, chunk_size(decomposition.y_bounds), chunk_size(decomposition.x_bounds))
+    if min(chunks[1:]) < SMALL_CHUNK:
+        warnings.warn(f"Zarr output: chunks of {chunks[1]} x {chunks[2]} cells, the largest that divide every "
+                      f"block (rows {decomposition.y_bounds}, columns {decomposition.x_bounds}); many small "
+                      "chunks write slowly: a grid whose blocks share a larger divisor writes faster",
+                      RuntimeWarning, stacklevel=3)
     variables = model.output_variables()
     data = {name: (("time", *variables[name][0]), da.empty((1, ny, nx), dtype=variables[name][1], chunks=chunks),
                    dict(variables[name][2])) for name in names}
