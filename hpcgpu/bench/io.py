@@ -1,6 +1,7 @@
 """``hpcgpu bench io``: per-rank and aggregate write rates of snapshots and checkpoints beside a plain NumPy write.
 
-A weather model (``unstable_jet``, ``size`` x ``size`` cells) is placed
+A weather model (``gravity_wave``, doubly periodic: blocks of equal size, so chunks are whole
+blocks; ``size`` x ``size`` cells) is placed
 on the ranks of a cluster (one rank per worker, the process grid the
 engine chooses) and, without stepping:
 
@@ -115,7 +116,7 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
     folder = tempfile.mkdtemp(prefix="hpcgpu-bench-io-") if own_folder else os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     workers = len(client.scheduler_info()["workers"])
-    model = ShallowWater("unstable_jet", nx=size, ny=size, backend="numpy", dtype=dtype)
+    model = ShallowWater("gravity_wave", nx=size, ny=size, backend="numpy", dtype=dtype)
     sim = Simulation(model, stop_steps=1, progress=False, client=client, partitions=max(2, workers))
     lines = []
     common = {"suite": "io", "size": size, "dtype": dtype, "folder": folder}
