@@ -25,7 +25,7 @@ from hpcgpu.errors import HpcgpuError
 
 __all__ = ["main"]
 
-SUITES = ("stencil", "scaling", "nbody", "md", "matrix", "soak", "comm")
+SUITES = ("stencil", "scaling", "nbody", "md", "matrix", "soak", "comm", "io")
 # Per suite: (sizes, steps) defaults. Sizes are grid points per side
 # (stencil, scaling) or bodies (nbody); steps are diffusion steps per timed
 # call (stencil), steps per task (scaling) or evaluations per timed call (nbody).
@@ -170,11 +170,33 @@ def _bench_comm(args):
     return 0
 
 
+def _bench_io(args):
+    """``hpcgpu bench io``: snapshot and checkpoint write rates per rank and in all, beside NumPy (JSON lines)."""
+    from hpcgpu.bench import io
+    from hpcgpu.cluster import close_client, start_cluster
+    from hpcgpu.validation import check_int
+
+    size = check_int("size", (args.size or [io.DEFAULT_SIZE])[-1], minimum=16)
+    workers = check_int("workers", 2 if args.workers is None else args.workers, minimum=1)
+    if args.scheduler:
+        client = start_cluster(args.scheduler, quiet=True)
+    else:
+        client = start_cluster(workers=workers, threads_per_worker=1, gpus=False, dashboard_address="127.0.0.1:0",
+                               quiet=True)
+    try:
+        if not args.scheduler:
+            client.wait_for_workers(workers)
+        io.run(client, folder=args.folder, size=size, dtype=(args.dtype or ["float64"])[-1])
+    finally:
+        close_client(client)
+    return 0
+
+
 def _bench(args):
     from hpcgpu.backends import BACKEND_NAMES, backend_status, get_backend
     from hpcgpu.bench.harness import Recorder
 
-    if args.budget is not None and args.suite in (None, "comm", "soak", "scaling"):
+    if args.budget is not None and args.suite in (None, "comm", "soak", "scaling", "io"):
         from hpcgpu.errors import ConfigError
 
         raise ConfigError(f"--budget applies to the stencil, nbody, md and matrix suites; "
@@ -185,6 +207,8 @@ def _bench(args):
         return _acceptance(args)
     if args.suite == "comm":
         return _bench_comm(args)
+    if args.suite == "io":
+        return _bench_io(args)
     if args.suite == "soak":
         from hpcgpu.bench.soak import run_soak
         from hpcgpu.cluster import start_cluster
@@ -316,6 +340,8 @@ def build_parser():
     comm = bench.add_argument_group("communicator (suite 'comm')")
     comm.add_argument("--repeats", type=int, help="timed round trips per worker pair and size, and timed "
                                                   "collectives (default 100; large messages fewer)")
+    io_group = bench.add_argument_group("output (suite 'io')")
+    io_group.add_argument("--folder", help="where to write (a folder every worker sees; default a temporary one)")
     accept = bench.add_argument_group("cluster acceptance (no suite)")
     accept.add_argument("--quick", action="store_true", help="small sizes (under 3 minutes on a laptop)")
     accept.add_argument("--scheduler", metavar="ADDRESS", help="accept (or, with comm, measure) the cluster at "

@@ -212,6 +212,11 @@ class Simulation(Checkpointing, ScheduledEvents):
 
     # -- state -----------------------------------------------------------------
     @property
+    def executor(self):
+        """What steps this run: a local executor, or the partitioned one of a cluster run (its ranks' work)."""
+        return self._executor
+
+    @property
     def state(self):
         """The current global state (live; copy it to keep it)."""
         return self._executor.global_state()

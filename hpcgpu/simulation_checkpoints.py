@@ -39,6 +39,10 @@ class Checkpointing:
         from hpcgpu import checkpoint, rank_checkpoints
 
         self._flush(block=True)
+        for writer in self._writers:  # snapshots still being written (by the ranks) are whole before a checkpoint
+            flush = getattr(writer, "flush", None)
+            if flush is not None:
+                flush(self)
         meta = {"step": self.step, "time": self.time, "dt": self.dt, "name": self.name,
                 "stop_steps": self.stop_steps, "stop_time": self.stop_time, "records": self._records,
                 "schedules": {"diagnostics": _schedule_meta(self.diagnostics_schedule),

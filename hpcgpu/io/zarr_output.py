@@ -58,6 +58,15 @@ class ZarrWriter:
     that wrote for another simulation, except a simulation resumed from that
     one's checkpoints, which continues the store as ``append`` does (steps
     already written are not written again).
+
+    On a partitioned grid run whose model describes its output
+    (``output_coords``, ``output_variables``; the weather model does), the
+    ranks write their regions of each snapshot on background threads of
+    their workers and the client only metadata and coordinates
+    (:mod:`hpcgpu.io.rank_zarr`); the store must then be on a file system
+    every worker sees. :meth:`flush` (called by :meth:`close` and before
+    each checkpoint) waits for those writes and raises a failed one's
+    error. Other runs gather the state to the client and write it there.
     """
 
     def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
@@ -68,6 +77,7 @@ class ZarrWriter:
         self.overwrite = overwrite
         self.snapshots = 0
         self._last_step = None
+        self._rank_snapshots = None  # the ranks' queued writes of a partitioned grid run
         if append and os.path.exists(self.path):
             import xarray as xr
 
@@ -86,6 +96,8 @@ class ZarrWriter:
         """Append the current state of ``simulation``."""
         if self._last_step is not None and simulation.step <= self._last_step:
             return  # already in the store (written before the run was resumed)
+        if self._write_by_ranks(simulation):
+            return
         ds = simulation.model.to_dataset(simulation.state, time=simulation.time)
         ds = ds.assign_coords(step=("time", [simulation.step]))
         if self.fields is not None:
@@ -108,8 +120,43 @@ class ZarrWriter:
         # worker) steps through these steps again: they are in the store already
         self._last_step = simulation.step
 
+    def _write_by_ranks(self, simulation):
+        """On a partitioned grid run, the ranks write their regions (:mod:`hpcgpu.io.rank_zarr`); False otherwise."""
+        from hpcgpu.io import rank_zarr
+
+        model, executor = simulation.model, simulation.executor
+        if not rank_zarr.rank_writable(model, executor, self.fields):
+            return False
+        names = list(model.output_variables())
+        if self.fields is not None:
+            missing = set(self.fields) - set(names)
+            if missing:
+                raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
+            names = [name for name in names if name in self.fields]
+        first = self.snapshots == 0
+        if first and os.path.exists(self.path):
+            shutil.rmtree(self.path)
+        if self._rank_snapshots is None:
+            # absolute: a worker's working directory need not be the client's
+            self._rank_snapshots = rank_zarr.RankSnapshots(os.path.abspath(self.path))
+        self._rank_snapshots.write(executor, model, first, simulation.time, simulation.step, names,
+                                   {**model.attributes(), "run_name": simulation.name})
+        self.snapshots += 1
+        self._last_step = simulation.step
+        return True
+
+    def flush(self, simulation):
+        """Wait until the snapshots the ranks still write are in the store; raise a failed write's error.
+
+        :meth:`close` and every checkpoint of ``simulation`` call it.
+        """
+        if self._rank_snapshots is not None:
+            rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
+            rank_snapshots.finish(simulation.executor)
+
     def close(self, simulation):
-        """Write the diagnostics time series into the group ``diagnostics``."""
+        """Wait for the snapshots the ranks still write; write the diagnostics time series (group ``diagnostics``)."""
+        self.flush(simulation)
         if not self.diagnostics:
             return
         ds = simulation.diagnostics

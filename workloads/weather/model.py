@@ -411,26 +411,51 @@ class ShallowWater(GridBlocks):
         """The state as an ``xarray.Dataset`` with staggered coordinates and units."""
         import xarray as xr
 
+        host = dict(zip(self.field_names, (self.backend.to_host(a) for a in state.arrays())))
+        host["vorticity"] = self.vorticity(state).astype(self.dtype)
+        data = {name: (dims, host[name], attrs) for name, (dims, _, attrs) in self.output_variables().items()}
+        ds = xr.Dataset(data, coords=self.output_coords(), attrs=self.attributes())
+        if time is not None:
+            ds = ds.expand_dims(time=[float(time)])
+            ds["time"].attrs.update(units="s", long_name="model time")
+        return ds
+
+    # -- output written by the ranks (hpcgpu.io.rank_zarr) ------------------------------------
+    def output_coords(self):
+        """The coordinates of :meth:`to_dataset` (1-D, small): ``{name: (dim, values, attrs)}``."""
         g = self.grid
-        coords = {
+        return {
             "x": ("x", g.x_centre(), {"units": "m", "long_name": "x of cell centres"}),
             "y": ("y", g.y_centre(), {"units": "m", "long_name": "y of cell centres"}),
             "x_face": ("x_face", g.x_face(), {"units": "m", "long_name": "x of west faces and corners"}),
             "y_face": ("y_face", g.y_face(), {"units": "m", "long_name": "y of south faces and corners"}),
         }
-        host = [self.backend.to_host(a) for a in state.arrays()]
-        data = {
-            "u": (("y", "x_face"), host[0], {"units": "m s-1", "long_name": "eastward velocity"}),
-            "v": (("y_face", "x"), host[1], {"units": "m s-1", "long_name": "northward velocity"}),
-            "h": (("y", "x"), host[2], {"units": "m", "long_name": "layer depth"}),
-            "vorticity": (("y_face", "x_face"), self.vorticity(state).astype(self.dtype),
-                          {"units": "s-1", "long_name": "relative vorticity"}),
+
+    def output_variables(self):
+        """The variables of :meth:`to_dataset`, in order: ``{name: (dims, dtype, attrs)}``."""
+        return {
+            "u": (("y", "x_face"), self.dtype, {"units": "m s-1", "long_name": "eastward velocity"}),
+            "v": (("y_face", "x"), self.dtype, {"units": "m s-1", "long_name": "northward velocity"}),
+            "h": (("y", "x"), self.dtype, {"units": "m", "long_name": "layer depth"}),
+            "vorticity": (("y_face", "x_face"), self.dtype, {"units": "s-1", "long_name": "relative vorticity"}),
         }
-        ds = xr.Dataset(data, coords=coords, attrs=self.attributes())
-        if time is not None:
-            ds = ds.expand_dims(time=[float(time)])
-            ds["time"].attrs.update(units="s", long_name="model time")
-        return ds
+
+    def derived_output_block(self, read, rows, cols):
+        """The output variables that are no state field, on the global cells ``rows`` x ``cols`` (ranges).
+
+        ``read(field, row_indices, col_indices)`` gives any cells of a state
+        field (host arrays); the relative vorticity reads one column west
+        and one row south of the block: wrapped on a periodic axis, the
+        edge's value at a wall (as :func:`~hpcgpu.kernels.stencil.pad`).
+        Bitwise equal to the same cells of :meth:`vorticity`.
+        """
+        (ny, nx), (periodic_x, periodic_y) = self.shape, self.periodic
+        row_index, col_index = np.arange(rows.start, rows.stop), np.arange(cols.start, cols.stop)
+        west = np.concatenate([[(cols.start - 1) % nx if periodic_x or cols.start else 0], col_index])
+        south = np.concatenate([[(rows.start - 1) % ny if periodic_y or rows.start else 0], row_index])
+        V, U = read("v", row_index, west), read("u", south, col_index)
+        zeta = (V[:, 1:] - V[:, :-1]) / self.grid.dx - (U[1:, :] - U[:-1, :]) / self.grid.dy
+        return {"vorticity": zeta.astype(self.dtype)}
 
     def attributes(self):
         """Model description as flat attributes (for files and reports)."""

@@ -1,0 +1,162 @@
+"""``hpcgpu bench io``: per-rank and aggregate write rates of snapshots and checkpoints beside a plain NumPy write.
+
+A weather model (``gravity_wave``, doubly periodic: blocks of equal size, so chunks are whole
+blocks; ``size`` x ``size`` cells) is placed
+on the ranks of a cluster (one rank per worker, the process grid the
+engine chooses) and, without stepping:
+
+* case ``snapshot``: writes ``snapshots`` Zarr snapshots as
+  :class:`~hpcgpu.io.ZarrWriter` does on a partitioned run (the client
+  writes metadata, each rank its region on its worker's background
+  thread; :class:`~hpcgpu.io.rank_zarr.RankSnapshots`). One line per rank
+  (its state-field bytes over its seconds of writing) and one
+  ``aggregate`` line: all ranks' bytes over the client's wall time from
+  the first snapshot to the last write finished (metadata, the derived
+  vorticity and the waits included);
+* case ``checkpoint``: each rank writes its checkpoint pieces
+  (:func:`hpcgpu.rank_checkpoints.write_pieces`, flushed to disk), one
+  line per rank and one ``aggregate`` line (the slowest rank's time);
+* case ``numpy``: the client writes the same bytes as one snapshot's
+  fields with :func:`numpy.save` into the same folder, flushed to disk:
+  the file system's plain rate. Every other line carries
+  ``ratio_to_numpy``, its rate over this one.
+
+One JSON object per line, with ``suite`` ("io"), ``case``, ``scope``
+("rank" or "aggregate"), ``rank``, ``bytes``, ``seconds``,
+``bytes_per_s``, ``ratio_to_numpy``, ``size``, ``dtype`` and
+``folder``. Only a local folder (or a mounted parallel file system) is
+measured; the folder is emptied of what the suite wrote at the end.
+
+Examples
+--------
+>>> rate(1_000_000, 0.5)
+2000000.0
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from time import perf_counter
+
+import numpy as np
+
+from hpcgpu.errors import ConfigError
+
+__all__ = ["DEFAULT_SIZE", "DEFAULT_SNAPSHOTS", "rate", "run"]
+
+DEFAULT_SIZE = 1024
+"""Cells per side of the benchmarked grid."""
+DEFAULT_SNAPSHOTS = 3
+"""Snapshots per measurement."""
+
+
+def rate(size, seconds):
+    """Bytes per second (0 when no time passed)."""
+    return float(size) / seconds if seconds > 0 else 0.0
+
+
+def _numpy_write(folder, size, dtype):
+    """Seconds the client takes to write ``size`` bytes of ``dtype`` with numpy.save, flushed to disk."""
+    data = np.ones(max(1, size // np.dtype(dtype).itemsize), dtype=dtype)
+    path = os.path.join(folder, "numpy-baseline.npy")
+    started = perf_counter()
+    with open(path, "wb") as stream:
+        np.save(stream, data)
+        stream.flush()
+        os.fsync(stream.fileno())
+    seconds = perf_counter() - started
+    os.remove(path)
+    return seconds
+
+
+def timed_pieces(spec, ranks, results, directory):
+    """Each rank of this worker writes its checkpoint pieces (a worker task): ``[{"rank", "bytes", "seconds"}]``."""
+    from hpcgpu.partition.decomposition import on_worker
+    from hpcgpu.rank_checkpoints import write_pieces
+
+    model = on_worker(spec.model)
+    out = []
+    for rank, result in zip(ranks, results):
+        host = model.to_host(spec.decomposition.model_state(getattr(result, "carried", result)))
+        started = perf_counter()
+        entry = write_pieces(directory, rank, spec.decomposition.piece_region(rank), host)
+        out.append({"rank": rank, "bytes": sum(f["bytes"] for f in entry["fields"].values()),
+                    "seconds": perf_counter() - started})
+    return out
+
+
+def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DEFAULT_SNAPSHOTS, stream=None):
+    """Measure on the workers of ``client``; print JSON lines to ``stream`` (stdout); returns the lines.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        Every worker gets one rank.
+    folder : str, optional
+        Where to write (a new temporary folder by default). It must be one
+        file system that the client and every worker see.
+    size : int
+        Cells per side, at least 16.
+    dtype : {"float32", "float64"}
+    snapshots : int
+        At least 1.
+    """
+    from hpcgpu import Simulation
+    from hpcgpu.io.rank_zarr import RankSnapshots
+    from hpcgpu.workloads.weather import ShallowWater
+
+    if not isinstance(size, int) or size < 16:
+        raise ConfigError(f"size must be an int >= 16 (cells per side); got {size!r}")
+    if not isinstance(snapshots, int) or snapshots < 1:
+        raise ConfigError(f"snapshots must be an int >= 1; got {snapshots!r}")
+    stream = stream or sys.stdout
+    own_folder = folder is None
+    folder = tempfile.mkdtemp(prefix="hpcgpu-bench-io-") if own_folder else os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    workers = len(client.scheduler_info()["workers"])
+    model = ShallowWater("gravity_wave", nx=size, ny=size, backend="numpy", dtype=dtype)
+    sim = Simulation(model, stop_steps=1, progress=False, client=client, partitions=max(2, workers))
+    lines = []
+    common = {"suite": "io", "size": size, "dtype": dtype, "folder": folder}
+    try:
+        executor = sim.executor
+        store = os.path.join(folder, "bench-snapshots.zarr")
+        writes = RankSnapshots(store)
+        started = perf_counter()
+        for index in range(snapshots):
+            writes.write(executor, model, index == 0, float(index), index, list(model.output_variables()),
+                         model.attributes())
+        snapshot_ranks = writes.finish(executor)
+        snapshot_wall = perf_counter() - started
+        pieces = os.path.join(folder, "bench-checkpoint")
+        os.makedirs(pieces, exist_ok=True)
+        started = perf_counter()
+        checkpoint_ranks = [t for ts in executor.on_workers(timed_pieces, pieces, phase="bench-io").values() for t in ts]
+        checkpoint_wall = perf_counter() - started
+        one_snapshot = sum(t["bytes"] for t in snapshot_ranks) // snapshots
+        numpy_seconds = _numpy_write(folder, one_snapshot, dtype)
+        numpy_rate = rate(one_snapshot, numpy_seconds)
+
+        def emit(case, scope, rank, size_bytes, seconds):
+            line = {**common, "case": case, "scope": scope, "rank": rank, "bytes": int(size_bytes),
+                    "seconds": seconds, "bytes_per_s": rate(size_bytes, seconds),
+                    "ratio_to_numpy": rate(size_bytes, seconds) / numpy_rate if numpy_rate else None}
+            lines.append(line)
+            print(json.dumps(line), file=stream, flush=True)
+
+        emit("numpy", "aggregate", None, one_snapshot, numpy_seconds)
+        for timing in snapshot_ranks:  # per rank, its snapshots in order
+            emit("snapshot", "rank", timing["rank"], timing["bytes"], timing["seconds"])
+        emit("snapshot", "aggregate", None, sum(t["bytes"] for t in snapshot_ranks), snapshot_wall)
+        for timing in sorted(checkpoint_ranks, key=lambda t: t["rank"]):
+            emit("checkpoint", "rank", timing["rank"], timing["bytes"], timing["seconds"])
+        emit("checkpoint", "aggregate", None, sum(t["bytes"] for t in checkpoint_ranks), checkpoint_wall)
+    finally:
+        sim.close()
+        for name in ("bench-snapshots.zarr", "bench-checkpoint"):
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        if own_folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    return lines

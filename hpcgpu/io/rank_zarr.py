@@ -1,0 +1,332 @@
+"""Zarr snapshots of a partitioned grid run, written by the ranks: the client writes only metadata and coordinates.
+
+On a partitioned grid run (:func:`hpcgpu.rank_checkpoints.writes_pieces`)
+whose model describes its output (``output_coords()``,
+``output_variables()`` and, for variables that are no state field,
+``derived_output_block(read, rows, cols)``), a snapshot is written in three
+steps:
+
+1. the client creates (first snapshot) or extends along ``time`` (later
+   ones) the store from a *template*: the coordinates as NumPy arrays and
+   every variable as an unwritten dask array, through
+   ``Dataset.to_zarr(compute=False)``, which writes metadata and the
+   coordinates only;
+2. every rank writes the owned cells of the state fields into its region
+   of the new time index, on its worker (zarr directly);
+3. every rank computes the derived variables of its region (e.g. the
+   weather model's vorticity, which reads one column and one row beyond
+   the block) from the fields just written, and writes them.
+
+Chunks are aligned with the blocks: along each axis the chunk size is the
+greatest common divisor of the block bounds, so no chunk holds the cells of
+two ranks and no two ranks ever write the same chunk. Only the template's
+1-D coordinates and the ranks' small acknowledgements pass through the
+client; ``xarray.open_zarr`` sees the same variables, coordinates,
+attributes and values as for a store written from the gathered state.
+
+Examples
+--------
+>>> chunk_size([(0, 12), (12, 20)])
+4
+"""
+
+import math
+import queue
+import threading
+import warnings
+from dataclasses import fields as dataclass_fields
+from time import perf_counter
+
+import numpy as np
+
+from hpcgpu.partition.decomposition import on_worker
+from hpcgpu.rank_checkpoints import writes_pieces
+
+__all__ = ["QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "chunk_size", "rank_writable",
+           "template"]
+
+SMALL_CHUNK = 8
+"""Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
+TIME_ATTRS = {"units": "s", "long_name": "model time"}
+"""The attributes of the ``time`` coordinate (as the grid models' ``to_dataset`` gives them)."""
+
+
+def chunk_size(bounds):
+    """The largest chunk length that divides every block of ``bounds`` (``[(start, stop), ...]`` along one axis)."""
+    return math.gcd(*(int(edge) for pair in bounds for edge in pair))
+
+
+def rank_writable(model, executor, fields=None):
+    """Whether the ranks of ``executor`` can write ``model``'s snapshots themselves (else the client gathers).
+
+    ``fields`` (names kept, or None for all) must keep every state field
+    when it keeps a derived variable: the ranks compute those from the
+    fields in the store.
+    """
+    if not writes_pieces(executor):
+        return False
+    if not all(callable(getattr(model, name, None)) for name in ("output_coords", "output_variables")):
+        return False
+    if getattr(model, "field_names", None) is None:
+        return False
+    names = set(model.output_variables())
+    derived = names - set(model.field_names)
+    if derived and not callable(getattr(model, "derived_output_block", None)):
+        return False
+    kept = names if fields is None else set(fields)
+    return not (kept & derived) or set(model.field_names) <= kept
+
+
+def template(model, decomposition, time, step, names, attrs):
+    """The snapshot's dataset of unwritten dask arrays, chunked like the blocks, with its coordinates.
+
+    Parameters
+    ----------
+    model : grid model with ``output_coords`` and ``output_variables``
+    decomposition : GridDecomposition
+        The run's layout (``y_bounds``, ``x_bounds``).
+    time, step : float, int
+        The snapshot's model time and step (coordinates along ``time``).
+    names : sequence of str
+        The variables to write.
+    attrs : dict
+        The dataset's attributes.
+    """
+    import dask.array as da
+    import xarray as xr
+
+    ny, nx = model.shape
+    chunks = (1, chunk_size(decomposition.y_bounds), chunk_size(decomposition.x_bounds))
+    if min(chunks[1:]) < SMALL_CHUNK:
+        warnings.warn(f"Zarr output: chunks of {chunks[1]} x {chunks[2]} cells, the largest that divide every "
+                      f"block (rows {decomposition.y_bounds}, columns {decomposition.x_bounds}); many small "
+                      "chunks write slowly: a grid whose blocks share a larger divisor writes faster",
+                      RuntimeWarning, stacklevel=3)
+    variables = model.output_variables()
+    data = {name: (("time", *variables[name][0]), da.empty((1, ny, nx), dtype=variables[name][1], chunks=chunks),
+                   dict(variables[name][2])) for name in names}
+    coords = dict(model.output_coords())
+    coords["time"] = ("time", np.array([float(time)]), dict(TIME_ATTRS))
+    coords["step"] = ("time", np.array([int(step)]))
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+class RankSnapshots:
+    """The rank-written snapshots of one store: metadata on the client, regions on background threads of the workers.
+
+    Each worker writes on one background thread per store, fed by a
+    bounded queue (:data:`QUEUE_DEPTH` jobs; a full queue makes the next
+    snapshot wait): the ranks copy their owned cells off the device once,
+    queue the write and return, so the next steps run while the snapshot
+    is written. The derived variables of a snapshot read cells of other
+    ranks from the store: they are queued at the next snapshot (or at
+    :meth:`finish`), once every rank's fields are written. A failed write
+    raises on the client at the next snapshot or at :meth:`finish`, with
+    the worker's error.
+
+    Parameters
+    ----------
+    path : str
+        The store.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self._derived = None  # (time index, names) of the last snapshot: its derived variables still to write
+
+    def write(self, executor, model, first, time, step, names, attrs):
+        """Write one snapshot of the run of ``executor`` (``first`` creates the store, otherwise it is appended)."""
+        self._queue_derived(executor)
+        ds = template(model, executor.decomposition, time, step, names, attrs)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+            if first:
+                ds.to_zarr(self.path, mode="w", consolidated=True, compute=False)
+            else:
+                ds.to_zarr(self.path, append_dim="time", consolidated=True, compute=False)
+        index = _time_length(self.path) - 1
+        fields = [name for name in names if name in model.field_names]
+        derived = [name for name in names if name not in model.field_names]
+        executor.on_workers(queue_field_regions, self.path, index, fields, phase="snapshot")
+        self._derived = (index, derived) if derived else None
+
+    def finish(self, executor):
+        """Wait until every queued write is done (derived variables included); raise the first failed one.
+
+        Returns each rank's state-field writes since the store's last
+        finish: ``[{"rank", "bytes", "seconds"}]`` per snapshot.
+        """
+        self._queue_derived(executor)
+        done = executor.on_workers(finish_writes, self.path, phase="snapshot-finish")
+        return sorted((timing for timings in done.values() for timing in timings), key=lambda t: t["rank"])
+
+    def _queue_derived(self, executor):
+        if self._derived is None:
+            return
+        index, names = self._derived
+        self._derived = None
+        # every rank's fields of that snapshot written (and their errors raised) before any rank reads them
+        executor.on_workers(wait_writes, self.path, phase="snapshot-wait")
+        executor.on_workers(queue_derived_regions, self.path, index, names, phase="snapshot-derived")
+
+
+def _time_length(path):
+    import zarr
+
+    return zarr.open_group(path, mode="r")["time"].shape[0]
+
+
+def _regions(spec, ranks):
+    for rank in ranks:
+        region = spec.decomposition.piece_region(rank)
+        yield rank, slice(*region["rows"]), slice(*region["cols"])
+
+
+QUEUE_DEPTH = 2
+"""Snapshots a worker may hold queued for writing (host copies of its ranks' cells) before the next one waits."""
+
+_WRITERS = {}  # per worker process: store path -> BackgroundWrites
+_WRITERS_LOCK = threading.Lock()
+
+
+class BackgroundWrites:
+    """A thread that runs queued write jobs in order; the first failure is kept for :meth:`wait`.
+
+    Examples
+    --------
+    >>> writes = BackgroundWrites()
+    >>> out = []
+    >>> writes.submit(lambda: out.append(1))
+    >>> writes.wait(); out
+    [1]
+    >>> writes.stop()
+    """
+
+    def __init__(self, depth=QUEUE_DEPTH):
+        self._queue = queue.Queue(maxsize=depth)
+        self._errors = []
+        self.timings = []  # what the jobs report: e.g. each rank's bytes and seconds of a snapshot
+        self._thread = threading.Thread(target=self._loop, name="hpcgpu-rank-writes", daemon=True)
+        self._thread.start()
+
+    def submit(self, job):
+        """Queue ``job`` (a callable); blocks while the queue is full."""
+        self._queue.put(job)
+
+    def wait(self):
+        """Block until every queued job ran; raise the first error since the last wait."""
+        self._queue.join()
+        errors, self._errors = self._errors, []
+        if errors:
+            raise errors[0]
+
+    def stop(self):
+        """End the thread once the queued jobs ran."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _loop(self):
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except BaseException as error:  # noqa: BLE001 - kept, and raised by wait() on the caller's side
+                self._errors.append(error)
+            finally:
+                self._queue.task_done()
+
+
+def _writes(path):
+    with _WRITERS_LOCK:
+        if path not in _WRITERS:
+            _WRITERS[path] = BackgroundWrites()
+        return _WRITERS[path]
+
+
+def _host_copy(model, state):
+    """The owned cells of ``state`` as NumPy arrays of their own: copied off the device once, or copied in host
+    memory when they are views of the rank's live block (that the next steps overwrite)."""
+    host = model.to_host(state)
+    copies = [np.array(h) if isinstance(s, np.ndarray) else np.asarray(h)
+              for s, h in zip((getattr(state, f.name) for f in dataclass_fields(state)),
+                              (getattr(host, f.name) for f in dataclass_fields(host)))]
+    return type(host)(*copies)
+
+
+def queue_field_regions(spec, ranks, results, path, index, names):
+    """Each rank of this worker copies its owned cells and queues their write at time ``index`` (a worker task)."""
+    model = on_worker(spec.model)
+    copies = [(rank, rows, cols, _host_copy(model, spec.decomposition.model_state(getattr(result, "carried", result))))
+              for (rank, rows, cols), result in zip(_regions(spec, ranks), results)]
+    _writes(path).submit(lambda: write_field_regions(path, index, names, copies))
+    return len(ranks)
+
+
+def write_field_regions(path, index, names, copies):
+    """Write the state fields ``names`` of ``copies`` (``[(rank, rows, cols, host state)]``) at time ``index``.
+
+    Each rank's bytes and seconds are kept (``timings``: :func:`finish_writes` returns them).
+    """
+    import zarr
+
+    group = zarr.open_group(path, mode="r+")
+    arrays = {name: group[name] for name in names}
+    for rank, rows, cols, host in copies:
+        started, size = perf_counter(), 0
+        for name, array in arrays.items():
+            values = getattr(host, name)
+            array[index, rows, cols] = values
+            size += values.nbytes
+        _writes(path).timings.append({"rank": rank, "bytes": size, "seconds": perf_counter() - started})
+
+
+def queue_derived_regions(spec, ranks, results, path, index, names):
+    """Each rank of this worker queues the write of its region's derived variables at time ``index`` (a worker task)."""
+    model = on_worker(spec.model).with_backend("numpy")
+    regions = [(rows, cols) for _, rows, cols in _regions(spec, ranks)]
+    _writes(path).submit(lambda: write_derived_regions(model, path, index, names, regions))
+    return len(ranks)
+
+
+def write_derived_regions(model, path, index, names, regions):
+    """Write the derived variables ``names`` of ``regions`` at time ``index``.
+
+    They are computed by ``model.derived_output_block`` from the state
+    fields already in the store (the cells beyond each region included).
+    """
+    import zarr
+
+    group = zarr.open_group(path, mode="r+")
+
+    def read(field, rows, cols):
+        return group[field].oindex[index, np.asarray(rows), np.asarray(cols)]
+
+    for rows, cols in regions:
+        values = model.derived_output_block(read, rows, cols)
+        for name in names:
+            group[name][index, rows, cols] = values[name]
+
+
+def wait_writes(spec, ranks, results, path):
+    """Wait for this worker's queued writes to ``path``; raise the first that failed (a worker task)."""
+    _writes(path).wait()
+
+
+def finish_writes(spec, ranks, results, path):
+    """Wait for this worker's queued writes to ``path`` and end its thread; raise the first failure (a worker task).
+
+    Returns the ranks' snapshot timings (``[{"rank", "bytes", "seconds"}]``).
+    """
+    with _WRITERS_LOCK:
+        writes = _WRITERS.get(path)
+    if writes is None:
+        return []
+    try:
+        writes.wait()
+    finally:
+        with _WRITERS_LOCK:
+            _WRITERS.pop(path, None)
+        writes.stop()
+    return writes.timings

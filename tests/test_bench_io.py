@@ -1,0 +1,37 @@
+"""``hpcgpu bench io``: snapshot and checkpoint write rates per rank and in all, beside a NumPy write."""
+
+import io
+import json
+import os
+
+import pytest
+
+pytest.importorskip("dask")
+pytest.importorskip("zarr")
+
+from hpcgpu.bench import io as bench_io  # noqa: E402
+from hpcgpu.errors import ConfigError  # noqa: E402
+
+
+def test_every_rank_and_the_aggregate_report_rates_beside_numpy(client, tmp_path):
+    out = io.StringIO()
+    lines = bench_io.run(client, folder=tmp_path, size=32, dtype="float64", snapshots=2, stream=out)
+    assert [json.loads(text) for text in out.getvalue().splitlines()] == lines
+    by_case = {}
+    for line in lines:
+        by_case.setdefault((line["case"], line["scope"]), []).append(line)
+        assert line["suite"] == "io" and line["bytes"] > 0 and line["seconds"] > 0 and line["ratio_to_numpy"] > 0
+    assert len(by_case["snapshot", "rank"]) == 2 * 2  # 2 ranks, 2 snapshots
+    assert len(by_case["checkpoint", "rank"]) == 2
+    # the state fields u, v, h of the whole grid: the same bytes in a snapshot, a checkpoint and the NumPy write
+    assert by_case["snapshot", "aggregate"][0]["bytes"] == 2 * 3 * 32 * 32 * 8
+    assert by_case["checkpoint", "rank"][0]["bytes"] > by_case["snapshot", "rank"][0]["bytes"]  # .npy headers
+    assert by_case["numpy", "aggregate"][0]["bytes"] == 3 * 32 * 32 * 8
+    assert os.listdir(tmp_path) == []  # what it wrote is removed
+
+
+def test_bad_sizes_are_refused_by_name(client):
+    with pytest.raises(ConfigError, match="size"):
+        bench_io.run(client, size=8)
+    with pytest.raises(ConfigError, match="snapshots"):
+        bench_io.run(client, size=32, snapshots=0)
