@@ -6,7 +6,7 @@ entry: the indices are nearly half the bytes a CSR product moves, and the
 row loop of variable length (5 here, 3 or 4 at an edge) keeps LLVM from
 vectorising it. Most rows of a banded matrix, though, hold exactly the
 same diagonals: row ``i`` stores columns ``i + offsets[0], i + offsets[1],
-...`` in that order. For a run of such rows the values are the CSR
+...`` in that order (any order, the same in every row of a run). For a run of such rows the values are the CSR
 ``data`` itself, ``len(offsets)`` per row back to back, and the columns are
 known without reading ``indices``, so
 
@@ -51,7 +51,7 @@ class BandStructure(NamedTuple):
     """The diagonals of a banded CSR matrix and the runs of rows that store exactly them."""
 
     offsets: np.ndarray
-    """Column minus row of each diagonal, increasing (int64)."""
+    """Column minus row of each diagonal, in the order the rows store them (int64, distinct)."""
     run_starts: np.ndarray
     """First row of each run (int64, increasing)."""
     run_stops: np.ndarray
@@ -62,7 +62,7 @@ class BandStructure(NamedTuple):
 
 @njit(cache=True, nogil=True)
 def _runs_of_rows(indices, indptr, offsets):
-    """Runs of consecutive rows whose entries are exactly ``i + offsets`` in that order."""
+    """Runs of consecutive rows whose entries are exactly ``i + offsets``, in that order."""
     n_rows = indptr.shape[0] - 1
     bands = offsets.shape[0]
     starts = np.empty(n_rows // 2 + 1, np.int64)
@@ -141,7 +141,7 @@ def _find_structure(indices, indptr):
     for k in range(SAMPLED_ROWS):
         row = (2 * k + 1) * n_rows // (2 * SAMPLED_ROWS)
         offsets = np.asarray(indices[indptr[row]:indptr[row + 1]], np.int64) - row
-        if 0 < offsets.shape[0] <= MAX_BANDS and np.all(np.diff(offsets) > 0):
+        if 0 < offsets.shape[0] <= MAX_BANDS and np.unique(offsets).shape[0] == offsets.shape[0]:
             patterns[tuple(offsets.tolist())] = patterns.get(tuple(offsets.tolist()), 0) + 1
     if not patterns:
         return None

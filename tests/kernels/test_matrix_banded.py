@@ -41,6 +41,16 @@ def banded_csr(n, offsets, dtype, rng, extra_rows=(), unsorted_rows=()):
     return CSRMatrix(np.array(data, dtype), np.array(indices, np.int32), np.array(indptr, np.int32), (n, n))
 
 
+def periodic_poisson(side, dtype):
+    """The periodic 5-point Laplacian with each row stored centre, up, down, left, right: the
+    interior rows share diagonals in an order that is not increasing."""
+    index = np.arange(side * side).reshape(side, side)
+    columns = np.stack([index, np.roll(index, 1, 0), np.roll(index, -1, 0), np.roll(index, 1, 1),
+                        np.roll(index, -1, 1)], axis=-1).reshape(-1)
+    data = np.tile(np.array([4.0, -1.0, -1.0, -1.0, -1.0], dtype), side * side)
+    return CSRMatrix(data, columns, np.arange(0, 5 * side * side + 1, 5), shape=(side * side,) * 2)
+
+
 def reference(A, x):
     """``A x`` in float64 from the CSR arrays (no dense copy: the matrices are large)."""
     rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
@@ -55,6 +65,7 @@ CASES = {
     "seven-bands-with-odd-rows": lambda dtype, rng: banded_csr(
         9_000, (-900, -30, -1, 0, 1, 30, 900), dtype, rng, extra_rows=range(100, 9000, 97),
         unsorted_rows=range(50, 9000, 131)),
+    "periodic-centre-first": lambda dtype, rng: periodic_poisson(120, dtype),
     "five-bands-with-odd-rows": lambda dtype, rng: banded_csr(
         9_000, (-90, -1, 0, 1, 90), dtype, rng, extra_rows=(0, 4500, 4501, 8000), unsorted_rows=(7, 3000)),
 }
