@@ -103,14 +103,12 @@ def _autotune_choices(tune):
     from hpcgpu import autotune
 
     if tune:
-        import numpy as np
+        from hpcgpu.kernels.matrix import raw_kernels
+        from hpcgpu.kernels.nbody import inverse_sqrt_variant
 
-        from hpcgpu.backends import get_backend
-
-        cpu = get_backend("numba")
-        cpu.kernels("nbody").inverse_sqrt_variant(np.float64)
-        for dtype in (np.float32, np.float64):
-            cpu.kernels("matrix").spmv_variant(dtype)
+        inverse_sqrt_variant("float64")
+        for dtype in ("float32", "float64"):
+            raw_kernels("numba").spmv_variant(dtype)
     return autotune.choices()
 
 

@@ -164,6 +164,8 @@ def spmv(recorder, backend, dtype, side, steps, budget_s, *, cache=None):
         extra.update(triad_gb_per_s=triad / 1e9, fraction_of_triad=rate / triad)
     if backend.name == "numba":
         extra.update(_plain_spmv_ratio(matrix, x, y, product, backend, nbytes))
+        if "bytes_moved_per_product" in extra:
+            extra["moved_gb_per_s"] = extra["bytes_moved_per_product"] / seconds / 1e9
     return recorder.add(case="spmv", backend=backend.name, dtype=dtype.name, size=side,
                         metric="bytes_per_s", value=rate, unit="B/s", durations=durations,
                         gb_per_s=rate / 1e9, rows=n, nnz=matrix.nnz, bytes_per_product=nbytes,
@@ -176,17 +178,19 @@ def _plain_spmv_ratio(matrix, x, y, product, backend, nbytes):
     """The plain ``prange`` CSR row loop's rate on the same matrix, timed in turns with ours;
     and the variant :mod:`hpcgpu.autotune` chose (``spmv_variant``)."""
     from hpcgpu.bench import plain
-    from hpcgpu.kernels.matrix.banded_numba import band_structure
+    from hpcgpu.kernels.matrix import raw_kernels
+
+    kernels = raw_kernels(backend)
 
     out = np.empty_like(y)
     zero = matrix.data.dtype.type(0)
     ours, theirs = plain.paired_seconds(
         lambda: product(matrix, x, y, backend=backend),
         lambda: plain.csr_spmv(matrix.data, matrix.indices, matrix.indptr, x, out, zero), rounds=7)
-    variant = backend.kernels("matrix").spmv_variant(matrix.data.dtype)
+    variant = kernels.spmv_variant(matrix.data.dtype)
     extra = {"plain_gb_per_s": nbytes / theirs / 1e9, "ratio_to_plain": theirs / ours,
              "plain_kernel": "njit(parallel, fastmath) prange over CSR rows", "spmv_variant": variant}
-    structure = band_structure(matrix.indices, matrix.indptr) if variant == "banded" else None
+    structure = kernels.band_structure(matrix.indices, matrix.indptr) if variant == "banded" else None
     if structure is not None:
         # What the banded read moves: values, x and y for the rows in runs; CSR bytes for the rest.
         item, index = matrix.data.dtype.itemsize, matrix.indices.dtype.itemsize
@@ -194,7 +198,7 @@ def _plain_spmv_ratio(matrix, x, y, product, backend, nbytes):
         banded = structure.covered_rows * (len(structure.offsets) * item + 2 * item)
         others = (matrix.nnz - structure.covered_rows * len(structure.offsets)) * (item + index)
         moved = banded + others + (rows - structure.covered_rows) * (index + 2 * item)
-        extra.update(bytes_moved_per_product=moved, moved_gb_per_s=moved / ours / 1e9)
+        extra["bytes_moved_per_product"] = moved
     return extra
 
 

@@ -87,8 +87,8 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
 
 def _plain_ratio(evaluate, positions, masses, dtype):
     """The plain ``prange`` kernel's rate on the same bodies, timed in turns with ``evaluate``."""
-    from hpcgpu.backends import get_backend
     from hpcgpu.bench import plain
+    from hpcgpu.kernels.nbody import inverse_sqrt_variant
 
     t = np.dtype(dtype).type
     n = positions.shape[1]
@@ -98,7 +98,7 @@ def _plain_ratio(evaluate, positions, masses, dtype):
         evaluate, lambda: plain.nbody_accelerations(x, y, z, masses, t(SOFTENING**2), t(1), *out))
     extra = {"plain_interactions_per_s": n * n / theirs, "ratio_to_plain": theirs / ours,
              "plain_kernel": "njit(parallel, fastmath) prange over targets, 1/sqrt(r2)"}
-    extra["inverse_sqrt"] = get_backend("numba").kernels("nbody").inverse_sqrt_variant(dtype)
+    extra["inverse_sqrt"] = inverse_sqrt_variant(dtype)
     return extra
 
 
