@@ -74,15 +74,15 @@ def diffusion_step(u, out, cx, cy):
 
 
 @njit(nogil=True, cache=True)
-def bin_atoms(positions, box, cells):
+def bin_atoms(positions, sides, cells):
     """Cell of every atom and the atoms sorted by cell: ``(first, order)``, ``first`` of length
-    ``cells**3 + 1``; ``cells`` per side, each at least the cutoff wide."""
+    ``cells**3 + 1``; ``cells`` per side of the box (lengths ``sides``), each at least the cutoff wide."""
     n = positions.shape[1]
     cell = np.empty(n, np.int64)
     for i in range(n):
         c = 0
         for d in range(3):
-            k = int(positions[d, i] / box[d] * cells)
+            k = int(positions[d, i] / sides[d] * cells)
             k = min(max(k, 0), cells - 1)
             c = c * cells + k
         cell[i] = c
@@ -100,15 +100,16 @@ def bin_atoms(positions, box, cells):
 
 
 @njit(**_PLAIN)
-def lj_cell_forces(positions, box, cells, cutoff, first, order, forces):
-    """Lennard-Jones forces (epsilon = sigma = 1) within ``cutoff``, each atom over its 27 cells."""
+def lj_cell_forces(positions, sides, cells, radius, first, order, forces):
+    """Lennard-Jones forces (epsilon = sigma = 1) within ``radius`` (the cutoff) in a periodic box of
+    side lengths ``sides``, each atom over its 27 cells."""
     n = positions.shape[1]
-    rc2 = cutoff * cutoff
+    rc2 = radius * radius
     for i in prange(n):
         xi, yi, zi = positions[0, i], positions[1, i], positions[2, i]
-        ci = min(max(int(xi / box[0] * cells), 0), cells - 1)
-        cj = min(max(int(yi / box[1] * cells), 0), cells - 1)
-        ck = min(max(int(zi / box[2] * cells), 0), cells - 1)
+        ci = min(max(int(xi / sides[0] * cells), 0), cells - 1)
+        cj = min(max(int(yi / sides[1] * cells), 0), cells - 1)
+        ck = min(max(int(zi / sides[2] * cells), 0), cells - 1)
         fx = fy = fz = 0.0
         for a in range(ci - 1, ci + 2):
             for b in range(cj - 1, cj + 2):
@@ -121,9 +122,9 @@ def lj_cell_forces(positions, box, cells, cutoff, first, order, forces):
                         dx = xi - positions[0, j]
                         dy = yi - positions[1, j]
                         dz = zi - positions[2, j]
-                        dx -= box[0] * np.rint(dx / box[0])
-                        dy -= box[1] * np.rint(dy / box[1])
-                        dz -= box[2] * np.rint(dz / box[2])
+                        dx -= sides[0] * np.rint(dx / sides[0])
+                        dy -= sides[1] * np.rint(dy / sides[1])
+                        dz -= sides[2] * np.rint(dz / sides[2])
                         r2 = dx * dx + dy * dy + dz * dz
                         if r2 < rc2:
                             inv2 = 1.0 / r2
@@ -135,12 +136,12 @@ def lj_cell_forces(positions, box, cells, cutoff, first, order, forces):
         forces[0, i], forces[1, i], forces[2, i] = fx, fy, fz
 
 
-def lj_forces(positions, box, cutoff, forces):
+def lj_forces(positions, sides, radius, forces):
     """The plain cell-list force evaluation, binning included: what a user's step would call."""
-    box = np.asarray(box, np.float64)
-    cells = max(3, int(min(box) / cutoff))
-    first, order = bin_atoms(positions, box, cells)
-    lj_cell_forces(positions, box, cells, cutoff, first, order, forces)
+    sides = np.asarray(sides, np.float64)
+    cells = max(3, int(min(sides) / radius))
+    first, order = bin_atoms(positions, sides, cells)
+    lj_cell_forces(positions, sides, cells, radius, first, order, forces)
     return forces
 
 
