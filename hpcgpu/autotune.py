@@ -191,6 +191,10 @@ def choose(kernel, variants, *, default):
     ConfigError
         ``default`` or a pinned variant is not among ``variants``.
     """
+    if not _pinned:  # the common case, every kernel call: no lock
+        choice = _memo.get(kernel)
+        if choice is not None and enabled():
+            return choice
     with _lock:
         if default not in variants:
             raise ConfigError(f"default must be one of {sorted(variants)} for {kernel}; got {default!r}")

@@ -32,6 +32,7 @@ busy process on two cores, a 512^2 Poisson SpMV took 12 ms on two threads
 and 3.4 ms on one.
 """
 
+import functools
 import importlib.util
 
 import numba
@@ -179,7 +180,9 @@ TUNING_SIDE = 96
 use (9216 rows: tens of microseconds a product)."""
 
 
-def _tuning_runs(dtype):
+@functools.lru_cache(maxsize=None)
+def _tuning_matrix(dtype_name):
+    """The 5-point Poisson matrix (Dirichlet) of a TUNING_SIDE^2 grid as CSR arrays, x, y, and its bands."""
     side = TUNING_SIDE
     n = side * side
     row, col = np.divmod(np.arange(n), side)
@@ -188,15 +191,24 @@ def _tuning_runs(dtype):
     valid[:, 1] &= col > 0
     valid[:, 3] &= col < side - 1
     indices = columns[valid].astype(np.int32)
-    data = np.where(columns == np.arange(n)[:, None], 4.0, -1.0)[valid].astype(dtype)
+    data = np.where(columns == np.arange(n)[:, None], 4.0, -1.0)[valid].astype(dtype_name)
     indptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int32)
-    x = np.ones(n, dtype)
-    out = np.empty(n, dtype)
-    bounds = np.array([0, n], np.int64)
-    structure = band_structure(indices, indptr)
-    zero = data.dtype.type(0)
-    return {"banded": lambda: spmv_banded(data, indices, indptr, x, out, structure, bounds, parallel=False),
-            "csr": lambda: _spmv_serial(data, indices, indptr, x, out, bounds, zero)}
+    x = np.ones(n, dtype_name)
+    return data, indices, indptr, x, np.empty(n, dtype_name), band_structure(indices, indptr)
+
+
+def _tuning_runs(dtype):
+    """The two variants, serial, on the tuning matrix (built at the first timed call only)."""
+    def banded():
+        data, indices, indptr, x, out, structure = _tuning_matrix(dtype.name)
+        spmv_banded(data, indices, indptr, x, out, structure, np.array([0, out.shape[0]], np.int64),
+                    parallel=False)
+
+    def csr():
+        data, indices, indptr, x, out, _ = _tuning_matrix(dtype.name)
+        _spmv_serial(data, indices, indptr, x, out, np.array([0, out.shape[0]], np.int64), data.dtype.type(0))
+
+    return {"banded": banded, "csr": csr}
 
 
 def spmv_variant(dtype):
