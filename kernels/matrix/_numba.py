@@ -19,7 +19,7 @@ plus rows, found by binary search in ``indptr``), several per thread so
 uneven threads balance; each row's sum runs in the dtype, in storage order.
 Where most rows of the matrix hold the same diagonals (a stencil's matrix),
 runs of such rows are read as bands, without their column indices
-(:mod:`hpcgpu.kernels.matrix.banded_numba`: bitwise the same sums, 3.5-4x
+(:mod:`hpcgpu.kernels.matrix.banded_numba`: bitwise the same sums, 3-4x
 faster for the 5-point Poisson matrix at 2048^2); whether that or the
 plain CSR loop runs is timed once per machine
 (:func:`spmv_variant`, :mod:`hpcgpu.autotune`).
