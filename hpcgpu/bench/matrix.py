@@ -45,7 +45,7 @@ import numpy as np
 
 from hpcgpu.bench.harness import copy_bandwidth, measure
 
-__all__ = ["run", "CASES", "poisson_matrix", "CHECKED_ROWS"]
+__all__ = ["run", "CASES", "poisson_matrix", "spmv_bytes_moved", "CHECKED_ROWS"]
 
 CHECKED_ROWS = 32
 """Rows of C compared with a float64 product for ``relative_error``."""
@@ -180,26 +180,39 @@ def _plain_spmv_ratio(matrix, x, y, product, backend, nbytes):
     from hpcgpu.bench import plain
     from hpcgpu.kernels.matrix import raw_kernels
 
-    kernels = raw_kernels(backend)
-
     out = np.empty_like(y)
     zero = matrix.data.dtype.type(0)
     ours, theirs = plain.paired_seconds(
         lambda: product(matrix, x, y, backend=backend),
         lambda: plain.csr_spmv(matrix.data, matrix.indices, matrix.indptr, x, out, zero), rounds=7)
-    variant = kernels.spmv_variant(matrix.data.dtype)
+    variant = raw_kernels(backend).spmv_variant(matrix.data.dtype)
     extra = {"plain_gb_per_s": nbytes / theirs / 1e9, "ratio_to_plain": theirs / ours,
              "plain_kernel": "njit(parallel, fastmath) prange over CSR rows", "spmv_variant": variant}
-    structure = kernels.band_structure(matrix.indices, matrix.indptr) if variant == "banded" else None
-    if structure is not None:
-        # What the banded read moves: values, x and y for the rows in runs; CSR bytes for the rest.
-        item, index = matrix.data.dtype.itemsize, matrix.indices.dtype.itemsize
-        rows = matrix.shape[0]
-        banded = structure.covered_rows * (len(structure.offsets) * item + 2 * item)
-        others = (matrix.nnz - structure.covered_rows * len(structure.offsets)) * (item + index)
-        moved = banded + others + (rows - structure.covered_rows) * (index + 2 * item)
+    moved = spmv_bytes_moved(matrix)
+    if moved is not None:
         extra["bytes_moved_per_product"] = moved
     return extra
+
+
+def spmv_bytes_moved(matrix):
+    """Bytes one ``numba`` SpMV of ``matrix`` (host CSR) moves when it reads bands, else None.
+
+    Rows in banded runs move their values, ``x`` and ``y`` (no indices, no
+    ``indptr``); the other rows what a CSR row loop moves.
+    """
+    from hpcgpu.kernels.matrix import raw_kernels
+
+    kernels = raw_kernels("numba")
+    if kernels.spmv_variant(matrix.data.dtype) != "banded":
+        return None
+    structure = kernels.band_structure(matrix.indices, matrix.indptr)
+    if structure is None:
+        return None
+    item, index = matrix.data.dtype.itemsize, matrix.indices.dtype.itemsize
+    covered, bands = structure.covered_rows, len(structure.offsets)
+    others = matrix.shape[0] - covered
+    return (covered * (bands + 2) * item + (matrix.nnz - covered * bands) * (item + index)
+            + others * (index + 2 * item) + index)
 
 
 def _gemm_tf32(recorder, backend, dtype, n, steps, budget_s, *, cache=None):
