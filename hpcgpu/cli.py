@@ -54,6 +54,9 @@ def _check_bench_arguments(args):
         check_int("workers", args.workers, minimum=2 if args.suite in ("md", "nbody", "matrix") else 1)
 
 
+AUTOTUNE_ENV = "HPCGPU_AUTOTUNE"
+
+
 def _info(args):
     from hpcgpu._cpu_vectors import vector_width_note, wide_vector_features
     from hpcgpu.backends import backend_info, get_backend
@@ -74,9 +77,11 @@ def _info(args):
         return 0
     statuses = backend_info()
     auto = get_backend("auto").name
+    tuned = _autotune_choices(args.tune)
     if args.json:
         print(json.dumps({"auto": auto, "backends": [s.__dict__ for s in statuses],
-                          "cpu_vectors": vector_width_note(), "kernel_cache": _kernel_cache()}))
+                          "cpu_vectors": vector_width_note(), "kernel_cache": _kernel_cache(),
+                          "autotune": tuned}))
         return 0
     import hpcgpu
 
@@ -88,7 +93,39 @@ def _info(args):
     print(f"  'auto' selects: {auto}")
     print(f"  {vector_width_note()}")
     print(f"  compiled kernels cached in {_kernel_cache()}")
+    for line in _autotune_lines(tuned):
+        print(f"  {line}")
     return 0
+
+
+def _autotune_choices(tune):
+    """This machine's kernel variants (:mod:`hpcgpu.autotune`); with ``tune``, measure them now."""
+    from hpcgpu import autotune
+
+    if tune:
+        from hpcgpu.kernels.matrix import raw_kernels
+        from hpcgpu.kernels.nbody import inverse_sqrt_variant
+
+        inverse_sqrt_variant("float64")
+        for dtype in ("float32", "float64"):
+            raw_kernels("numba").spmv_variant(dtype)
+    return autotune.choices()
+
+
+def _autotune_lines(tuned):
+    if not tuned["enabled"]:
+        yield f"kernel variants: defaults ({AUTOTUNE_ENV}=0)"
+        return
+    machine = tuned["machine"]
+    yield (f"kernel variants for {machine['cpu']} ({machine['llvm_cpu']}, numba {machine['numba']}), "
+           f"kept in {tuned['file']}:")
+    if not tuned["kernels"]:
+        yield "    none measured yet: each is timed at its first use (or run hpcgpu info --tune)"
+    for kernel, record in sorted(tuned["kernels"].items()):
+        seconds = record.get("seconds") or {}
+        timing = ", ".join(f"{name} {value * 1e6:.0f} us" for name, value in sorted(seconds.items()))
+        pinned = " (pinned)" if record.get("pinned") else ""
+        yield f"    {kernel}: {record['choice']}{pinned}" + (f"  [{timing}]" if timing else "")
 
 
 def _kernel_cache():
@@ -297,6 +334,8 @@ def build_parser():
 
     info = sub.add_parser("info", help="list backends and whether each is usable here")
     info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--tune", action="store_true",
+                      help="time the CPU kernels' variants now (else each is timed at its first use)")
     info.add_argument("--wide-vectors", action="store_true",
                       help="print the NUMBA_CPU_FEATURES value that compiles the CPU kernels for 512-bit vectors")
     info.add_argument("--worker-env", action="store_true",

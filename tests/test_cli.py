@@ -641,3 +641,16 @@ def test_workers_and_scheduler_together_are_refused(monkeypatch, capsys, command
     assert status == 2, err
     assert err.strip() == ("hpcgpu: error: --workers starts a local cluster and --scheduler joins a running one: "
                            "give one of them")
+
+
+def test_info_prints_the_autotuned_kernel_variants(tmp_path):
+    env = dict(os.environ, HPCGPU_CACHE_DIR=str(tmp_path))
+    env.pop("HPCGPU_AUTOTUNE", None)
+    tuned = run("info", "--tune", env=env)
+    assert tuned.returncode == 0, tuned.stderr
+    assert "nbody.direct.inverse_sqrt.float64:" in tuned.stdout and "matrix.spmv.format.float32:" in tuned.stdout
+    assert (tmp_path / "autotune.json").exists()
+    listed = json.loads(run("info", "--json", env=env).stdout)["autotune"]
+    assert listed["kernels"]["nbody.direct.inverse_sqrt.float64"]["choice"] in ("bit_trick", "divide")
+    pinned = run("info", env=dict(env, HPCGPU_AUTOTUNE="0"))
+    assert "kernel variants: defaults (HPCGPU_AUTOTUNE=0)" in pinned.stdout

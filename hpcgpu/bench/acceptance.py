@@ -454,6 +454,10 @@ def judge(records, thresholds, workers):
             rates.setdefault(f"{r['family']} rate", {})[r["worker"]] = r["rate"]
             verdict(r["worker"], f"{r['family']} correct", r["passed"] or not thresholds.correctness,
                     f"max relative error {r['max_relative_error']:.2e} (tolerance {r['tolerance']:.0e})")
+            if r.get("ratio_to_plain") is not None:
+                verdict(r["worker"], f"{r['family']} vs plain Numba", r["ratio_to_plain"] >= thresholds.plain_ratio,
+                        f"{r['ratio_to_plain']:.2f}x a plain Numba kernel of the same job, timed in turns "
+                        f"(threshold {thresholds.plain_ratio:.2f}x)")
         elif r["kind"] == "ceiling":
             verdict(r["worker"], "probes ran", False, r["error"])
     for metric, values in rates.items():

@@ -18,7 +18,13 @@ indices), built on the backend's device; ``steps`` products per timed call.
 ``value`` is ``bytes_per_s``, the effective bytes one product must move
 (``data``, ``indices``, ``indptr``, ``x`` and ``y`` once each) over the time
 per product; ``fraction_of_copy`` compares it with a copy measured in the
-same run on the same number of bytes.
+same run on the same number of bytes, and on CPU backends
+``fraction_of_triad`` with a STREAM triad on every core
+(:func:`hpcgpu.bench.plain.triad_bandwidth`: the memory roof). The bytes
+are those a CSR product must move even where the ``numba`` backend reads
+a banded matrix without its indices (``spmv_variant``), so the fraction
+may pass 1. The ``numba`` line carries ``ratio_to_plain``: its rate over a
+plain ``prange`` CSR row loop's on the same matrix, timed in turns.
 
 Case ``cg_partitions`` (with ``--workers N``, N >= 2): Jacobi-preconditioned
 CG on the Poisson matrix of a ``size/4 x size/4`` grid (``--size 2048``
@@ -39,7 +45,7 @@ import numpy as np
 
 from hpcgpu.bench.harness import copy_bandwidth, measure
 
-__all__ = ["run", "CASES", "poisson_matrix", "CHECKED_ROWS"]
+__all__ = ["run", "CASES", "poisson_matrix", "spmv_bytes_moved", "CHECKED_ROWS"]
 
 CHECKED_ROWS = 32
 """Rows of C compared with a float64 product for ``relative_error``."""
@@ -150,11 +156,63 @@ def spmv(recorder, backend, dtype, side, steps, budget_s, *, cache=None):
     nbytes = (matrix.nnz * (dtype.itemsize + index_size) + (n + 1) * index_size + 2 * n * dtype.itemsize)
     rate = nbytes / seconds
     copy = copy_bandwidth(backend, nbytes)
+    extra = {}
+    if not backend.on_gpu:
+        from hpcgpu.bench.plain import triad_bandwidth
+
+        triad = triad_bandwidth(nbytes)
+        extra.update(triad_gb_per_s=triad / 1e9, fraction_of_triad=rate / triad)
+    if backend.name == "numba":
+        extra.update(_plain_spmv_ratio(matrix, x, y, product, backend, nbytes))
+        if "bytes_moved_per_product" in extra:
+            extra["moved_gb_per_s"] = extra["bytes_moved_per_product"] / seconds / 1e9
     return recorder.add(case="spmv", backend=backend.name, dtype=dtype.name, size=side,
                         metric="bytes_per_s", value=rate, unit="B/s", durations=durations,
                         gb_per_s=rate / 1e9, rows=n, nnz=matrix.nnz, bytes_per_product=nbytes,
                         seconds_per_product=seconds, products_per_call=steps,
-                        matrix="poisson-5-point", copy_gb_per_s=copy / 1e9, fraction_of_copy=rate / copy)
+                        matrix="poisson-5-point", copy_gb_per_s=copy / 1e9, fraction_of_copy=rate / copy,
+                        **extra)
+
+
+def _plain_spmv_ratio(matrix, x, y, product, backend, nbytes):
+    """The plain ``prange`` CSR row loop's rate on the same matrix, timed in turns with ours;
+    and the variant :mod:`hpcgpu.autotune` chose (``spmv_variant``)."""
+    from hpcgpu.bench import plain
+    from hpcgpu.kernels.matrix import raw_kernels
+
+    out = np.empty_like(y)
+    zero = matrix.data.dtype.type(0)
+    ours, theirs = plain.paired_seconds(
+        lambda: product(matrix, x, y, backend=backend),
+        lambda: plain.csr_spmv(matrix.data, matrix.indices, matrix.indptr, x, out, zero), rounds=7)
+    variant = raw_kernels(backend).spmv_variant(matrix.data.dtype)
+    extra = {"plain_gb_per_s": nbytes / theirs / 1e9, "ratio_to_plain": theirs / ours,
+             "plain_kernel": "njit(parallel, fastmath) prange over CSR rows", "spmv_variant": variant}
+    moved = spmv_bytes_moved(matrix)
+    if moved is not None:
+        extra["bytes_moved_per_product"] = moved
+    return extra
+
+
+def spmv_bytes_moved(matrix):
+    """Bytes one ``numba`` SpMV of ``matrix`` (host CSR) moves when it reads bands, else None.
+
+    Rows in banded runs move their values, ``x`` and ``y`` (no indices, no
+    ``indptr``); the other rows what a CSR row loop moves.
+    """
+    from hpcgpu.kernels.matrix import raw_kernels
+
+    kernels = raw_kernels("numba")
+    if kernels.spmv_variant(matrix.data.dtype) != "banded":
+        return None
+    structure = kernels.band_structure(matrix.indices, matrix.indptr)
+    if structure is None:
+        return None
+    item, index = matrix.data.dtype.itemsize, matrix.indices.dtype.itemsize
+    covered, bands = structure.covered_rows, len(structure.offsets)
+    others = matrix.shape[0] - covered
+    return (covered * (bands + 2) * item + (matrix.nnz - covered * bands) * (item + index)
+            + others * (index + 2 * item) + index)
 
 
 def _gemm_tf32(recorder, backend, dtype, n, steps, budget_s, *, cache=None):

@@ -33,6 +33,12 @@ set up once and warmed up by one untimed call; each timed call advances
 atom-steps per second as above, with ``ratio_to_one_process``, the rate
 over the one-process line of the same backend and dtype in this run.
 
+The ``numba`` line carries ``ratio_to_plain``: the time per step of a
+plain cell-list Lennard-Jones force loop (:mod:`hpcgpu.bench.plain`: cells
+rebuilt each call, 27 neighbouring cells, forces only) over the model's
+time per step (everything), the two timed in turns over
+:data:`PLAIN_STEPS` steps.
+
 The ``numpy`` reference builds its lists by brute force over all pairs
 (O(N^2): 13 to 26 s per build at 32,000 atoms here), so it runs
 :data:`NUMPY_STEPS` steps, once, with no warm-up (it has nothing to
@@ -145,6 +151,7 @@ def _lj_liquid(recorder, case, backend, dtype, requested, steps, budget_s):
         import numba
 
         threads = numba.get_num_threads()
+        extra.update(_plain_ratio(model, initial, dt, min(steps, PLAIN_STEPS)))
     recorder.add(case=case.name, backend=backend.name, dtype=np.dtype(dtype).name,
                  size=case.recorded_size(model, requested), metric="atom_steps_per_s", value=n * steps / median,
                  unit="1/s", durations=durations, steps_per_call=steps, seconds_per_step=median / steps,
@@ -154,6 +161,29 @@ def _lj_liquid(recorder, case, backend, dtype, requested, steps, budget_s):
                  **split, warmup_s=warmup_s, setup_s=setup_s,
                  energy_change=abs(after["energy"] - before["energy"]) / abs(before["energy"]),
                  final_temperature=after["temperature"], threads=threads, **extra)
+
+
+PLAIN_STEPS = 10
+"""Steps per call when the numba line is timed in turns with the plain cell-list kernel."""
+
+
+def _plain_ratio(model, initial, dt, steps):
+    """``ratio_to_plain``: time per step of the model over a plain cell-list force evaluation
+    (binning included) on the same atoms, timed in turns; the model's steps also integrate and
+    rebuild, the plain kernel only computes forces, so the ratio is a floor."""
+    from hpcgpu.bench import plain
+
+    stepper = model.stepper(dt)
+    positions = np.ascontiguousarray(model.backend.to_host(initial.positions))
+    forces = np.empty_like(positions)
+
+    def plain_forces():
+        for _ in range(steps):
+            plain.lj_forces(positions, model.box, model.cutoff, forces)
+
+    ours, theirs = plain.paired_seconds(lambda: stepper.advance(initial, steps), plain_forces, rounds=3)
+    return {"plain_seconds_per_step": theirs / steps, "ratio_to_plain": theirs / ours,
+            "plain_kernel": "njit(parallel, fastmath) cell list (27 cells, rebuilt each call), LJ forces only"}
 
 
 def _lj_liquid_bricks(recorder, case, backend, dtype, requested, steps, budget_s, workers):

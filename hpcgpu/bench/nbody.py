@@ -16,6 +16,12 @@ the accelerations on the first :data:`NUMPY_TARGETS` bodies only (from all
 ``N``), once per timed call, and its rate is that of those interactions;
 the JSON line says so (``targets_timed``, ``note``).
 
+On the ``numba`` backend the line also carries ``ratio_to_plain``: the
+rate over that of the ten-line ``@njit(parallel=True, fastmath=True)``
+kernel of :mod:`hpcgpu.bench.plain` on the same bodies, the two timed in
+turns (``plain_interactions_per_s``), and ``inverse_sqrt``, the float64
+variant :mod:`hpcgpu.autotune` chose on this machine.
+
 Case ``direct_blocks`` (with ``--workers N``, N >= 2): whole leapfrog steps
 of the N-body workload's ``"step"`` benchmark case
 (:class:`hpcgpu.registry.BenchmarkCase`: a Plummer sphere) of ``N`` bodies
@@ -67,6 +73,8 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
     median = float(np.median(durations))
     rate = targets * n * evaluations / median
     extra = {}
+    if backend.name == "numba":
+        extra.update(_plain_ratio(evaluate, positions, masses, dtype))
     if targets < n:
         extra["note"] = (f"numpy computes {targets} of the {n} targets (against all {n} sources); "
                          "rate and seconds_per_evaluation are for N**2 interactions at that rate")
@@ -75,6 +83,23 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
                  gflops=FLOPS_PER_INTERACTION * rate / 1e9, flops_per_interaction=FLOPS_PER_INTERACTION,
                  seconds_per_evaluation=n * n / rate, evaluations_per_call=evaluations,
                  targets_timed=targets, softening=SOFTENING, potential=False, **extra)
+
+
+def _plain_ratio(evaluate, positions, masses, dtype):
+    """The plain ``prange`` kernel's rate on the same bodies, timed in turns with ``evaluate``."""
+    from hpcgpu.bench import plain
+    from hpcgpu.kernels.nbody import inverse_sqrt_variant
+
+    t = np.dtype(dtype).type
+    n = positions.shape[1]
+    x, y, z = (np.ascontiguousarray(positions[k]) for k in range(3))
+    out = [np.empty(n, dtype) for _ in range(3)]
+    ours, theirs = plain.paired_seconds(
+        evaluate, lambda: plain.nbody_accelerations(x, y, z, masses, t(SOFTENING**2), t(1), *out))
+    extra = {"plain_interactions_per_s": n * n / theirs, "ratio_to_plain": theirs / ours,
+             "plain_kernel": "njit(parallel, fastmath) prange over targets, 1/sqrt(r2)"}
+    extra["inverse_sqrt"] = inverse_sqrt_variant(dtype)
+    return extra
 
 
 def _direct_blocks(recorder, backend, dtype, n, steps, budget_s, workers):

@@ -10,6 +10,8 @@ Thresholds, with their defaults (a file may set any of them, under a
                                # (through tasks and through the communicator, each path on its own)
     strong_efficiency = 0.5    # strong-scaling parallel efficiency below this fails
     weak_efficiency = 0.7      # weak-scaling parallel efficiency below this fails
+    plain_ratio = 1.0          # a numba kernel slower than a plain Numba kernel of the same job
+                               # (hpcgpu.bench.plain, timed in turns) fails
     correctness = true         # a kernel that disagrees with numpy fails
 
 The report embeds its charts as PNG data (matplotlib), so the one HTML file
@@ -47,6 +49,7 @@ class Thresholds:
     transfer_fraction: float = 0.5
     strong_efficiency: float = 0.5
     weak_efficiency: float = 0.7
+    plain_ratio: float = 1.0
     correctness: bool = True
 
     def __post_init__(self):

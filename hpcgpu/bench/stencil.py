@@ -26,7 +26,10 @@ The kernels are timed themselves, without the public functions' checks:
 :data:`hpcgpu.kernels.stencil.FAST_PATHS` lists the backend).
 
 Each line also carries the copy bandwidth measured in the same run on a
-working set of the same size, and the kernel's fraction of it.
+working set of the same size, and the kernel's fraction of it. The
+``diffusion`` line of the ``numba`` backend carries ``ratio_to_plain``: its
+rate over that of a plain ``prange`` periodic 5-point update
+(:mod:`hpcgpu.bench.plain`) running the same steps, the two timed in turns.
 """
 
 import numpy as np
@@ -58,10 +61,31 @@ def _diffusion(recorder, backend, dtype, n, steps, budget_s, copy_bw, case="diff
     median = float(np.median(durations))
     updates = n * n * steps / median
     gbs = 2 * np.dtype(dtype).itemsize * n * n * steps / median / 1e9
+    extra = {}
+    if backend.name == "numba" and boundary == "periodic":
+        extra = _plain_ratio(call, field, cx, cy, steps)
     recorder.add(case=case, backend=backend.name, dtype=np.dtype(dtype).name, size=n,
                  metric="point_updates_per_s", value=updates, unit="1/s", durations=durations,
                  boundary=boundary, steps_per_call=steps, seconds_per_step=median / steps, gb_per_s=gbs,
-                 copy_gb_per_s=copy_bw / 1e9, fraction_of_copy=gbs * 1e9 / copy_bw)
+                 copy_gb_per_s=copy_bw / 1e9, fraction_of_copy=gbs * 1e9 / copy_bw, **extra)
+
+
+def _plain_ratio(call, field, cx, cy, steps):
+    """The plain ``prange`` periodic 5-point update's rate for the same ``steps`` steps, timed in
+    turns with ``call``."""
+    from hpcgpu.bench import plain
+
+    a, b = field.copy(), np.empty_like(field)
+    cx, cy = field.dtype.type(cx), field.dtype.type(cy)
+
+    def plain_steps():
+        for step in range(steps):
+            source, target = (a, b) if step % 2 == 0 else (b, a)
+            plain.diffusion_step(source, target, cx, cy)
+
+    ours, theirs = plain.paired_seconds(call, plain_steps, rounds=3)
+    return {"plain_point_updates_per_s": field.size * steps / theirs, "ratio_to_plain": theirs / ours,
+            "plain_kernel": "njit(parallel, fastmath) prange over rows, periodic 5-point update"}
 
 
 def _shallow_water(recorder, backend, dtype, n, budget_s, copy_bw):

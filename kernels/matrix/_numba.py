@@ -17,6 +17,12 @@ rows of registers: 39 GFLOP/s against BLAS's 360 on the same machine
 ``spmv``: the rows are cut into chunks of about equal work (stored values
 plus rows, found by binary search in ``indptr``), several per thread so
 uneven threads balance; each row's sum runs in the dtype, in storage order.
+Where most rows of the matrix hold the same diagonals (a stencil's matrix),
+runs of such rows are read as bands, without their column indices
+(:mod:`hpcgpu.kernels.matrix.banded_numba`: bitwise the same sums, 3-4x
+faster for the 5-point Poisson matrix at 2048^2); whether that or the
+plain CSR loop runs is timed once per machine
+(:func:`spmv_variant`, :mod:`hpcgpu.autotune`).
 ``dot`` sums float64 products over fixed chunks of :data:`DOT_CHUNK`
 elements in parallel and adds the chunk sums in order, so the result does
 not depend on the number of threads. ``axpy`` is one parallel loop. Each of
@@ -26,12 +32,15 @@ busy process on two cores, a 512^2 Poisson SpMV took 12 ms on two threads
 and 3.4 ms on one.
 """
 
+import functools
 import importlib.util
 
 import numba
 import numpy as np
 from numba import njit, prange
 
+from hpcgpu import autotune
+from hpcgpu.kernels.matrix.banded_numba import band_structure, spmv_banded
 from hpcgpu.kernels.threads import adaptive_threads
 
 BLAS = importlib.util.find_spec("scipy") is not None
@@ -157,15 +166,73 @@ def _spmv_kernel(data, indices, indptr, x, out, bounds, zero):
 _spmv_serial = njit(cache=True, nogil=True, fastmath={"contract"})(_spmv_kernel.py_func)
 
 
+SPMV_VARIANTS = {
+    "banded": "runs of rows with the same diagonals read without their indices (banded_numba); bitwise the CSR sums",
+    "csr": "every row by the CSR loop",
+}
+"""How ``spmv`` reads a matrix whose rows are mostly banded; both give bitwise the same result."""
+
+DEFAULT_SPMV = "banded"
+"""The ``spmv`` variant run with ``HPCGPU_AUTOTUNE=0``."""
+
+TUNING_SIDE = 96
+"""Grid side of the 5-point Poisson matrix the two ``spmv`` variants are timed on at first
+use (9216 rows: tens of microseconds a product)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _tuning_matrix(dtype_name):
+    """The 5-point Poisson matrix (Dirichlet) of a TUNING_SIDE^2 grid as CSR arrays, x, y, and its bands."""
+    side = TUNING_SIDE
+    n = side * side
+    row, col = np.divmod(np.arange(n), side)
+    columns = np.stack([row * side + col + d for d in (-side, -1, 0, 1, side)], axis=1)
+    valid = (columns >= 0) & (columns < n)
+    valid[:, 1] &= col > 0
+    valid[:, 3] &= col < side - 1
+    indices = columns[valid].astype(np.int32)
+    data = np.where(columns == np.arange(n)[:, None], 4.0, -1.0)[valid].astype(dtype_name)
+    indptr = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int32)
+    x = np.ones(n, dtype_name)
+    return data, indices, indptr, x, np.empty(n, dtype_name), band_structure(indices, indptr)
+
+
+def _tuning_runs(dtype):
+    """The two variants, serial, on the tuning matrix (built at the first timed call only)."""
+    def banded():
+        data, indices, indptr, x, out, structure = _tuning_matrix(dtype.name)
+        spmv_banded(data, indices, indptr, x, out, structure, np.array([0, out.shape[0]], np.int64),
+                    parallel=False)
+
+    def csr():
+        data, indices, indptr, x, out, _ = _tuning_matrix(dtype.name)
+        _spmv_serial(data, indices, indptr, x, out, np.array([0, out.shape[0]], np.int64), data.dtype.type(0))
+
+    return {"banded": banded, "csr": csr}
+
+
+def spmv_variant(dtype):
+    """The ``spmv`` variant (a key of :data:`SPMV_VARIANTS`) for ``dtype`` on this machine, from
+    :func:`hpcgpu.autotune.choose`."""
+    dtype = np.dtype(dtype)
+    return autotune.choose(f"matrix.spmv.format.{dtype.name}", _tuning_runs(dtype), default=DEFAULT_SPMV)
+
+
 @adaptive_threads(key=lambda data, indices, indptr, x, out: (data.shape[0], out.shape[0]))
 def spmv(data, indices, indptr, x, out):
     """``out = A x`` for the CSR arrays of ``A``; see the module docstring."""
     n_rows = out.shape[0]
     zero = data.dtype.type(0)
-    if data.shape[0] + n_rows < SERIAL_BELOW:
-        return _spmv_serial(data, indices, indptr, x, out, np.array([0, n_rows], np.int64), zero)
-    chunks = max(1, min(n_rows, 8 * numba.get_num_threads()))
-    bounds = _balanced_bounds(indptr, chunks)
+    serial = data.shape[0] + n_rows < SERIAL_BELOW
+    structure = band_structure(indices, indptr) if spmv_variant(data.dtype) == "banded" else None
+    if serial:
+        bounds = np.array([0, n_rows], np.int64)
+    else:
+        bounds = _balanced_bounds(indptr, max(1, min(n_rows, 8 * numba.get_num_threads())))
+    if structure is not None:
+        return spmv_banded(data, indices, indptr, x, out, structure, bounds, parallel=not serial)
+    if serial:
+        return _spmv_serial(data, indices, indptr, x, out, bounds, zero)
     return _spmv_kernel(data, indices, indptr, x, out, bounds, zero)
 
 

@@ -37,7 +37,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.nbody.prepared import PreparedGravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 
-__all__ = ["METHODS", "MIN_BODIES", "accelerations", "softening_squared", "prepare_gravity", "PreparedGravity",
+__all__ = ["METHODS", "MIN_BODIES", "accelerations", "inverse_sqrt_variant", "softening_squared", "prepare_gravity", "PreparedGravity",
            "prepare_direct_accelerations"]
 
 METHODS = ("direct", "tree")
@@ -290,3 +290,17 @@ def prepare_direct_accelerations(positions, masses, *, softening, G=1.0, targets
         return acc
 
     return evaluate
+
+
+def inverse_sqrt_variant(dtype):
+    """The float64 inverse square root the ``numba`` backend runs on this machine.
+
+    ``"bit_trick"`` or ``"divide"``, timed once per machine by
+    :mod:`hpcgpu.autotune` (float32 and ``HPCGPU_AUTOTUNE=0``: ``"bit_trick"``).
+
+    Examples
+    --------
+    >>> inverse_sqrt_variant("float32")
+    'bit_trick'
+    """
+    return get_backend("numba").kernels("nbody").inverse_sqrt_variant(np.dtype(dtype))

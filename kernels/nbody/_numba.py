@@ -15,11 +15,16 @@ machine at N = 16384: 7.4e9 in float32, 2.2e9 in float64):
   sources run in vector lanes). Not ``nnan`` / ``ninf``: a NaN in the input
   must still come out as a NaN, where the driver's check sees it. The pair
   physics is compiled without ``reassoc``, so only the sums are reordered.
-- In float64 x86 has no reciprocal square root instruction below AVX-512,
-  and ``sqrt`` plus a division, which share one unpipelined divider, ran at
-  1.5e9 interactions/s. :func:`fast_inverse_sqrt` instead starts from the
-  classic bit-trick estimate and refines it with multiply-adds only (two
-  Newton steps and a third-order step; within about 2 ulp).
+- In float64 x86 has no reciprocal square root instruction below AVX-512.
+  Which of two ways is faster depends on the CPU: on the machine the kernel
+  was first tuned on, ``sqrt`` plus a division (one unpipelined divider)
+  ran at 1.5e9 interactions/s and :func:`fast_inverse_sqrt`, the classic
+  bit-trick estimate refined by multiply-adds only (two Newton steps and a
+  third-order step; within about 2 ulp), was faster; on a 2-core AVX2 CPU
+  without AVX-512 the division was 1.6x faster. So both are compiled
+  (:data:`INVERSE_SQRT_VARIANTS`) and :func:`inverse_sqrt_variant` asks
+  :func:`hpcgpu.autotune.choose`, which times them once per machine on a
+  tiny input (``HPCGPU_AUTOTUNE=0``: the bit trick, everywhere).
 - The ``r2 == 0`` test that zeroes coincident pairs costs a compare and a
   blend per pair; with ``eps2`` a normal number every ``r2 >= eps2 > 0``,
   so the sweep is compiled without it. The potential is a second compiled
@@ -41,6 +46,7 @@ Inner loops are written ``for j in range(n)`` over contiguous arrays (see
 :func:`_sweep` for why).
 """
 
+import functools
 import math
 
 import numba
@@ -49,6 +55,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
+from hpcgpu import autotune
 from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.threads import adaptive_threads
 from hpcgpu.kernels.nbody import physics
@@ -125,22 +132,30 @@ def _fast_inverse_sqrt(r2, one):
     return physics.inverse_sqrt
 
 
+divide_inverse_sqrt = njit(**_PAIR_OPTS)(physics.inverse_sqrt)
+
+
 @njit(**_OPTS)
-def inverse_sqrt_of(values, out, one):
-    """:func:`fast_inverse_sqrt` of every element of ``values`` into ``out``
-    (for tests; ``one`` is 1 in the values' dtype)."""
+def inverse_sqrt_of(values, out, one, divide=False):
+    """:func:`fast_inverse_sqrt` (or, with ``divide``, ``one / sqrt``) of every element of
+    ``values`` into ``out`` (for tests; ``one`` is 1 in the values' dtype)."""
     for k in range(values.shape[0]):
-        out[k] = fast_inverse_sqrt(values[k], one)
+        if divide:
+            out[k] = divide_inverse_sqrt(values[k], one)
+        else:
+            out[k] = fast_inverse_sqrt(values[k], one)
     return out
 
 
 @njit(**_OPTS)
-def _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential):
+def _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential, divide):
     """Sums over the sources ``sx, sy, sz, sm`` for the target at (x, y, z):
     ``(ax, ay, az, sum m/r)``.
 
     ``guard`` masks pairs at zero separation (needed when eps2 == 0);
-    ``potential`` also sums ``m/r``. Both come as literal booleans, so each
+    ``potential`` also sums ``m/r``; ``divide`` takes ``1/sqrt(r2)`` as
+    ``sqrt`` plus a division instead of :func:`fast_inverse_sqrt` (the
+    :data:`INVERSE_SQRT_VARIANTS`). All come as literal booleans, so each
     combination compiles to its own loop. The loop index starts at 0 and
     the arrays are contiguous: an offset index that LLVM cannot prove
     non-negative keeps Numba's negative-index wraparound, which turned the
@@ -155,7 +170,10 @@ def _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential):
         dy = sy[j] - y
         dz = sz[j] - z
         r2 = distance_squared(dx, dy, dz, eps2)
-        inv_r = fast_inverse_sqrt(r2, one)
+        if divide:
+            inv_r = divide_inverse_sqrt(r2, one)
+        else:
+            inv_r = fast_inverse_sqrt(r2, one)
         if guard:
             inv_r = exclude_coincident(inv_r, r2, zero)
         weight, m_inv_r = pair_weights(sm[j], inv_r)
@@ -168,7 +186,7 @@ def _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential):
 
 
 @njit(**_OPTS)
-def _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, guard, potential):
+def _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, guard, potential, divide):
     """All sums of one target; ``me`` is its index among the sources, or -1.
 
     With the potential, the target itself is left out by sweeping the
@@ -176,18 +194,39 @@ def _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, guard, potential)
     third of the speed). The split depends on the target's own index only.
     """
     if not potential or me < 0:
-        return _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential)
+        return _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential, divide)
     ax, ay, az, phi = _sweep(x, y, z, sx[:me], sy[:me], sz[:me], sm[:me], eps2, zero, one,
-                             guard, potential)
+                             guard, potential, divide)
     after = me + 1
     bx, by, bz, psi = _sweep(x, y, z, sx[after:], sy[after:], sz[after:], sm[after:], eps2,
-                             zero, one, guard, potential)
+                             zero, one, guard, potential, divide)
     return ax + bx, ay + by, az + bz, phi + psi
+
+
+@njit(**_OPTS)
+def _sums_for_flags(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, guard, potential, divide):
+    """:func:`_target_sums` with each flag turned into a literal at its own call site,
+    so that every one of the eight combinations is its own loop without a test per pair."""
+    if divide:
+        if potential:
+            if guard:
+                return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, True, True, True)
+            return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, False, True, True)
+        if guard:
+            return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, True, False, True)
+        return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, False, False, True)
+    if potential:
+        if guard:
+            return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, True, True, False)
+        return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, False, True, False)
+    if guard:
+        return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, True, False, False)
+    return _target_sums(x, y, z, sx, sy, sz, sm, eps2, me, zero, one, False, False, False)
 
 
 @njit(parallel=True, **_OPTS)
 def _direct_kernel(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out,
-                   guard, potential, n_chunks, zero, one):
+                   guard, potential, divide, n_chunks, zero, one):
     n_targets = tx.shape[0]
     for chunk in prange(n_chunks):
         fp_mode = flush_subnormals()
@@ -196,20 +235,10 @@ def _direct_kernel(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, po
         for k in range(i1 - i0):
             i = k + i0
             me = i + self_offset if self_offset >= 0 else -1
+            ax, ay, az, phi = _sums_for_flags(tx[i], ty[i], tz[i], sx, sy, sz, sm, eps2, me, zero, one,
+                                              guard, potential, divide)
             if potential:
-                if guard:
-                    ax, ay, az, phi = _target_sums(tx[i], ty[i], tz[i], sx, sy, sz, sm, eps2, me,
-                                                   zero, one, True, True)
-                else:
-                    ax, ay, az, phi = _target_sums(tx[i], ty[i], tz[i], sx, sy, sz, sm, eps2, me,
-                                                   zero, one, False, True)
                 pot_out[i] = -(G * phi)
-            elif guard:
-                ax, ay, az, phi = _target_sums(tx[i], ty[i], tz[i], sx, sy, sz, sm, eps2, me,
-                                               zero, one, True, False)
-            else:
-                ax, ay, az, phi = _target_sums(tx[i], ty[i], tz[i], sx, sy, sz, sm, eps2, me,
-                                               zero, one, False, False)
             acc_out[0, i] = G * ax
             acc_out[1, i] = G * ay
             acc_out[2, i] = G * az
@@ -233,7 +262,60 @@ def direct(target_positions, source_positions, source_masses, eps2, G, self_offs
     guard = not t(eps2) >= np.finfo(dtype).tiny
     potential = pot_out is not None
     pot = pot_out if potential else np.empty(0, dtype)
+    divide = inverse_sqrt_variant(dtype) == "divide"
     _direct_kernel(target_positions[0], target_positions[1], target_positions[2],
                    sources[0], sources[1], sources[2], masses, t(eps2), t(G), int(self_offset),
-                   acc_out, pot, guard, potential, _chunks(target_positions.shape[1]), t(0), t(1))
+                   acc_out, pot, guard, potential, divide, _chunks(target_positions.shape[1]), t(0), t(1))
     return acc_out
+
+
+INVERSE_SQRT_VARIANTS = {
+    "bit_trick": "bit-trick estimate and multiply-adds (fast_inverse_sqrt): within 2 ulp in float64",
+    "divide": "sqrt plus a division, each correctly rounded: within 1.5 ulp",
+}
+"""The float64 inverse square roots of the sweep and their accuracy (float32 always uses
+``1/sqrt`` under fast-math: ``vrsqrtps`` and a Newton step)."""
+
+DEFAULT_INVERSE_SQRT = "bit_trick"
+"""The float64 variant run with ``HPCGPU_AUTOTUNE=0``."""
+
+TUNING_BODIES = (256, 1024)
+"""(targets, sources) of the input each variant is timed on at first use: 0.26 M
+interactions, a fraction of a millisecond."""
+
+
+@functools.lru_cache(maxsize=None)
+def _tuning_bodies(dtype_name):
+    dtype = np.dtype(dtype_name)
+    rng = np.random.default_rng(0)
+    targets, sources = TUNING_BODIES
+    positions = rng.standard_normal((3, sources)).astype(dtype)
+    masses = np.full(sources, 1.0 / sources, dtype)
+    return positions, masses, np.empty((3, targets), dtype), np.empty(0, dtype)
+
+
+def _tuning_runs(dtype):
+    """The variants on the tuning input, built at the first timed call only (``choose`` asks
+    for this dict on every call, and times nothing once it has a choice)."""
+    targets = TUNING_BODIES[0]
+    t = dtype.type
+
+    def run(divide):
+        def call():
+            positions, masses, acc, pot = _tuning_bodies(dtype.name)
+            _direct_kernel(positions[0, :targets], positions[1, :targets], positions[2, :targets],
+                           positions[0], positions[1], positions[2], masses, t(1e-4), t(1), 0,
+                           acc, pot, False, False, divide, _chunks(targets), t(0), t(1))
+        return call
+
+    return {"bit_trick": run(False), "divide": run(True)}
+
+
+def inverse_sqrt_variant(dtype):
+    """The inverse square root the sweep uses for ``dtype`` on this machine (a key of
+    :data:`INVERSE_SQRT_VARIANTS`): float64 asks :func:`hpcgpu.autotune.choose`."""
+    dtype = np.dtype(dtype)
+    if dtype != np.float64:
+        return DEFAULT_INVERSE_SQRT
+    return autotune.choose("nbody.direct.inverse_sqrt.float64", _tuning_runs(dtype),
+                           default=DEFAULT_INVERSE_SQRT)

@@ -217,6 +217,37 @@ def test_strided_inputs(fast_backend, rng):
     assert relative_error(got, ref, fast_backend) <= tolerance(fast_backend, "float64")
 
 
+@pytest.mark.parametrize("variant", sorted(_numba.INVERSE_SQRT_VARIANTS))
+def test_every_inverse_sqrt_variant_matches_numpy(fast_backend, dtype, variant, rng):
+    """Each float64 variant the autotuner may pick, pinned, against the reference (the other
+    backends ignore the pin: they must match in every case)."""
+    from hpcgpu import autotune
+
+    n = small(fast_backend, 333, 40)
+    positions, masses = random_bodies(rng, n, dtype)
+    kwargs = dict(softening=0.05, G=0.7, potential=True)
+    ref_acc, ref_pot = nbody.accelerations(positions, masses, backend="numpy", **kwargs)
+    with autotune.use("nbody.direct.inverse_sqrt.float64", variant):
+        acc, pot = nbody.accelerations(fast_backend.asarray(positions), fast_backend.asarray(masses),
+                                       backend=fast_backend, **kwargs)
+        acc_only = nbody.accelerations(fast_backend.asarray(positions), fast_backend.asarray(masses),
+                                       backend=fast_backend, softening=0.05, G=0.7)
+    assert relative_error(acc, ref_acc, fast_backend) <= tolerance(fast_backend, dtype)
+    assert relative_error(pot, ref_pot, fast_backend) <= tolerance(fast_backend, dtype)
+    assert relative_error(acc_only, ref_acc, fast_backend) <= tolerance(fast_backend, dtype)
+
+
+def test_the_divide_inverse_sqrt_is_within_its_stated_accuracy():
+    """sqrt plus a division, each correctly rounded: within 1.5 ulp (2 allowed for the ratio)."""
+    rng = np.random.default_rng(8)
+    for dtype, low, high in ((np.float64, -307, 307), (np.float32, -37, 37)):
+        values = (10.0 ** rng.uniform(low, high, 100_000)).astype(dtype)
+        got = _numba.inverse_sqrt_of(values, np.empty_like(values), dtype(1), True)
+        exact = 1 / np.sqrt(values.astype(np.longdouble))
+        error = np.abs(got.astype(np.longdouble) / exact - 1).max()
+        assert error <= 2 * np.finfo(dtype).eps, (dtype, float(error))
+
+
 def test_fast_inverse_sqrt_of_the_numba_kernel():
     """The float64 bit-trick estimate plus refinement is within 4 ulp over the normal range;
     float32's vrsqrtps plus a Newton step within 4 ulp."""
