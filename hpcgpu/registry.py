@@ -78,6 +78,8 @@ BENCHMARK_PURPOSES = {
     "energy": "joules per step on each worker (the cluster acceptance's energy probe)",
     "plan_check": "the run that hpcgpu plan --check measures to test the cost model (needs a cost model and "
                   "Workload.plan_parameters)",
+    "io": "snapshots and checkpoints written by a grid model's ranks (hpcgpu bench io; the model needs "
+          "output_variables and attributes)",
 }
 """What a benchmark case may be declared for (the keys of ``Workload.benchmarks``), and who reads it.
 

@@ -105,7 +105,7 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
     """
     from hpcgpu import Simulation
     from hpcgpu.io.rank_zarr import RankSnapshots
-    from hpcgpu.workloads.weather import ShallowWater
+    from hpcgpu.registry import benchmark_case
 
     if not isinstance(size, int) or size < 16:
         raise ConfigError(f"size must be an int >= 16 (cells per side); got {size!r}")
@@ -116,7 +116,8 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
     folder = tempfile.mkdtemp(prefix="hpcgpu-bench-io-") if own_folder else os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     workers = len(client.scheduler_info()["workers"])
-    model = ShallowWater("gravity_wave", nx=size, ny=size, backend="numpy", dtype=dtype)
+    _, case = benchmark_case("io")
+    model = case.build(size, dtype=dtype, backend="numpy", scale=1)
     sim = Simulation(model, stop_steps=1, progress=False, client=client, partitions=max(2, workers))
     lines = []
     common = {"suite": "io", "size": size, "dtype": dtype, "folder": folder}

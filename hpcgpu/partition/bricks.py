@@ -64,7 +64,7 @@ import numpy as np
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition.brick_geometry import Bricks
 from hpcgpu.partition.brick_start import normalised, rank_start, start_report
-from hpcgpu.partition.decomposition import Decomposition
+from hpcgpu.partition.decomposition import Decomposition, InitialBlocks
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.partition.rebuild_flags import LATE_REBUILD_MARGIN, check_list_holds, earliest, rebuild_delay, rebuild_due
 
@@ -317,8 +317,6 @@ class BrickDecomposition(Decomposition):
     def build_block(self, model, rank, source):
         """Rank ``rank``'s initial atoms from the model's lattice, built on its worker (see
         :mod:`hpcgpu.partition.brick_start`); their velocities wait for :meth:`settled`."""
-        from hpcgpu.partition.rank_state import InitialBlocks
-
         if not isinstance(source, InitialBlocks):
             raise ConfigError(f"bricks build their atoms from the model's initial condition only; got {source!r}")
         keep_lists = not rebuild_delay(self.bricks.grid)  # with a delay every rank builds on its first step

@@ -9,10 +9,11 @@ subclass of :class:`Decomposition`, found by kind in
 below the engine: it imports neither.
 """
 
+import dataclasses
 import functools
 import threading
 
-__all__ = ["Decomposition", "forget_rank_caches", "on_worker", "rank_cache"]
+__all__ = ["Decomposition", "InitialBlocks", "forget_rank_caches", "on_worker", "rank_cache"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -150,3 +151,15 @@ class Decomposition:
         """This rank's part of the health check (a decomposition whose check reads neighbours overrides it)."""
         return context.model.block_health(self.model_state(carried))
 
+
+@dataclasses.dataclass(frozen=True)
+class InitialBlocks:
+    """The block source of a model's own initial condition: ``model.initial_block(where)`` on each rank."""
+
+    def owned_block(self, model, where):
+        """The model's initial state on the owned cells of ``where``."""
+        return model.initial_block(where)
+
+    def whole_state(self, model):
+        """The whole grid's initial state (a run in one process)."""
+        return model.initial_state()

@@ -38,25 +38,13 @@ True
 import dataclasses
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.partition.decomposition import InitialBlocks
 
 __all__ = ["DEFAULT_CFL", "InitialBlocks", "block_source", "build_blocks", "local_state", "place_blocks",
            "settle_dt"]
 
 DEFAULT_CFL = 0.5
 """The CFL number of the step chosen when none is given (as ``model.suggested_dt``'s default)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class InitialBlocks:
-    """The block source of a model's own initial condition: ``model.initial_block(where)`` on each rank."""
-
-    def owned_block(self, model, where):
-        """The model's initial state on the owned cells of ``where``."""
-        return model.initial_block(where)
-
-    def whole_state(self, model):
-        """The whole grid's initial state (a run in one process)."""
-        return model.initial_state()
 
 
 def block_source(model, state):

@@ -47,6 +47,24 @@ def build_turbulence(size, *, dtype, backend, scale):
                         peak_wavenumber=max(6.0, ny / 64))
 
 
+def build_gravity_wave(size, *, dtype, backend, scale):
+    """A gravity wave on a doubly periodic grid of ``size`` cells per side (``ny`` grown ``scale`` times).
+
+    Doubly periodic, so every block of a split grid is the same size and
+    the output's chunks are whole blocks (what ``hpcgpu bench io`` writes).
+
+    Examples
+    --------
+    >>> model = build_gravity_wave(32, dtype="float32", backend="numpy", scale=1)
+    >>> model.grid.nx, model.periodic
+    (32, (True, True))
+    """
+    from hpcgpu.workloads.weather.model import ShallowWater
+
+    nx, ny = size if isinstance(size, (tuple, list)) else (size, size)
+    return ShallowWater("gravity_wave", nx=nx, ny=ny * scale, dtype=dtype, backend=backend)
+
+
 def _cfl_04(model, state):
     return model.suggested_dt(state, 0.4)
 
@@ -81,6 +99,9 @@ WORKLOAD = Workload(
         "energy": replace(TURBULENCE, size=(1024, 512), quick_size=(512, 256)),
         # strong scaling over 1 and 2 local workers: halos of ~0.9 MB, blocks of 256 rows
         "plan_check": replace(TURBULENCE, size=(1024, 512), quick_size=(512, 256)),
+        "io": BenchmarkCase(name="gravity_wave", build=build_gravity_wave, size_unit="cells per side", size=1024,
+                            quick_size=256, min_size=16, dtype="float32",
+                            size_of=lambda model: (model.grid.nx, model.grid.ny)),
     },
     plan_parameters=plan_parameters,
 )
