@@ -22,16 +22,17 @@ import time
 import warnings
 from types import SimpleNamespace
 
-import dask
 import numpy as np
 import pytest
 
-from hpcgpu import Simulation
-from hpcgpu.cluster import worker_info
-from hpcgpu.errors import CommAborted, CommError, ConfigError, PeerLost, WorkerLost
-from hpcgpu.partition.heartbeats import SILENCE_ENV, SILENCE_S, Heartbeats, silence_seconds
-from hpcgpu.partition.mailbox import Mailbox
-from hpcgpu.workloads.weather import ShallowWater
+dask = pytest.importorskip("dask")  # a bare GPU image lacks it: skip there
+
+from hpcgpu import Simulation  # noqa: E402
+from hpcgpu.cluster import worker_info  # noqa: E402
+from hpcgpu.errors import CommAborted, CommError, ConfigError, PeerLost, WorkerLost  # noqa: E402
+from hpcgpu.partition.heartbeats import SILENCE_ENV, SILENCE_S, Heartbeats, silence_seconds  # noqa: E402
+from hpcgpu.partition.mailbox import Mailbox  # noqa: E402
+from hpcgpu.workloads.weather import ShallowWater  # noqa: E402
 
 
 # -- the judgement, on a fake clock ---------------------------------------------------------------------
