@@ -344,7 +344,7 @@ def _numba_kernel(binary):
         neighbors = array("int32", 2, getattr(_cuda, "NEIGHBOR_ORDER", "C"))
         if kind == "build":
             return build, (a, a, a, i32, i32, i32, i64, i64, i64) + (f,) * 7 + (neighbors, i32)
-        return forces, (a, a, a, neighbors, i32) + (f,) * 11 + (array(dtype, 2), a, a) + (f,) * 4
+        return forces, (a, a, a, neighbors, i32) + (f,) * 11 + (array(dtype, 2), a, a, i32) + (f,) * 4
     from hpcgpu.kernels.matrix import _cuda
     if kind == "gemm":
         return _cuda._gemm_kernel(dtype, _cuda.GemmLaunch(*binary[2])), (array(dtype, 2),) * 3 + (f,)
