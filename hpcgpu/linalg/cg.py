@@ -19,6 +19,7 @@ import numpy as np
 from hpcgpu.cluster import worker_info
 from hpcgpu.errors import ClusterError, CommError, ConfigError, ConvergenceError, WorkerLost
 from hpcgpu.linalg import cg_ranks
+from hpcgpu.partition.epoch_watch import watched_gather
 from hpcgpu.partition.faults import DEADLINE_ENV, deadline_error, deadline_floor
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.partition.rank_activity import activity_here, operations_here
@@ -280,7 +281,11 @@ class _Solver:
             self._abort(f"the client stopped waiting: {type(error).__name__}: {error}")
             raise
         results = [None] * len(self.owner)
-        for ranks, found in zip(self.ranks.values(), self.client.gather(futures)):
+        def lost(why):
+            raise WorkerLost(f"distributed conjugate gradient: a worker was lost during the solve ({why}); "
+                             "its rows are gone")
+
+        for ranks, found in zip(self.ranks.values(), watched_gather(self.client, futures, self.owner, lost)):
             for rank, result in zip(ranks, found):
                 results[rank] = result
         first = results[0]

@@ -19,6 +19,7 @@ them and aborts the ranks still running, :meth:`EpochWatch.abort_ranks`),
 so that no rank holds its worker after the error.
 """
 
+import threading
 import time
 
 from hpcgpu.cluster import worker_info
@@ -27,7 +28,7 @@ from hpcgpu.partition.faults import deadline_error, is_lost_worker, root_cause
 from hpcgpu.partition.rank_activity import activity_here
 from hpcgpu.partition.worker_ranks import abort_session_here
 
-__all__ = ["EpochWatch"]
+__all__ = ["EpochWatch", "watched_gather"]
 
 ROOT_CAUSE_WAIT_S = 5.0
 """How long the client waits, after a rank aborted, for the rank whose error caused it."""
@@ -150,9 +151,18 @@ class EpochWatch:
         return errors
 
     def gather(self, futures):
-        """``client.gather(futures)``; a lost worker's error becomes WorkerLost, the run abandoned."""
+        """``client.gather(futures)``, watching the workers (:func:`watched_gather`); a lost worker's error
+        becomes WorkerLost, the run abandoned."""
+
+        def lost(why):
+            self.abandon(futures, why)
+            raise WorkerLost(f"{self.name}: a worker was lost during the run ({why}, while the client "
+                             "gathered the ranks' results); the partitions it held are gone")
+
         try:
-            return self.client.gather(futures, errors="raise")
+            return watched_gather(self.client, futures, self.owner, lost)
+        except WorkerLost:
+            raise
         except Exception as error:  # noqa: BLE001 - translated when it is a lost worker
             if is_lost_worker(error):
                 # the partitions are gone: the run has failed, as on every other lost-worker path
@@ -160,3 +170,41 @@ class EpochWatch:
                 raise WorkerLost(f"{self.name}: a worker was lost during the run ({type(error).__name__}: "
                                  f"{error}); the partitions it held are gone") from error
             raise
+
+
+def watched_gather(client, futures, owner, lost):
+    """``client.gather(futures)``, or ``lost(why)`` (which raises) when a worker of ``owner`` goes meanwhile.
+
+    Finished futures whose worker dies before their data arrives become
+    lost, and their tasks (pinned to that worker) would wait for it
+    forever: the gather runs in a thread while this one looks at the
+    futures and the workers every ``_POLL_S``; ``lost`` should cancel the
+    futures (which ends the gather) and raise.
+    """
+    outcome = {}
+
+    def fetch():
+        try:
+            outcome["value"] = client.gather(futures, errors="raise")
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = error
+
+    fetching = threading.Thread(target=fetch, name="hpcgpu-gather", daemon=True)
+    fetching.start()
+    while True:
+        fetching.join(_POLL_S)
+        if not fetching.is_alive():
+            break
+        gone = [f for f in futures if f.status in ("lost", "cancelled")]
+        missing = sorted(set(owner) - set(worker_info(client)))
+        if gone or missing:
+            try:
+                lost(f"{', '.join(missing)} left the cluster" if missing else
+                     f"the data of {len(gone)} task(s) went with a worker")
+            finally:
+                client.cancel(futures)
+                fetching.join(10)
+            raise RuntimeError("watched_gather: lost() returned instead of raising")
+    if "value" in outcome:
+        return outcome["value"]
+    raise outcome.get("error", RuntimeError("the gather ended without a result"))

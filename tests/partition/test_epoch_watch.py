@@ -134,3 +134,27 @@ def test_closing_a_failed_run_aborts_the_ranks_it_left_running(client, monkeypat
     assert time.monotonic() - started < 8
     with pytest.raises(ClusterError, match="after the run was closed"):
         executor.advance(2)
+
+
+def test_a_worker_killed_after_its_task_finished_ends_the_gather_as_a_lost_worker(client):
+    """Finished results on a worker that dies are lost, and their pinned task would wait for it forever."""
+    import os
+    import signal
+
+    from hpcgpu.cluster import worker_info
+
+    victim = sorted(worker_info(client))[1]
+    future = client.submit(lambda: list(range(1000)), workers=[victim], allow_other_workers=False, pure=False)
+    future.result(timeout=30)
+    abandoned = []
+    watch = epoch_watch.EpochWatch(client, None, [victim], "gather-test",
+                                   lambda futures, reason: (abandoned.append(reason), client.cancel(futures)))
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    try:
+        os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(WorkerLost, match="gather-test: a worker was lost during the run"):
+            watch.gather([future])
+        assert time.monotonic() - started < 30 and abandoned
+    finally:
+        client.wait_for_workers(2, timeout=60)
