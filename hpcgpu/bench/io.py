@@ -1,7 +1,8 @@
 """``hpcgpu bench io``: per-rank and aggregate write rates of snapshots and checkpoints beside a plain NumPy write.
 
-A weather model (``gravity_wave``, doubly periodic: blocks of equal size, so chunks are whole
-blocks; ``size`` x ``size`` cells) is placed
+The model of the ``io`` benchmark case a workload declares (the weather
+model's: a gravity wave on a doubly periodic grid, so blocks are of equal
+size and chunks are whole blocks; ``size`` x ``size`` cells) is placed
 on the ranks of a cluster (one rank per worker, the process grid the
 engine chooses) and, without stepping:
 
