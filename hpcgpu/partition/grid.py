@@ -48,6 +48,7 @@ import numpy as np
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.block_region import BlockRegion
 from hpcgpu.partition.decomposition import Decomposition
+from hpcgpu.partition.field_reach import extend_edges, field_frames, sides_of
 from hpcgpu.partition.layout import split_rows
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.partition.slowdown import emulate_slowdown
@@ -94,16 +95,7 @@ def reach_of(model, steps):
     ``model.reach(steps)`` may give one number (every side), ``(x, y)`` or
     the four sides.
     """
-    reach = model.reach(steps)
-    if isinstance(reach, (int, np.integer)):
-        reach = (reach,) * 4
-    reach = tuple(int(r) for r in reach)
-    if len(reach) == 2:
-        reach = (reach[0], reach[0], reach[1], reach[1])
-    if len(reach) != 4 or any(r < 0 for r in reach):
-        raise ConfigError(f"{type(model).__name__}.reach({steps}) must be an int >= 0, (x, y) or (west, east, south, "
-                          f"north); got {model.reach(steps)!r}")
-    return reach
+    return sides_of(model.reach(steps), f"{type(model).__name__}.reach({steps})")
 
 
 def _blocks(shape, grid):
@@ -182,6 +174,9 @@ class GridDecomposition(Decomposition):
     periodic: tuple  # (x, y)
     weights: tuple
     dt: float
+    # ((field name, (west, east, south, north)), ...): fields whose K steps read less than ``frame``
+    # (the model's optional ``field_reach``); their exchange sends only those cells
+    field_frames: tuple = ()
     unit = "cells"
 
     # -- the client side ----------------------------------------------------------------------------------
@@ -222,7 +217,8 @@ class GridDecomposition(Decomposition):
         x_bounds = _split_axis("x", nx, x_weights, max(frame[:2]) if px > 1 else 1, k, grid, steps_per_task)
         y_bounds = _split_axis("y", ny, y_weights, max(frame[2:]) if py > 1 else 1, k, grid, steps_per_task)
         return cls(grid, tuple(x_bounds), tuple(y_bounds), frame, k, periodic,
-                   tuple(given if given is not None else [1.0] * partitions), float(dt))
+                   tuple(given if given is not None else [1.0] * partitions), float(dt),
+                   field_frames(model, k, frame))
 
     def coordinates(self, rank):
         """``(i, j)``: the process column and row of ``rank``."""
@@ -345,18 +341,48 @@ class GridDecomposition(Decomposition):
             remaining -= k
         return FramedBlock(state, where)
 
+    def field_widths(self, rank, names):
+        """``(west, east, south, north)`` cells of each field ``names`` that ``rank`` receives (0 where no neighbour).
+
+        A field's ``field_frames`` entry, or the whole frame.
+
+        Examples
+        --------
+        >>> from hpcgpu.workloads.weather import ShallowWater
+        >>> model = ShallowWater("unstable_jet", nx=64, ny=64, backend="numpy")
+        >>> layout = GridDecomposition.build(model, 30.0, 4, 2, None, False, grid=(2, 2))
+        >>> layout.frame, layout.field_widths(0, ["u", "v", "h"])
+        ((12, 6, 12, 6), ((6, 6, 0, 6), (7, 6, 0, 6), (7, 6, 0, 6)))
+        """
+        sides = self.region(rank).sides
+        return tuple(tuple(width if side == "halo" else 0 for width, side in zip(field, sides))
+                     for field in self._frames_of(names))
+
+    def _frames_of(self, names):
+        """Each field's frame widths, whatever lies beyond the sides (what a neighbour's frame of it holds)."""
+        narrower = dict(self.field_frames)
+        return tuple(narrower.get(name, self.frame) for name in names)
+
     def fill_frames(self, context, state):
         """The staged halo exchange into ``state``'s frames: x frames, then y frames across the framed width
-        (the corners ride along)."""
+        (the corners ride along).
+
+        Each field travels as wide as its ``field_widths``; where that is
+        narrower than the frame, the rest of its frame repeats the outermost
+        cells received (:func:`~hpcgpu.partition.field_reach.extend_edges`).
+        """
         comm, rank = context.comm, context.rank
         where = self.region(rank)
         arrays = state_arrays(state)
+        names = [f.name for f in fields(state)]
+        widths = self.field_widths(rank, names)  # what this rank's frames receive
+        sent = self._frames_of(names)  # what its neighbours' frames receive (the same where both sides are open)
         i, j = self.coordinates(rank)
-        fw, fe, fs, fn = self.frame
         rows, cols = where.rows, where.cols
+        xp = context.model.backend.xp
+        asarray = context.model.backend.asarray
         if "halo" in where.sides[:2]:
             west, east = self.rank_of(i - 1, j), self.rank_of(i + 1, j)
-            xp = context.model.backend.xp
             incoming = {}
             if where.sides[0] == "halo":
                 incoming["west"] = comm.irecv(west, ("frame", "west"))
@@ -364,17 +390,17 @@ class GridDecomposition(Decomposition):
                 incoming["east"] = comm.irecv(east, ("frame", "east"))
             sends = []
             if where.sides[0] == "halo":  # my first columns are the west neighbour's east frame
-                sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows, cols.start:cols.start + fe])
-                                              for a in arrays), west, ("frame", "east")))
+                sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows, cols.start:cols.start + e])
+                                              for a, (_, e, _, _) in zip(arrays, sent)), west, ("frame", "east")))
             if where.sides[1] == "halo":
-                sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows, cols.stop - fw:cols.stop])
-                                              for a in arrays), east, ("frame", "west")))
+                sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows, cols.stop - w:cols.stop])
+                                              for a, (w, _, _, _) in zip(arrays, sent)), east, ("frame", "west")))
             if "west" in incoming:
-                for target, part in zip(arrays, incoming["west"].wait(comm.timeout)):
-                    target[rows, :fw] = context.model.backend.asarray(part)
+                for target, (w, _, _, _), part in zip(arrays, widths, incoming["west"].wait(comm.timeout)):
+                    target[rows, cols.start - w:cols.start] = asarray(part)
             if "east" in incoming:
-                for target, part in zip(arrays, incoming["east"].wait(comm.timeout)):
-                    target[rows, cols.stop:] = context.model.backend.asarray(part)
+                for target, (_, e, _, _), part in zip(arrays, widths, incoming["east"].wait(comm.timeout)):
+                    target[rows, cols.stop:cols.stop + e] = asarray(part)
             comm.waitall(sends)
         if "halo" in where.sides[2:]:
             south, north = self.rank_of(i, j - 1), self.rank_of(i, j + 1)
@@ -383,19 +409,34 @@ class GridDecomposition(Decomposition):
                 incoming["south"] = comm.irecv(south, ("frame", "south"))
             if where.sides[3] == "halo":
                 incoming["north"] = comm.irecv(north, ("frame", "north"))
+
+            def framed(w, e):  # a field's columns with its x frames: the corners go with the rows
+                return slice(cols.start - w, cols.stop + e)
+
             sends = []
-            if where.sides[2] == "halo":  # whole framed rows: the x frames' corners go with them
-                sends.append(comm.isend(tuple(a[rows.start:rows.start + fn] for a in arrays), south,
-                                        ("frame", "north")))
+            if where.sides[2] == "halo":
+                sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows.start:rows.start + n, framed(w, e)])
+                                              for a, (w, e, _, _), (_, _, _, n) in zip(arrays, widths, sent)),
+                                        south, ("frame", "north")))
             if where.sides[3] == "halo":
-                sends.append(comm.isend(tuple(a[rows.stop - fs:rows.stop] for a in arrays), north, ("frame", "south")))
+                sends.append(comm.isend(tuple(xp.ascontiguousarray(a[rows.stop - s:rows.stop, framed(w, e)])
+                                              for a, (w, e, _, _), (_, _, s, _) in zip(arrays, widths, sent)),
+                                        north, ("frame", "south")))
             if "south" in incoming:
-                for target, part in zip(arrays, incoming["south"].wait(comm.timeout)):
-                    target[:fs] = context.model.backend.asarray(part)
+                for target, (w, e, s, _), part in zip(arrays, widths, incoming["south"].wait(comm.timeout)):
+                    target[rows.start - s:rows.start, framed(w, e)] = asarray(part)
             if "north" in incoming:
-                for target, part in zip(arrays, incoming["north"].wait(comm.timeout)):
-                    target[rows.stop:] = context.model.backend.asarray(part)
+                for target, (w, e, _, n), part in zip(arrays, widths, incoming["north"].wait(comm.timeout)):
+                    target[rows.stop:rows.stop + n, framed(w, e)] = asarray(part)
             comm.waitall(sends)
+        if self.field_frames:
+            for target, (w, e, s, n) in zip(arrays, widths):
+                if (w, e, s, n) != self._opened(where):
+                    extend_edges(target, slice(rows.start - s, rows.stop + n), slice(cols.start - w, cols.stop + e))
+
+    def _opened(self, where):
+        """The frame's widths on ``where``'s sides (0 where no neighbour)."""
+        return tuple(width if side == "halo" else 0 for width, side in zip(self.frame, where.sides))
 
     def block_sums(self, context, carried):
         """This rank's partial sums, over its owned cells, with its frames filled from the neighbours."""

@@ -34,9 +34,26 @@ import math
 import numpy as np
 
 from hpcgpu.kernels.stencil import OPEN
-from hpcgpu.workloads.weather.stepper import STAGE_REACH, HostArrayPool
+from hpcgpu.partition.field_reach import compose_reach
+from hpcgpu.workloads.weather.stepper import BUDGET_READS, STAGE_READS, STAGE_REACH, HostArrayPool
 
-__all__ = ["GridBlocks"]
+__all__ = ["GridBlocks", "shallow_water_field_reach"]
+
+
+def shallow_water_field_reach(steps, energy_budget=False):
+    """``{field: (west, east, south, north)}``: cells of each field beyond a block that ``steps`` steps read.
+
+    The cone of :data:`~hpcgpu.workloads.weather.stepper.STAGE_READS` over
+    the 3 stages of each SSP-RK3 step (and the energy budget's reads, which
+    need no frame of the budget itself).
+
+    Examples
+    --------
+    >>> shallow_water_field_reach(16)
+    {'u': (48, 48, 49, 48), 'v': (49, 48, 48, 48), 'h': (49, 48, 49, 48)}
+    """
+    reads = {**STAGE_READS, **BUDGET_READS} if energy_budget else STAGE_READS
+    return compose_reach(reads, 3 * steps)
 
 
 class GridBlocks:
@@ -64,6 +81,17 @@ class GridBlocks:
         """
         low, high = 3 * steps * STAGE_REACH[0], 3 * steps * STAGE_REACH[1]
         return low, high, low, high
+
+    def field_reach(self, steps):
+        """Cells ``(west, east, south, north)`` of each field that ``steps`` steps read beyond a block.
+
+        Narrower than :meth:`reach` (which frames the arrays: the stepped
+        windows shrink by ``STAGE_REACH`` a stage): no chain of reads takes
+        the two-cell reach twice in a row, so each field's cone grows by
+        about one cell a stage on every side. The distributed grid sends
+        only these cells (:func:`shallow_water_field_reach`).
+        """
+        return shallow_water_field_reach(steps, self.energy_budget)
 
     def initial_block(self, where):
         """The case's initial fields on the owned cells of ``where``, built on those cells only.

@@ -16,13 +16,30 @@ import numpy as np
 from hpcgpu.kernels import stencil
 from hpcgpu.validation import check_int
 
-__all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_REACH"]
+__all__ = ["HostArrayPool", "ShallowWaterStepper", "STAGE_READS", "STAGE_REACH"]
 
 # Rows (south, north) one tendency evaluation reads beyond the rows it
 # updates: dv needs the Arakawa-Lamb coefficients of the cell row below, which
 # need potential vorticity one row further; the north side reads one row. The
 # C-grid is the same along x: columns (west, east).
 STAGE_REACH = (2, 1)
+
+# Field by field, what one stage of an output field reads of an input field
+# beyond its own cell, (west, east, south, north) (the reference kernel's
+# stencils, checked cell by cell in tests/workloads/test_weather_field_reach.py).
+# The two-cell reaches of STAGE_REACH are the vortex force's: u reads v and h
+# two columns west (the potential vorticity of the corner west of its
+# cell's), v reads u and h two rows south; no field reads its own kind that
+# far, so over many stages each field's cone grows by about one cell a stage
+# on every side, not two. The energy budget reads the viscous terms' five
+# points and the face depths, and nothing reads it.
+STAGE_READS = {
+    ("u", "u"): (1, 1, 1, 1), ("u", "v"): (2, 1, 0, 1), ("u", "h"): (2, 1, 1, 1),
+    ("v", "u"): (0, 1, 2, 1), ("v", "v"): (1, 1, 1, 1), ("v", "h"): (1, 1, 2, 1),
+    ("h", "u"): (0, 1, 0, 0), ("h", "v"): (0, 0, 0, 1), ("h", "h"): (1, 1, 1, 1),
+}
+BUDGET_READS = {("viscous_energy", "viscous_energy"): 0, ("viscous_energy", "u"): 1, ("viscous_energy", "v"): 1,
+                ("viscous_energy", "h"): (1, 0, 1, 0)}
 
 
 class ShallowWaterStepper:
