@@ -137,11 +137,11 @@ def test_weather_rows_halo_term_is_independent_of_the_rows_per_gpu_and_proportio
 
     assert exchange(2048, 4096).exchange_s == pytest.approx(exchange(2048, 16384).exchange_s, rel=1e-12)
     assert exchange(4096, 4096).exchange_s == pytest.approx(2 * exchange(2048, 4096).exchange_s, rel=1e-12)
-    # every K = 4 steps: 24 + 12 halo rows of 3 float32 fields to the two neighbours, one message each,
-    # sent together: one latency
+    # every K = 4 steps: each field's own cone of rows (of a frame of 24 + 12): u 13 + 12, v 12 + 12, h 13 + 12
+    # float32 rows to the two neighbours, one message each, sent together: one latency
     cost = exchange(2048, 4096)
     assert cost.grid == (1, 4)
-    assert cost.exchange_bytes == pytest.approx(36 * 2048 * 3 * 4 / 4)
+    assert cost.exchange_bytes == pytest.approx((25 + 24 + 25) * 2048 * 4 / 4)
     assert cost.messages == pytest.approx(2 / 4) and cost.rounds == pytest.approx(1 / 4)
     assert exchange(2048, 4096, LATENCY_ONLY).exchange_s == pytest.approx(1 / 4 * 1e-3)
 
@@ -149,9 +149,11 @@ def test_weather_rows_halo_term_is_independent_of_the_rows_per_gpu_and_proportio
 def test_weather_2d_blocks_exchange_a_frame_with_corners_in_two_stages_and_step_it():
     weather = WeatherCost(4096, 4096, steps=1, steps_per_task=4)
     cost = weather.cost(16, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel(), grid=(4, 4))
-    # blocks of 1024 x 1024 with frames of 24 west and south, 12 east and north (reach 2 and 1 per stage)
-    frame = (1024 + 36) * (1024 + 36) - 1024 * 1024
-    assert cost.exchange_bytes == pytest.approx(frame * 3 * 4 / 4)
+    # blocks of 1024 x 1024 with frames of 24 west and south, 12 east and north (reach 2 and 1 per stage);
+    # each field sends its own cone: u (west, east, south, north) = (12, 12, 13, 12), v (13, 12, 12, 12),
+    # h (13, 12, 13, 12)
+    sent = sum((1024 + x) * (1024 + y) - 1024 * 1024 for x, y in ((24, 25), (25, 24), (25, 25)))
+    assert cost.exchange_bytes == pytest.approx(sent * 4 / 4)
     assert cost.messages == pytest.approx(4 / 4) and cost.rounds == pytest.approx(2 / 4)
     latency = weather.cost(16, H100, LATENCY_ONLY, SchedulerModel(), grid=(4, 4))
     assert latency.exchange_s == pytest.approx(2 / 4 * 1e-3)
@@ -159,7 +161,7 @@ def test_weather_2d_blocks_exchange_a_frame_with_corners_in_two_stages_and_step_
     unit = WeatherCost(4096, 4096, steps=1, steps_per_task=1)
     one = unit.cost(1, NO_LAUNCH, BANDWIDTH_ONLY, SchedulerModel()).compute_s
     stepped = cost.compute_s / one * 4096 * 4096
-    copies = 2 * 2 * frame * 3 * 4 / H100.copy_bandwidth / 4 / (one / (4096 * 4096))
+    copies = 2 * 2 * sent * 4 / H100.copy_bandwidth / 4 / (one / (4096 * 4096))  # cut, then written
     # between walls the engine gives the blocks at a wall more rows for equal work: every block steps the mean
     assert stepped - copies == pytest.approx((1024 + 18) * (4096 + (12 + 36 + 36 + 24) / 2) / 4, rel=1e-9)
     periodic = WeatherCost(4096, 4096, steps=1, steps_per_task=4, periodic=True)

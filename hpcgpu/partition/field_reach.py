@@ -8,10 +8,12 @@ columns west for the vortex force on ``v``... but only one column west of
 over the 3 K Runge-Kutta stages of K steps, what the owned cells depend on
 is about half the frame on the west and south sides. A model may say so
 with an optional ``field_reach(steps)``: ``{field name: (west, east, south,
-north)}``, each at most its ``reach(steps)``; the exchange then sends only
-those cells of each field, and fills the rest of its frame by repeating the
-outermost cell sent (:func:`extend_edges`), so the step reads plausible
-values there (its results in those cells are not used).
+north)}``, each at most its ``reach(steps)``, and covering what
+``block_sums`` reads beyond the owned cells; the exchange then sends only
+those cells of each field. The rest of a field's frame holds values the
+step must take without failing (its results there are not used): on a CPU
+the outermost cells sent, repeated (:func:`extend_edges`), on a GPU
+whatever the arrays held.
 
 :func:`compose_reach` derives the widths from what one stage reads: for
 each ``(output, input)`` pair, the cells of ``input`` beyond an ``output``

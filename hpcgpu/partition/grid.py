@@ -367,9 +367,13 @@ class GridDecomposition(Decomposition):
         """The staged halo exchange into ``state``'s frames: x frames, then y frames across the framed width
         (the corners ride along).
 
-        Each field travels as wide as its ``field_widths``; where that is
-        narrower than the frame, the rest of its frame repeats the outermost
-        cells received (:func:`~hpcgpu.partition.field_reach.extend_edges`).
+        Each field travels as wide as its ``field_widths``. Where that is
+        narrower than the frame, the rest of its frame is not read into an
+        owned cell: on a CPU it repeats the outermost cells received
+        (:func:`~hpcgpu.partition.field_reach.extend_edges`: a copy, and no
+        NumPy warnings or subnormal slowdowns from stale values); on a GPU
+        it keeps what it held, each fill being a kernel launch that costs
+        more than the cells not sent save.
         """
         comm, rank = context.comm, context.rank
         where = self.region(rank)
@@ -429,7 +433,7 @@ class GridDecomposition(Decomposition):
                 for target, (w, e, _, n), part in zip(arrays, widths, incoming["north"].wait(comm.timeout)):
                     target[rows.stop:rows.stop + n, framed(w, e)] = asarray(part)
             comm.waitall(sends)
-        if self.field_frames:
+        if self.field_frames and not context.model.backend.on_gpu:
             for target, (w, e, s, n) in zip(arrays, widths):
                 if (w, e, s, n) != self._opened(where):
                     extend_edges(target, slice(rows.start - s, rows.stop + n), slice(cols.start - w, cols.stop + e))

@@ -274,8 +274,45 @@ def test_a_square_grid_sends_about_half_the_bytes_of_row_blocks():
     model = ShallowWater("turbulence", nx=512, ny=512, backend="numpy")
     rows = frame_bytes_per_step(model, (1, 16))
     blocks = frame_bytes_per_step(model, (4, 4))
-    # rows: 9 rows of 512 cells a step (6 south, 3 north), 3 fields of 8 bytes
-    assert rows == 9 * 512 * 3 * 8
-    # blocks of 128 x 128 with K = 4: 9 columns of 128 cells, then 9 rows of 128 + 36 cells, per step
-    assert blocks == 9 * (128 + 128 + 36) * 3 * 8
-    assert blocks / rows < 0.6
+    # each field sends its own K-step cone (model.field_reach), not the frame: with K = 1 rows, u 4 south and
+    # 3 north, v 3 and 3, h 4 and 3 (the frame is 6 and 3), of 512 cells and 8 bytes
+    assert rows == (7 + 6 + 7) * 512 * 8
+    # blocks of 128 x 128 with K = 4: u (west, east, south, north) = (12, 12, 13, 12), v (13, 12, 12, 12),
+    # h (13, 12, 13, 12); columns of 128 rows, then rows of 128 cells plus the field's own x frame
+    u, v, h = (24 * 128 + 25 * 152), (25 * 128 + 24 * 153), (25 * 128 + 25 * 153)
+    assert blocks == (u + v + h) * 8 / 4
+    assert blocks / rows < 0.51
+    # the uniform frame of today's row blocks: 9 rows of 512 cells a step, 3 fields
+    assert blocks / (9 * 512 * 3 * 8) < 0.4
+
+
+def test_fields_read_less_than_the_frame_travel_narrower_and_the_rest_repeats_their_edge():
+    model = ShallowWater("turbulence", nx=48, ny=48, backend="numpy")
+    layout = GridDecomposition.build(model, 1.0, 9, 2, None, False, grid=(3, 3))
+    assert layout.frame == (12, 6, 12, 6)
+    assert dict(layout.field_frames) == model.field_reach(2)
+    state = model.initial_state()
+    blocks = layout.split(model, state)
+    from _thread_comm import run_group
+
+    class Context:
+        def __init__(self, comm):
+            self.comm, self.rank, self.model = comm, comm.rank, model
+
+    def exchange(comm):
+        layout.fill_frames(Context(comm), blocks[comm.rank].state)
+        return blocks[comm.rank].state
+
+    results, _ = run_group(9, exchange, timeout=60.0)
+    where = layout.region(4)
+    u = results[4].u
+    rows = (where.first_row + np.arange(u.shape[0])) % 48
+    cols = (where.first_col + np.arange(u.shape[1])) % 48
+    expected = state.u[np.ix_(rows, cols)]
+    west, east, south, north = model.field_reach(2)["u"]  # (6, 6, 7, 6) of a frame of (12, 6, 12, 6)
+    inside = (slice(12 - south, u.shape[0] - 6 + north), slice(12 - west, u.shape[1] - 6 + east))
+    np.testing.assert_array_equal(u[inside], expected[inside])
+    # beyond the cells sent, the frame repeats the outermost ones (no zeros, no stale values)
+    np.testing.assert_array_equal(u[:12 - south, 12 - west:], np.broadcast_to(u[12 - south, 12 - west:],
+                                                                            (12 - south, u.shape[1] - 12 + west)))
+    np.testing.assert_array_equal(u[:, :12 - west], np.broadcast_to(u[:, 12 - west:13 - west], (u.shape[0], 12 - west)))

@@ -87,6 +87,19 @@ class WeatherCost:
 
         return GridBlocks.reach(None, steps)
 
+    @staticmethod
+    def field_reach(steps):
+        """``{field: (west, east, south, north)}``: the cells of each field the exchange sends (the model's answer).
+
+        Examples
+        --------
+        >>> WeatherCost.field_reach(1)
+        {'u': (3, 3, 4, 3), 'v': (4, 3, 3, 3), 'h': (4, 3, 4, 3)}
+        """
+        from hpcgpu.workloads.weather.grid_blocks import shallow_water_field_reach
+
+        return shallow_water_field_reach(steps)
+
     def _choose(self, partitions, steps):
         west, east, south, north = self.reach(steps)
         widths = (max(west, east), max(south, north))
@@ -226,13 +239,23 @@ class WeatherCost:
         computed = stepped_x * stepped_y
         columns, rows = math.ceil(self.nx / px), math.ceil(self.ny / py)
         frame = framed_x * framed_y - columns * rows  # the widest block's halo cells, corners included
+        # each field travels as wide as its own K-step cone, narrower than the frame on the wide sides
+        sent = 0
+        for widths in self.field_reach(k).values():
+            field_x = self._stepped(self.nx, px, True, *widths[:2])[1]
+            field_y = self._stepped(self.ny, py, self.periodic, *widths[2:])[1]
+            sent += field_x * field_y - columns * rows
         passes = self.field_passes_per_step["cpu" if device.kind == "cpu" else "gpu"]
         kernel_s, bound = kernel_time(passes * item * computed, self.flops_per_point_step * computed, device,
                                       "stencil", self.dtype)
-        # cutting the halos to send and writing the received ones into the frame around the block
-        copy_s, _ = kernel_time(2 * 2 * self.state_fields * item * frame, 0, device, "copy", self.dtype)
-        # what a block sends its neighbours every K steps equals the frame it receives from them
-        halo_bytes = self.state_fields * item * frame
+        # cutting the halos to send and writing the received ones into the frame around the block; a CPU
+        # then fills the frame cells no field was sent (a copy of its outermost received cells)
+        copy_bytes = 2 * 2 * item * sent
+        if device.kind == "cpu":
+            copy_bytes += 2 * item * (self.state_fields * frame - sent)
+        copy_s, _ = kernel_time(copy_bytes, 0, device, "copy", self.dtype)
+        # what a block sends its neighbours every K steps equals what it receives from them
+        halo_bytes = item * sent
         x_messages = 0 if px == 1 else 2  # x is periodic
         y_messages = 0 if py == 1 else (1 if py == 2 and not self.periodic else 2)
         stages = (x_messages > 0) + (y_messages > 0)
