@@ -84,7 +84,7 @@ def compose_reach(stage_reads, stages):
 
 
 def field_frames(model, steps, frame):
-    """``((name, (west, east, south, north)), ...)``: the fields whose frame of ``steps`` steps is narrower than ``frame``.
+    """``((name, (west, east, south, north)), ...)``: the fields whose ``steps`` steps read less than ``frame``.
 
     From the model's optional ``field_reach(steps)``; an empty tuple
     (every field framed by ``frame``, the model's ``reach(steps)``) when it

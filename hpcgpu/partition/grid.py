@@ -18,6 +18,10 @@ steps on a rank:
    cells are computed by the same operations as in one block: results are
    bitwise those of one process.
 
+A model may read some fields less far than its ``reach``
+(``model.field_reach(K)``, :mod:`hpcgpu.partition.field_reach`): each
+field then travels only as wide as it is read, in both stages.
+
 An axis split over one rank has no frame: on a periodic axis the block
 wraps onto itself (``"wrap"``: the model's step wraps, as ``numpy.roll``
 does), on a walled one the domain ends (``"wall"``). The model sees where

@@ -127,7 +127,12 @@ class GridPhysics(Protocol):
     :class:`~hpcgpu.partition.block_region.BlockRegion` that says which of
     its cells are owned and what lies beyond each side. Subclass
     :class:`hpcgpu.partition.grid_model.GridModelBase` for the rest of what
-    :class:`SteppedModel` and the distributed grid need.
+    :class:`SteppedModel` and the distributed grid need. One optional
+    method sends less: ``field_reach(steps)``, ``{field: (west, east, south,
+    north)}`` cells of each field that ``steps`` steps read beyond a block
+    (each within ``reach``; :func:`hpcgpu.partition.field_reach.compose_reach`
+    derives them from what one stage reads of each field); without it every
+    field is framed by ``reach``.
     """
 
     name: str

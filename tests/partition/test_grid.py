@@ -316,3 +316,51 @@ def test_fields_read_less_than_the_frame_travel_narrower_and_the_rest_repeats_th
     np.testing.assert_array_equal(u[:12 - south, 12 - west:], np.broadcast_to(u[12 - south, 12 - west:],
                                                                             (12 - south, u.shape[1] - 12 + west)))
     np.testing.assert_array_equal(u[:, :12 - west], np.broadcast_to(u[:, 12 - west:13 - west], (u.shape[0], 12 - west)))
+
+
+def test_the_plan_counts_the_bytes_the_communicator_counts():
+    from hpcgpu.plan import SchedulerModel
+    from hpcgpu.plan.profiles import DEVICES, LINKS
+    from hpcgpu.plan.workload_costs import WeatherCost
+
+    model = ShallowWater("turbulence", nx=512, ny=512, backend="numpy")
+    weather = WeatherCost(512, 512, steps=1, dtype="float64", periodic=True)
+    for grid in ((1, 16), (2, 8), (4, 4)):
+        cost = weather.cost(16, DEVICES["h100"], LINKS["ndr"], SchedulerModel(), grid=grid)
+        assert cost.exchange_bytes == frame_bytes_per_step(model, grid), grid
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "numba", pytest.param("cuda", marks=pytest.mark.gpu),
+                                          pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_supersteps_of_narrow_field_frames_equal_one_block_bitwise_on_every_backend(backend_name):
+    """The exchange and K steps on every rank of a 3 x 3 grid, in threads: on a GPU the frame cells no field
+    was sent keep stale values (no fill), on a CPU they repeat the cells sent; either way, bitwise one block."""
+    from _support import simulated, usable_backend
+    from _thread_comm import run_group
+
+    if backend_name == "cuda" and simulated():
+        pytest.skip("nine thread ranks are too slow for the CUDA simulator (its kernels: test_weather_field_reach)")
+    usable_backend(backend_name)
+    model = ShallowWater("turbulence", nx=48, ny=45, Lx=4.8e5, Ly=4.5e5, backend=backend_name)
+    state = model.initial_state()
+    dt = model.suggested_dt(state)
+    layout = GridDecomposition.build(model, dt, 9, 2, None, False, grid=(3, 3))
+    assert layout.field_frames
+    blocks = layout.split(model, model.to_host(state))
+
+    class Context:
+        def __init__(self, comm):
+            self.comm, self.rank, self.model, self.cache = comm, comm.rank, model, {}
+
+    def run(comm):
+        context = Context(comm)
+        carried = layout.advance(context, layout.resume(context, blocks[comm.rank]), 5)  # K = 2: 2 + 2 + 1
+        return model.to_host(carried.owned())
+
+    results, _ = run_group(9, run, timeout=300.0)
+    assert not any(isinstance(r, Exception) for r in results), results
+    joined = layout.join(model, results)
+    reference = model.stepper(dt).advance(state, 5)
+    for name in ("u", "v", "h"):
+        np.testing.assert_array_equal(model.backend.to_host(getattr(joined, name)),
+                                      model.backend.to_host(getattr(reference, name)), err_msg=name)
