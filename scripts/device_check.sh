@@ -21,7 +21,16 @@
 # summary is always written: a stage that no longer fits is recorded as
 # skipped. $OUT/stages.jsonl gets one line per stage (status, seconds, CPU
 # seconds, timeout); $OUT/summary.txt (also printed) lists
-# them with the key numbers. The GPU image has numpy, numba, numba-cuda and
+# them with the key numbers.
+#
+# The device tool brings back only about 8 files from $OUT per call, so at the
+# end of each command on a GPU every other result (stage logs, .jsonl files,
+# gpu-tests.xml, the weather picture) is packed into $OUT/results.tar.gz and
+# removed: summary.txt, stages.jsonl and results.tar.gz come back (unpack with
+# `tar -xzf results.tar.gz`). The rehearsal (REHEARSE=1) keeps the files as they
+# are, since it reads them, and checks the packing on a copy; PACK=0 keeps them
+# on a GPU too. Give each command a fresh $OUT (the device tool does): an
+# archive already there is replaced. The GPU image has numpy, numba, numba-cuda and
 # CuPy but not dask, zarr, bokeh or pytest-timeout: carry their wheels in
 # .whl (scripts/gpu_wheelhouse.sh). CPU-only work (bench-cpu, scaling on
 # numba workers, the CPU tier, CPU acceptance) does not belong here: it runs
@@ -31,7 +40,8 @@
 # WHEELS (.whl), SITE (where the wheels and hpcgpu are installed,
 # /tmp/hpcgpu-site; command 2 reuses command 1's install there when the
 # machine is still warm and the sources, wheels and Python are the same),
-# PY (python3). REHEARSE=1 selects the rehearsal sizes (the `rehearse` mode
+# PY (python3), PACK (1: pack the results at the end, as above; 0: leave
+# them). REHEARSE=1 selects the rehearsal sizes (the `rehearse` mode
 # sets it); REHEARSAL_ENV and REHEARSAL_PYTHON choose the rehearsal's
 # environment and its interpreter.
 set -u
@@ -364,6 +374,48 @@ summary() {
     cat "$OUT/summary.txt"
 }
 
+# The files of DIR that the device tool would not all bring back, packed into DIR/results.tar.gz and
+# removed; summary.txt and stages.jsonl stay beside it (the .times scratch file goes). Where tar fails
+# the files stay as they are. A line saying which it was ends summary.txt.
+pack_results() {  # pack_results DIR
+    local dir=$1 files kib line
+    rm -f "$dir/.times"
+    mapfile -t files < <(cd "$dir" && find . -type f | sed 's|^\./||' | sort \
+                         | grep -vxF -e summary.txt -e stages.jsonl -e results.tar.gz -e results.tar.gz.part)
+    (( ${#files[@]} )) || return 0
+    if tar -C "$dir" -czf "$dir/results.tar.gz.part" -- "${files[@]}" \
+        && mv -f "$dir/results.tar.gz.part" "$dir/results.tar.gz"; then
+        (cd "$dir" && rm -f -- "${files[@]}")
+        find "$dir" -mindepth 1 -type d -empty -delete
+        kib=$(du -k "$dir/results.tar.gz" | cut -f1)
+        line="results: ${#files[@]} files packed into results.tar.gz ($kib KiB; tar -xzf results.tar.gz), beside summary.txt and stages.jsonl"
+    else
+        rm -f "$dir/results.tar.gz.part"
+        line="results: packing the other files into results.tar.gz failed: they stay as they are"
+    fi
+    echo "$line" >> "$dir/summary.txt"
+    echo "$line"
+}
+
+# The rehearsal's check of pack_results, on a copy of DIR (the rehearsal itself keeps its files):
+# afterwards only summary.txt, stages.jsonl and the archive are left, and the archive holds the rest.
+rehearse_packing() {  # rehearse_packing DIR
+    local copy expected left archived
+    copy=$(mktemp -d)
+    cp -r "$1/." "$copy/"
+    expected=$(cd "$copy" && find . -type f ! -name .times | sed 's|^\./||' | grep -vxF -e summary.txt -e stages.jsonl | sort)
+    "$SELF" _pack "$copy" > /dev/null
+    left=$(cd "$copy" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' ')
+    archived=$(tar -tzf "$copy/results.tar.gz" 2> /dev/null | grep -v '/$' | sort)
+    rm -rf "$copy"
+    if [[ $left == "results.tar.gz stages.jsonl summary.txt " && -n $expected && $archived == "$expected" ]]; then
+        echo "packing: ok ($(echo "$expected" | wc -l) files of command 2 into results.tar.gz; summary.txt and stages.jsonl beside it)"
+    else
+        echo "packing: FAILED: left ${left:-nothing}; archived $(echo $archived); expected $(echo $expected)"
+        return 1
+    fi
+}
+
 # ---- the rehearsal ----
 
 # The GPU image's packages (less CuPy and NCCL: several hundred MB and useless without a GPU;
@@ -437,8 +489,16 @@ rehearse() {
     tail -n 2 "$out/bare-collection.log"
     rm -rf "$bare"
     [[ -n ${SITE:-} ]] || rm -rf "$(dirname "$site")"
+    echo
+    echo "######## rehearsal: packing a copy of command 2's results, as at the end of a command on a GPU"
+    local packing rc
+    packing=$(rehearse_packing "$out/2")
+    rc=$?
+    echo "$packing"
     "$envdir/bin/python" "$ROOT/scripts/device_check_summary.py" --verdict "$out/1" "$out/2" | tee "$out/rehearsal.txt"
-    return "${PIPESTATUS[0]}"
+    (( PIPESTATUS[0] == 0 )) || rc=1
+    echo "$packing" >> "$out/rehearsal.txt"
+    return "$rc"
 }
 
 case $MODE in
@@ -450,11 +510,16 @@ case $MODE in
         : > "$OUT/stages.jsonl"
         echo "device check, command $COMMAND$([[ ${REHEARSE:-0} == 1 ]] && echo " (rehearsal: CUDA simulator, tiny sizes)"); deadline $DEADLINE_S s; results in $OUT"
         "command_$COMMAND"
+        status=$?
+        # only about 8 files come back from a device call: one archive instead of a file per stage
+        [[ ${REHEARSE:-0} == 1 || ${PACK:-1} == 0 ]] || pack_results "$OUT"
+        exit "$status"
         ;;
     _install) setup_env; stage_install ;;
     _info) setup_env; stage_info ;;
     _tier) setup_env; stage_tier ;;
     _weather) setup_env; stage_weather ;;
+    _pack) pack_results "${2:?which folder}" ;;
     plan) print_plan ;;
     rehearse) rehearse ;;
     *)
