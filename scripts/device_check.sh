@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check: what runs on a lent GPU machine, in two commands whose
-# deadlines add up to 12 minutes (330 s and 390 s), install included, so that
+# deadlines add up to 12 minutes (420 s and 300 s), install included, so that
 # both fit the 15 minutes of device time with the machine's start
 # (docs/journal.md, "The device check"). Results go under $OUT, each
 # stage's as it runs.
@@ -16,7 +16,7 @@
 #                                     # packages (3.11 where there is no 3.12)
 #
 # Each stage runs under `timeout -k 5`, clipped to what is left of the
-# command's DEADLINE_S (default 330 s for command 1, 390 s for command 2,
+# command's DEADLINE_S (default 420 s for command 1, 300 s for command 2,
 # from the start of the command, minus a reserve for the summary), so the
 # summary is always written: a stage that no longer fits is recorded as
 # skipped. $OUT/stages.jsonl gets one line per stage (status, seconds, CPU
@@ -36,7 +36,7 @@
 # numba workers, the CPU tier, CPU acceptance) does not belong here: it runs
 # on the development machine.
 #
-# Environment: OUT (default /tmp/hpcgpu-device), DEADLINE_S (330 / 390),
+# Environment: OUT (default /tmp/hpcgpu-device), DEADLINE_S (420 / 300),
 # WHEELS (.whl), SITE (where the wheels and hpcgpu are installed,
 # /tmp/hpcgpu-site; command 2 reuses command 1's install there when the
 # machine is still warm and the sources, wheels and Python are the same),
@@ -62,23 +62,23 @@ plan_table() {
 cat <<'EOF'
 1 install 40
 1 info 15
-1 gpu-tests 255
+1 gpu-tests 315
 1 variants 60 fill
 2 install 40
 2 info 15
-2 stencil-cuda 35
-2 stencil-cupy 25
-2 nbody-cuda 30
-2 nbody-cupy 20
-2 md-cuda 50
-2 md-cupy 25
-2 matrix-cuda 35
-2 matrix-cupy 25
-2 engine 25
-2 weather 40
+2 stencil-cuda 25
+2 stencil-cupy 20
+2 nbody-cuda 20
+2 nbody-cupy 15
+2 md-cuda 25
+2 md-cupy 15
+2 matrix-cuda 40
+2 matrix-cupy 20
+2 engine 20
+2 weather 30
 EOF
 }
-plan_deadline() { case $1 in 1) echo 330 ;; 2) echo 390 ;; esac; }
+plan_deadline() { case $1 in 1) echo 420 ;; 2) echo 300 ;; esac; }
 KILL_S=${KILL_S:-5}              # timeout -k: grace after TERM (INT for the test tier) before KILL
 RESERVE_S=${RESERVE_S:-10}       # kept back for the summary
 MIN_STAGE_S=${MIN_STAGE_S:-10}   # a stage with less time left is skipped
