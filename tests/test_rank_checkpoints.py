@@ -161,6 +161,72 @@ def test_a_lost_worker_restarts_from_the_pieces(client, tmp_path):
     sim.close()
 
 
+def test_a_snapshot_half_written_when_a_worker_is_lost_is_written_again(client, tmp_path):
+    """The ranks' regions of the snapshot after the last checkpoint: one lost (NaN here), then taken again."""
+    import xarray as xr
+    import zarr
+
+    from hpcgpu import ZarrWriter
+    from hpcgpu.errors import WorkerLost
+    from hpcgpu.schedules import Every
+
+    model = _jet()
+    reference = Simulation(model, stop_steps=STEPS, progress=False)
+    reference.add_writer(ZarrWriter(tmp_path / "reference.zarr", Every(2)))
+    reference.run()
+    sim = Simulation(model, stop_steps=STEPS, progress=False, client=client, partitions=2, steps_per_task=2)
+    writer = ZarrWriter(tmp_path / "fields.zarr", Every(2))
+    sim.add_writer(writer)
+    lost = []
+
+    def lose(s):
+        if s.step == 8 and not lost:  # callbacks run before the writers and the checkpoint of their step
+            writer.flush(s)
+            store = zarr.open_group(str(tmp_path / "fields.zarr"), mode="r+")
+            assert store["step"][:].tolist() == [0, 2, 4, 6]  # the snapshot at 6 is after the checkpoint at 4
+            store["h"][3, 22:, :] = np.nan  # rank 1's region (rows 22 to 40) never arrived
+            lost.append(WorkerLost("a worker was lost while the ranks wrote a snapshot (injected)"))
+            raise lost[-1]
+
+    sim.add_callback(lose, 2)
+    with pytest.warns(RuntimeWarning, match="restarted from the checkpoint at step 4 "):
+        sim.run(checkpoint=tmp_path / "checkpoints", checkpoint_every=4)
+    sim.close()
+    written, expected = xr.open_zarr(tmp_path / "fields.zarr"), xr.open_zarr(tmp_path / "reference.zarr")
+    assert written.step.values.tolist() == expected.step.values.tolist() == [0, 2, 4, 6, 8, 10, 12]
+    for name in ("h", "u", "v"):
+        np.testing.assert_array_equal(written[name].values, expected[name].values, err_msg=name)
+
+
+def test_a_store_resumed_on_blocks_across_its_chunks_is_written_by_the_client(client, tmp_path):
+    """Written on 2x1 ranks (chunks of 16 columns), resumed on 3x1 (a cut at column 11): no two ranks share a chunk."""
+    import xarray as xr
+
+    from hpcgpu import ZarrWriter
+    from hpcgpu.schedules import Every
+
+    model = _jet()
+    reference = Simulation(model, stop_steps=STEPS, progress=False)
+    reference.add_writer(ZarrWriter(tmp_path / "reference.zarr", Every(2)))
+    reference.run()
+    first = Simulation(model, stop_steps=STEPS, progress=False, client=client, partitions=2, grid=(2, 1))
+    first.add_writer(ZarrWriter(tmp_path / "fields.zarr", Every(2)))
+    first.run(steps=6, checkpoint=tmp_path / "checkpoints")
+    first.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the small chunks of the tiny grid
+        resumed = Simulation.resume(tmp_path / "checkpoints", progress=False, client=client, partitions=3,
+                                    grid=(3, 1))
+    resumed.add_writer(ZarrWriter(tmp_path / "fields.zarr", Every(2), append=True))
+    with pytest.warns(RuntimeWarning, match="chunks do not align with this run's blocks"):
+        resumed.run()
+    resumed.close()
+    written, expected = xr.open_zarr(tmp_path / "fields.zarr"), xr.open_zarr(tmp_path / "reference.zarr")
+    assert written.step.values.tolist() == expected.step.values.tolist()
+    for name in ("h", "u", "v"):
+        np.testing.assert_array_equal(written[name].values, expected[name].values, err_msg=name)
+
+
 def test_pieces_written_across_backends_resume_on_another(client, written):
     pytest.importorskip("numba")
     folder, expected, _ = written

@@ -77,6 +77,7 @@ class ZarrWriter:
         self.overwrite = overwrite
         self.snapshots = 0
         self._last_step = None
+        self._warned_layout = False
         self._rank_snapshots = None  # the ranks' queued writes of a partitioned grid run
         if append and os.path.exists(self.path):
             import xarray as xr
@@ -134,6 +135,14 @@ class ZarrWriter:
                 raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
             names = [name for name in names if name in self.fields]
         first = self.snapshots == 0
+        if not first and not _blocks_fill_whole_chunks(self.path, names[0], executor.decomposition):
+            # a run resumed on another layout: two ranks would write one chunk at once (a lost update)
+            if not self._warned_layout:
+                warnings.warn(f"Zarr output {self.path}: the store's chunks do not align with this run's blocks "
+                              "(resumed on another number of ranks or process grid), so its snapshots are "
+                              "gathered and written by the client", RuntimeWarning, stacklevel=3)
+                self._warned_layout = True
+            return False
         if first and os.path.exists(self.path):
             shutil.rmtree(self.path)
         if self._rank_snapshots is None:
@@ -144,6 +153,28 @@ class ZarrWriter:
         self.snapshots += 1
         self._last_step = simulation.step
         return True
+
+    def rewind(self, simulation, step):
+        """The run went back to its checkpoint at ``step`` (a lost worker): forget the snapshots after it.
+
+        The writes still queued on the workers left are waited for (a lost
+        worker's never come), then every snapshot after ``step`` is cut off
+        the store (:func:`~hpcgpu.io.zarr_rewind.keep_snapshots_through`):
+        one the ranks were writing when the worker was lost is half written.
+        The run writes them again as it passes their steps.
+        """
+        from hpcgpu.io.zarr_rewind import keep_snapshots_through
+
+        rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
+        if rank_snapshots is not None:
+            try:
+                rank_snapshots.finish(simulation.executor)
+            except Exception:  # noqa: BLE001 - writes of the lost worker's snapshot: cut off below
+                pass
+        if self.snapshots == 0 or not os.path.exists(self.path):
+            return
+        self.snapshots = keep_snapshots_through(self.path, step)
+        self._last_step = int(step) if self.snapshots else None
 
     def flush(self, simulation):
         """Wait until the snapshots the ranks still write are in the store; raise a failed write's error.
@@ -188,3 +219,14 @@ def open_output(path):
     except (FileNotFoundError, KeyError, OSError):
         diagnostics = None
     return fields, diagnostics
+
+
+def _blocks_fill_whole_chunks(path, name, decomposition):
+    """Whether every block of ``decomposition`` covers whole chunks of the variable ``name`` in the store."""
+    import zarr
+
+    chunks = zarr.open_group(path, mode="r")[name].chunks
+    return all(edge % chunk == 0 or edge == extent
+               for bounds, chunk, extent in ((decomposition.y_bounds, chunks[-2], decomposition.y_bounds[-1][1]),
+                                             (decomposition.x_bounds, chunks[-1], decomposition.x_bounds[-1][1]))
+               for pair in bounds for edge in pair)
