@@ -5,6 +5,7 @@ import pickle
 import cloudpickle
 import numpy as np
 import pytest
+from _support import small
 
 from hpcgpu import Simulation
 from hpcgpu.partition.all_pairs import AllPairsDecomposition
@@ -37,6 +38,15 @@ def test_bodies_built_on_2_and_3_ranks_are_the_one_process_start_bitwise(case, n
         got, expected = getattr(built, name), getattr(whole, name)
         assert got.dtype == expected.dtype, name
         np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_every_backend_builds_the_rank_blocks_of_its_one_process_start_bitwise(backend, dtype):
+    """The forces of a block's bodies from all positions are those of the whole set (GPU kernels too)."""
+    model = NBody("galaxy_collision", n=small(backend, 300, 12), backend=backend, dtype=dtype, seed=8)
+    whole = model.to_host(model.initial_state())
+    built = _built_on_ranks(model, 3)
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(built, name), getattr(whole, name), err_msg=name)
 
 
 def test_a_rank_block_holds_only_its_bodies_and_raw_velocities_until_settled():

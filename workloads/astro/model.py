@@ -84,7 +84,9 @@ class NBody:
     dtype, backend
         As for every hpcgpu model.
     seed : int
-        Random seed of the initial conditions.
+        Random seed of the initial conditions: body i is a pure function of
+        ``(seed, i)`` (counter-based streams), so the ranks of a partitioned
+        run build their own bodies, bitwise those of one process.
     **parameters
         The case's own parameters (e.g. ``eccentricity``, ``pericentre``).
 
