@@ -335,6 +335,10 @@ class BrickDecomposition(Decomposition):
         sums = [part["velocity_sums"] for part in parts]
         return replace(self, velocities=model.start_normalisation(sums), counts=tuple(s["atoms"] for s in sums))
 
+    def for_ranks(self):
+        """The layout without ``order`` (N atom ids, read by the client's :meth:`join` only)."""
+        return replace(self, order=None)
+
     def sizes(self):
         """Atoms per brick at the start (known once the state is split)."""
         return [(0, n) for n in self.counts] or [(0, 0)] * self.bricks.count

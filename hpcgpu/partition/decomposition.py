@@ -75,6 +75,9 @@ class Decomposition:
     builds_initial_blocks = False
     """Whether a rank can build its own initial block from the model (:meth:`build_block`) though its
     checkpoints are not pieces (bricks: atoms move between ranks)."""
+    health_after_settling = False
+    """Whether the health of a rank-built block depends on what :meth:`settled` brings (all-pairs bodies:
+    the start's CFL number reads the velocities), so the ranks report it once more after settling."""
 
     @classmethod
     def calibrate(cls, client, model):
@@ -113,6 +116,15 @@ class Decomposition:
 
     def settled(self, model, parts):
         """The layout once every rank's :meth:`initial_report` is in (a rank-built start's sums); as it is here."""
+        return self
+
+    def for_ranks(self):
+        """This layout as the ranks need it (what the run's spec broadcasts): without what only the client uses.
+
+        The default is the layout itself; one that keeps data of the client's
+        split (bricks: the atom order ``join`` restores) drops it here, so that
+        nothing that grows with the state travels to every worker.
+        """
         return self
 
     def piece_region(self, rank):  # pragma: no cover - interface

@@ -209,7 +209,8 @@ class PartitionedExecutor:
         self.epoch = 0
         self.session = open_session(client, self.owner, timeout)
         self._watch = EpochWatch(client, self.session, self.owner, name, self._abandon)
-        self._spec = client.scatter(Spec(model, self.dt, self.decomposition), broadcast=True, hash=False)
+        # the layout as the ranks need it: nothing of the client's split that grows with the state
+        self._spec = client.scatter(Spec(model, self.dt, self.decomposition.for_ranks()), broadcast=True, hash=False)
         self._program = []
         self._in_flight = deque()  # (epoch, steps, records future, result futures)
         self._dropped = []  # epochs sent after a failed health check, still running: results discarded
