@@ -66,7 +66,10 @@ class ZarrWriter:
     (:mod:`hpcgpu.io.rank_zarr`); the store must then be on a file system
     every worker sees. :meth:`flush` (called by :meth:`close` and before
     each checkpoint) waits for those writes and raises a failed one's
-    error. Other runs gather the state to the client and write it there.
+    error. On a partitioned particle run (MD bricks, all-pairs N-body) the
+    ranks exchange their particles by id range and each writes whole chunks
+    of the particle axis (:mod:`hpcgpu.io.particle_zarr`). Other runs
+    gather the state to the client and write it there.
     """
 
     def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
@@ -78,6 +81,8 @@ class ZarrWriter:
         self.snapshots = 0
         self._last_step = None
         self._rank_snapshots = None  # the ranks' queued writes of a partitioned grid run
+        self._particles = None  # a partitioned particle run's: the run's layout, asked of the ranks once
+        self._particles_queued = False  # snapshots queued on the ranks since the last flush
         if append and os.path.exists(self.path):
             import xarray as xr
 
@@ -96,7 +101,7 @@ class ZarrWriter:
         """Append the current state of ``simulation``."""
         if self._last_step is not None and simulation.step <= self._last_step:
             return  # already in the store (written before the run was resumed)
-        if self._write_by_ranks(simulation):
+        if self._write_by_ranks(simulation) or self._write_particles_by_ranks(simulation):
             return
         ds = simulation.model.to_dataset(simulation.state, time=simulation.time)
         ds = ds.assign_coords(step=("time", [simulation.step]))
@@ -145,6 +150,39 @@ class ZarrWriter:
         self._last_step = simulation.step
         return True
 
+    def _write_particles_by_ranks(self, simulation):
+        """On a partitioned particle run, the ranks write the particles by id (:mod:`hpcgpu.io.particle_zarr`).
+
+        False otherwise, and for a model whose dataset has no one particle dimension.
+        """
+        from hpcgpu.io import particle_zarr
+
+        executor = simulation.executor
+        if not particle_zarr.particle_writable(executor):
+            return False
+        if not isinstance(self._particles, particle_zarr.ParticleSnapshots):
+            # absolute: a worker's working directory need not be the client's
+            self._particles = particle_zarr.ParticleSnapshots(os.path.abspath(self.path))
+        schema, dim, _ = self._particles.layout(executor)
+        if dim is None:
+            return False
+        names = list(schema.data_vars)
+        if self.fields is not None:
+            missing = set(self.fields) - set(names)
+            if missing:
+                raise ConfigError(f"fields {sorted(missing)} are not outputs of {simulation.model!r}; "
+                                  f"valid: {sorted(names)}")
+            names = [name for name in names if name in self.fields]
+        first = self.snapshots == 0
+        if first and os.path.exists(self.path):
+            shutil.rmtree(self.path)
+        self._particles.write(executor, first, simulation.time, simulation.step, names,
+                              {**_attributes(simulation.model, schema), "run_name": simulation.name})
+        self._particles_queued = True
+        self.snapshots += 1
+        self._last_step = simulation.step
+        return True
+
     def flush(self, simulation):
         """Wait until the snapshots the ranks still write are in the store; raise a failed write's error.
 
@@ -153,6 +191,9 @@ class ZarrWriter:
         if self._rank_snapshots is not None:
             rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
             rank_snapshots.finish(simulation.executor)
+        if self._particles_queued:
+            self._particles_queued = False
+            self._particles.finish(simulation.executor)
 
     def close(self, simulation):
         """Wait for the snapshots the ranks still write; write the diagnostics time series (group ``diagnostics``)."""
@@ -168,6 +209,12 @@ class ZarrWriter:
 
     def __repr__(self):
         return f"ZarrWriter({self.path!r}, {self.schedule!r})"
+
+
+def _attributes(model, schema):
+    """The dataset's attributes as the gathered path writes them: the client's model's (its backend as asked)."""
+    attributes = getattr(model, "attributes", None)
+    return attributes() if callable(attributes) else dict(schema.attrs)
 
 
 def _replaceable(path):
