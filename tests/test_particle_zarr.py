@@ -131,3 +131,22 @@ def test_a_rank_whose_write_fails_fails_the_run_with_its_error(client, tmp_path,
     finally:
         client.run(swap, broken=False)
     sim.close()
+
+
+def test_a_resumed_md_run_appends_the_snapshots_the_uninterrupted_run_writes(client, tmp_path):
+    model = LennardJones(5, temperature=2.0, backend="numpy", seed=4)
+    state = model.step(model.initial_state(), 0.005, 20)
+    whole = Simulation(model, state, dt=0.005, stop_steps=20, progress=False, client=client, partitions=2)
+    whole.add_writer(GatheringZarrWriter(tmp_path / "whole.zarr", Every(5)))
+    whole.run()
+    whole.close()
+    first = Simulation(model, state, dt=0.005, stop_steps=10, progress=False, client=client, partitions=2)
+    first.add_writer(ZarrWriter(tmp_path / "parts.zarr", Every(5)))
+    first.run(checkpoint=tmp_path / "checkpoints")
+    first.close()
+    resumed = Simulation.resume(tmp_path / "checkpoints", client=client, partitions=2, stop_steps=20)
+    resumed.add_writer(ZarrWriter(tmp_path / "parts.zarr", Every(5), append=True))
+    resumed.run()
+    resumed.close()
+    _assert_same_store(tmp_path / "parts.zarr", tmp_path / "whole.zarr")
+    assert list(xr.open_zarr(tmp_path / "parts.zarr")["step"].values) == [0, 5, 10, 15, 20]
