@@ -107,9 +107,9 @@ def particle_layout(spec, ranks, results):
     model = on_worker(spec.model)
     states = [spec.decomposition.model_state(getattr(result, "carried", result)) for result in results]
     dataset = model.to_dataset(states[0], time=0.0)
-    dim = _particle_dim(dataset.isel(time=0, drop=True))
+    dim = _particle_dim(dataset.isel(time=0, drop=True)) if "time" in dataset.dims else None
     if dim is None:
-        return dataset.isel(time=slice(0, 0)), None, 0
+        return None, None, 0
     count = sum(_block_ids(spec.decomposition, rank, model, state).size for rank, state in zip(ranks, states))
     return dataset.isel({dim: slice(0, 0)}), dim, count
 
