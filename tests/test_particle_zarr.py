@@ -150,3 +150,50 @@ def test_a_resumed_md_run_appends_the_snapshots_the_uninterrupted_run_writes(cli
     resumed.close()
     _assert_same_store(tmp_path / "parts.zarr", tmp_path / "whole.zarr")
     assert list(xr.open_zarr(tmp_path / "parts.zarr")["step"].values) == [0, 5, 10, 15, 20]
+
+
+def test_snapshots_lost_with_a_worker_are_written_again_after_the_restart(client, tmp_path):
+    from hpcgpu.errors import WorkerLost
+
+    model = LennardJones(5, temperature=2.0, backend="numpy", seed=4)
+    state = model.step(model.initial_state(), 0.005, 20)
+    whole = Simulation(model, state, dt=0.005, stop_steps=20, progress=False, client=client, partitions=2)
+    whole.add_writer(GatheringZarrWriter(tmp_path / "whole.zarr", Every(5)))
+    whole.run()
+    whole.close()
+
+    def lose_snapshot_3(dask_worker, on):
+        import hpcgpu.io.particle_zarr as module
+
+        if not on:
+            module._write_chunks = module.original_write_chunks
+            return
+        module.original_write_chunks = write = module._write_chunks
+        lost = []
+
+        def lose_once(snapshot, *args):
+            if snapshot.index == 3 and not lost:  # the step-15 snapshot, as if its worker died before writing it
+                lost.append(1)
+                return
+            write(snapshot, *args)
+
+        module._write_chunks = lose_once
+
+    raised = []
+
+    def lose_a_worker(sim):
+        if sim.step == 17 and not raised:
+            raised.append(1)
+            raise WorkerLost(f"{sim.name}: a worker was lost during the run (injected)")
+
+    sim = Simulation(model, state, dt=0.005, stop_steps=20, progress=False, client=client, partitions=2)
+    sim.add_writer(ZarrWriter(tmp_path / "ranks.zarr", Every(5)))
+    sim.add_callback(lose_a_worker, Every(1))
+    client.run(lose_snapshot_3, on=True)
+    try:
+        sim.run(checkpoint=tmp_path / "checkpoints", checkpoint_every=10)
+    finally:
+        client.run(lose_snapshot_3, on=False)
+    assert raised and [r["step"] for r in sim.restarts] == [10]
+    sim.close()
+    _assert_same_store(tmp_path / "ranks.zarr", tmp_path / "whole.zarr")

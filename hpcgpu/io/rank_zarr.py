@@ -43,7 +43,7 @@ from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
 __all__ = ["QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "background_writes",
-           "chunk_size", "finish_writes", "rank_writable", "template", "wait_writes"]
+           "chunk_size", "drop_writes", "finish_writes", "rank_writable", "template", "wait_writes"]
 
 SMALL_CHUNK = 8
 """Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
@@ -336,3 +336,20 @@ def finish_writes(spec, ranks, results, path):
             _WRITERS.pop(path, None)
         writes.stop()
     return writes.timings
+
+
+def drop_writes(spec, ranks, results, path):
+    """Wait for this worker's queued writes to ``path`` and end its thread, dropping their errors (a worker task).
+
+    For a run restarted after a lost worker: the writes queued before the
+    loss belong to snapshots the run writes again.
+    """
+    with _WRITERS_LOCK:
+        writes = _WRITERS.pop(path, None)
+    if writes is None:
+        return
+    try:
+        writes.wait()
+    except Exception:  # noqa: BLE001 - a snapshot that is written again
+        pass
+    writes.stop()
