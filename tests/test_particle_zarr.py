@@ -80,15 +80,18 @@ def test_md_bricks_write_the_store_the_gathered_state_writes_with_atoms_migratin
     sim.close()
 
 
-@pytest.mark.parametrize("partitions, weights", [(2, [1.0, 3.0]), (3, [2.0, 1.0, 3.0])])
-def test_nbody_ranks_write_the_store_the_gathered_state_writes(client, tmp_path, monkeypatch, partitions, weights):
-    model = NBody("plummer", n=97, backend="numpy", seed=5)
+@pytest.mark.parametrize("partitions, weights, dtype", [(2, [1.0, 3.0], "float64"), (3, [2.0, 1.0, 3.0], "float64"),
+                                                       (2, [3.0, 1.0], "float32")])
+def test_nbody_ranks_write_the_store_the_gathered_state_writes(client, tmp_path, monkeypatch, partitions, weights,
+                                                               dtype):
+    model = NBody("plummer", n=97, backend="numpy", seed=5, dtype=dtype)
     gathers = []
     real = PartitionedExecutor.global_state
     monkeypatch.setattr(PartitionedExecutor, "global_state", lambda self: gathers.append(1) or real(self))
     sim = _run_both(tmp_path, model, steps=20, every=5, client=client, partitions=partitions, weights=weights)
     assert len(gathers) == 5
     _assert_same_store(tmp_path / "ranks.zarr", tmp_path / "gathered.zarr")
+    assert xr.open_zarr(tmp_path / "ranks.zarr")["positions"].dtype == np.dtype(dtype)
     # uneven blocks: the ranks' blocks are not the writers' chunks, the exchange moved bodies
     assert [b - a for a, b in sim.executor.bounds] != [b - a for a, b in writer_ranges(
         model.n, chunk_length(model.n, partitions), partitions)]
