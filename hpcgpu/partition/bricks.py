@@ -356,6 +356,8 @@ class BrickDecomposition(Decomposition):
         if domain.drifted is not None:
             return domain
         model, state, split = context.model, self.model_state(domain), domain.split
+        if isinstance(state.positions, np.ndarray) and model.backend.xp is not np:
+            state = model.concat_blocks([state])  # split on the host by the client: onto this rank's GPU
         sends = domain.sends
         if sends is not None:  # made on the host by split(): the index arrays go where the atoms are
             sends = tuple((axis, tuple((q, model.backend.asarray(index)) for q, index in stage))
