@@ -188,10 +188,6 @@ class Checkpointing:
                              f"{failure}") from error
         lost = self.step - step
         self.step, self.time, self._records = step, float(meta["time"]), list(meta["records"])
-        for writer in self._writers:  # snapshots past the checkpoint (one may be half written) are taken again
-            rewind = getattr(writer, "rewind", None)
-            if rewind is not None:
-                rewind(self, step)
         self._checked_step = None
         self.restarts.append({"step": self.step, "steps_lost": lost, "error": str(error),
                               "workers": len(self._executor.workers)})

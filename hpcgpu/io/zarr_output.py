@@ -198,28 +198,6 @@ class ZarrWriter:
         self._last_step = simulation.step
         return True
 
-    def rewind(self, simulation, step):
-        """The run went back to its checkpoint at ``step`` (a lost worker): forget the snapshots after it.
-
-        The writes still queued on the workers left are waited for (a lost
-        worker's never come), then every snapshot after ``step`` is cut off
-        the store (:func:`~hpcgpu.io.zarr_rewind.keep_snapshots_through`):
-        one the ranks were writing when the worker was lost is half written.
-        The run writes them again as it passes their steps.
-        """
-        from hpcgpu.io.zarr_rewind import keep_snapshots_through
-
-        rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
-        if rank_snapshots is not None:
-            try:
-                rank_snapshots.finish(simulation.executor)
-            except Exception:  # noqa: BLE001 - writes of the lost worker's snapshot: cut off below
-                pass
-        if self.snapshots == 0 or not os.path.exists(self.path):
-            return
-        self.snapshots = keep_snapshots_through(self.path, step)
-        self._last_step = int(step) if self.snapshots else None
-
     def flush(self, simulation):
         """Wait until the snapshots the ranks still write are in the store; raise a failed write's error.
 
