@@ -7,9 +7,15 @@ and masses, the forces on its bodies from all of them and the part after
 (``model.kick_block``). Only positions travel, never velocities or the
 rest of the state. Each body sums the same sources in the same order as in
 one process, so results are bitwise those of the single-block run.
+
+Each rank checkpoints its bodies, with their ids, as a piece
+(:mod:`hpcgpu.particle_checkpoints`); a rank of a resumed run, on any
+number of ranks, reads the bodies of its id range from the pieces.
 """
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.decomposition import Decomposition
@@ -39,7 +45,7 @@ class AllPairsDecomposition(Decomposition):
     dt: float
     steps_per_task = 1
     unit = "bodies"
-
+    particle_pieces = True
 
     @classmethod
     def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):
@@ -63,6 +69,20 @@ class AllPairsDecomposition(Decomposition):
 
     def join(self, model, host_blocks):
         return model.concat_blocks(host_blocks)
+
+    def build_block(self, model, rank, source):
+        """Rank ``rank``'s bodies read from a checkpoint's particle pieces (:mod:`hpcgpu.particle_checkpoints`)."""
+        from hpcgpu.particle_checkpoints import IdRange
+
+        if not callable(getattr(source, "has_extra", None)):
+            raise ConfigError(f"all-pairs ranks build their bodies from a checkpoint's particle pieces; got {source!r}")
+        state, _ = source.owned_block(model, IdRange(*self.bounds[rank]))
+        return Bodies(state)
+
+    def checkpoint_particles(self, model, rank, bodies):
+        """``(host state, extra, region)`` of rank ``rank``'s checkpoint piece: its bodies and their ids."""
+        first, stop = (int(i) for i in self.bounds[rank])
+        return model.to_host(bodies.state), {"ids": np.arange(first, stop, dtype=np.int64)}, {"ids": [first, stop]}
 
     # -- the rank's side ------------------------------------------------------------------------------------
     def resume(self, context, bodies):
