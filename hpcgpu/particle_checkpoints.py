@@ -214,7 +214,7 @@ class ParticlePieces:
 
     def scalars(self):
         """The state's numbers: each the largest over the pieces (step: the same on every rank; list builds:
-        as :meth:`concat_blocks` joins them)."""
+        as a model's ``concat_blocks`` joins them)."""
         names = self.pieces[0]["scalars"]
         return {name: max(piece["scalars"][name] for piece in self.pieces) for name in names}
 

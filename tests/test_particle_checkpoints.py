@@ -184,3 +184,55 @@ def test_a_lost_worker_restarts_an_md_run_from_its_pieces(client, tmp_path):
     for name, value in expected.items():  # the same bricks: bitwise
         np.testing.assert_array_equal(_arrays(sim, [name])[name], value, err_msg=name)
     sim.close()
+
+
+# -- a brick rank's start from the pieces --------------------------------------------------------------------------
+@pytest.mark.parametrize("grid", [(4, 1, 1), (2, 2, 1)])
+def test_a_brick_reads_only_the_pieces_near_it_and_starts_as_the_clients_split_would(tmp_path, grid):
+    from hpcgpu.partition.brick_start import BrickHalo, pieces_start
+    from hpcgpu.partition.bricks import BrickDecomposition
+    from hpcgpu.particle_checkpoints import write_particle_piece
+
+    model = LennardJones((24, 12, 4), temperature=1.2, cutoff=2.0, backend="numpy", seed=5)  # box 40 x 20 x 7
+    state = model.step(model.initial_state(), 0.005, 20)
+    decomposition = BrickDecomposition.build(model, 0.005, int(np.prod(grid)), None, None, False, grid=grid)
+    split = decomposition.split(model, model.to_host(state), model.listed_positions(state))
+    pieces = []
+    for rank, domain in enumerate(split):
+        host, extra, region = decomposition.checkpoint_particles(model, rank, domain)
+        pieces.append(write_particle_piece(tmp_path, rank, region, host, extra))
+    source = ParticlePieces(str(tmp_path), type(host), pieces)
+    assert source.has_extra("listed") and source.particles == model.n
+    if grid == (4, 1, 1):  # its own slab and both neighbours (one across the periodic face), not the far one
+        halo = BrickHalo(decomposition.bricks, 0, model.ghost_radius(), True)
+        assert [halo.wants(piece) for piece in pieces] == [True, True, False, True]
+    for rank, expected in enumerate(split):
+        built, sends, listed = pieces_start(decomposition.bricks, model, rank, source, True)
+        for name in MD_ARRAYS:
+            np.testing.assert_array_equal(getattr(built, name), getattr(expected.state, name), err_msg=name)
+        np.testing.assert_array_equal(listed, expected.listed)
+        assert [(axis, [q for q, _ in stage]) for axis, stage in sends] == \
+            [(axis, [q for q, _ in stage]) for axis, stage in expected.sends]
+        for (_, mine), (_, theirs) in zip(sends, expected.sends):
+            for (_, a), (_, b) in zip(mine, theirs):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_a_particle_piece_refuses_a_state_it_cannot_hold(tmp_path):
+    from dataclasses import dataclass
+
+    from hpcgpu.particle_checkpoints import write_particle_piece
+
+    @dataclass
+    class Odd:
+        positions: object
+        table: object
+
+        @property
+        def size(self):
+            return self.positions.shape[-1]
+
+    with pytest.raises(ConfigError, match=r"Odd.table: a particle checkpoint piece holds arrays over the 3 particles"):
+        write_particle_piece(tmp_path, 0, {}, Odd(np.zeros((3, 3)), {"a": 1}))
+    with pytest.raises(ConfigError, match="needs a dataclass state; got dict"):
+        write_particle_piece(tmp_path, 0, {}, {"positions": np.zeros((3, 3))})
