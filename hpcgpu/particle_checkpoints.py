@@ -132,8 +132,9 @@ def write_rank_checkpoint(directory, executor, model, meta):
     pieces, state_type = write_by_ranks(directory, executor, _write_rank_particles)
     decomposition = executor.decomposition
     grid = getattr(getattr(decomposition, "bricks", None), "grid", (len(pieces),))
+    particles = sum(piece["particles"] for piece in pieces)
     return write_manifest(directory, model, state_type, {
-        **meta, "format": FORMAT, "decomposition": model.decomposition, "particles": sum(p["particles"] for p in pieces),
+        **meta, "format": FORMAT, "decomposition": model.decomposition, "particles": particles,
         "process_grid": [int(n) for n in grid], "pieces": pieces})
 
 
