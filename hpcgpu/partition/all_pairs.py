@@ -14,9 +14,15 @@ N-body cases) lets every rank build its own block on its worker
 the client builds no body. The ranks report exact sums of their raw
 velocities; the decomposition carries the normalisation the client makes
 of them (``velocities``) and each rank applies it to its own bodies.
+
+Each rank checkpoints its bodies, with their ids, as a piece
+(:mod:`hpcgpu.particle_checkpoints`); a rank of a resumed run, on any
+number of ranks, reads the bodies of its id range from the pieces.
 """
 
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.bodies_start import shifted
@@ -54,6 +60,7 @@ class AllPairsDecomposition(Decomposition):
     unit = "bodies"
     builds_initial_blocks = True
     health_after_settling = True
+    particle_pieces = True
 
 
     @classmethod
@@ -80,12 +87,18 @@ class AllPairsDecomposition(Decomposition):
         return model.concat_blocks(host_blocks)
 
     def build_block(self, model, rank, source):
-        """Rank ``rank``'s bodies from the model's case, built on its worker (``model.initial_block``);
-        their velocities wait for :meth:`settled`."""
-        if not isinstance(source, InitialBlocks):
-            raise ConfigError(f"bodies are built from the model's initial condition only; got {source!r}")
-        first, stop = self.bounds[rank]
-        return Bodies(model.initial_block(first, stop), raw_from=first)
+        """Rank ``rank``'s bodies: from the model's case (``model.initial_block``; their velocities wait for
+        :meth:`settled`), or read from a checkpoint's particle pieces (:mod:`hpcgpu.particle_checkpoints`)."""
+        if isinstance(source, InitialBlocks):
+            first, stop = self.bounds[rank]
+            return Bodies(model.initial_block(first, stop), raw_from=first)
+        if not callable(getattr(source, "has_extra", None)):
+            raise ConfigError("all-pairs ranks build their bodies from the model's initial condition or from a "
+                              f"checkpoint's particle pieces; got {source!r}")
+        from hpcgpu.particle_checkpoints import IdRange
+
+        state, _ = source.owned_block(model, IdRange(*self.bounds[rank]))
+        return Bodies(state)
 
     def initial_report(self, model, block):
         """The block's health and, for a rank-built block, the exact sums of its raw velocities."""
@@ -99,6 +112,11 @@ class AllPairsDecomposition(Decomposition):
         if not all("velocity_sums" in part for part in parts):
             return self
         return replace(self, velocities=model.start_normalisation([part["velocity_sums"] for part in parts]))
+
+    def checkpoint_particles(self, model, rank, bodies):
+        """``(host state, extra, region)`` of rank ``rank``'s checkpoint piece: its bodies and their ids."""
+        first, stop = (int(i) for i in self.bounds[rank])
+        return model.to_host(bodies.state), {"ids": np.arange(first, stop, dtype=np.int64)}, {"ids": [first, stop]}
 
     # -- the rank's side ------------------------------------------------------------------------------------
     def resume(self, context, bodies):

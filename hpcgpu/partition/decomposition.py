@@ -74,10 +74,13 @@ class Decomposition:
     (:meth:`piece_region`); else the client splits a global state (:meth:`split_state`)."""
     builds_initial_blocks = False
     """Whether a rank can build its own initial block from the model (:meth:`build_block`) though its
-    checkpoints are not pieces (bricks: atoms move between ranks)."""
+    checkpoints are not grid pieces (bricks: atoms move between ranks)."""
     health_after_settling = False
     """Whether the health of a rank-built block depends on what :meth:`settled` brings (all-pairs bodies:
     the start's CFL number reads the velocities), so the ranks report it once more after settling."""
+    particle_pieces = False
+    """Whether each rank checkpoints its particles as a piece (``checkpoint_particles(model, rank, carried)``)
+    and builds its block from such pieces (:mod:`hpcgpu.particle_checkpoints`): bricks and all-pairs bodies."""
 
     @classmethod
     def calibrate(cls, client, model):

@@ -19,11 +19,14 @@ way from the model's lattice (:mod:`hpcgpu.partition.brick_start`), and
 the all-pairs ranks of N-body their bodies by id
 (:mod:`hpcgpu.partition.bodies_start`); their reports carry exact sums of
 the raw velocities, from which :func:`settle_dt` settles the decomposition
-(``settled``: the velocities' normalisation, atoms per brick); their
-checkpoints stay whole states. Where the health reads the velocities
-(``health_after_settling``: the bodies' CFL number without softening) the
-ranks report it once more, on the settled blocks (:func:`settled_health`):
-the start's CFL number and ``dt`` are the one-process run's.
+(``settled``: the velocities' normalisation, atoms per brick). Where the
+health reads the velocities (``health_after_settling``: the bodies' CFL
+number without softening) the ranks report it once more, on the settled
+blocks (:func:`settled_health`): the start's CFL number and ``dt`` are the
+one-process run's. Particle decompositions (``particle_pieces``: bricks
+and all-pairs bodies) also build their blocks from a checkpoint's
+particle pieces (:class:`hpcgpu.particle_checkpoints.ParticlePieces`):
+each rank keeps the particles of its brick or of its id range.
 
 A state the user brings (a global state on the client), and every model
 whose decomposition cannot build blocks, take the fallback: the client
@@ -57,16 +60,17 @@ def block_source(model, state):
 
     ``state`` None means the model's initial condition (:class:`InitialBlocks`
     when the model has ``initial_block`` and its decomposition builds
-    blocks); a block source (``owned_block``) is itself; anything else is a
-    global state the user brought.
+    blocks); a block source (``owned_block``: grid or particle pieces of a
+    checkpoint) is itself; anything else is a global state the user brought.
     """
     from hpcgpu.partition.decompositions import DECOMPOSITIONS
 
     kind = DECOMPOSITIONS.get(getattr(model, "decomposition", None))
-    if kind is None or not (kind.builds_blocks or kind.builds_initial_blocks):
+    if kind is None or not (kind.builds_blocks or kind.builds_initial_blocks or kind.particle_pieces):
         return None
-    if state is None:
-        return InitialBlocks() if callable(getattr(model, "initial_block", None)) else None
+    if state is None:  # a decomposition that builds only from pieces splits the initial state
+        builds = kind.builds_blocks or kind.builds_initial_blocks
+        return InitialBlocks() if builds and callable(getattr(model, "initial_block", None)) else None
     return state if callable(getattr(state, "owned_block", None)) else None
 
 
