@@ -75,8 +75,16 @@ def unhealthy(model, bad, cfl):
     return bool(bad) or not cfl <= getattr(model, "cfl_limit", float("inf"))
 
 
+_OPERATION_WORDS = {"health": "a health check", "diagnostics": "diagnostics"}
+
+
 def _run_program(context, carried, program, activity=None, where=(None, 0)):
-    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult.
+    """Run ``program`` (advances, health checks, diagnostics, work on the ranks) on one rank; returns its RankResult.
+
+    A ``("ranks", task)`` operation calls ``task(context, state)`` on every
+    rank (``state`` the rank's model state; ``context.comm`` its
+    communicator): collective work the driver queued between steps, such
+    as the exchange of a snapshot's particles.
 
     ``activity`` (a :class:`~hpcgpu.partition.rank_activity.RankActivity`)
     records each operation, named by ``where``: the epoch's number and the
@@ -94,7 +102,7 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
         if activity is not None:
             step = first_step + steps
             activity.set(f"{label}advancing steps {step} to {step + value}" if op == "advance"
-                         else f"{label}{'a health check' if op == 'health' else 'diagnostics'} at step {step}")
+                         else f"{label}{_OPERATION_WORDS.get(op) or getattr(value, 'what', op)} at step {step}")
         if op == "advance":
             carried = decomposition.advance(context, carried, value)
             steps += value
@@ -109,6 +117,8 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
             parts = comm.gather(decomposition.block_sums(context, carried))
             if context.rank == 0:
                 records.append(("diagnostics", value, model.combine_sums(parts)))
+        elif op == "ranks":  # the ranks' own work on their state, with their communicator (e.g. a snapshot)
+            value(context, decomposition.model_state(carried))
         else:  # pragma: no cover - the client builds programs
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()
