@@ -207,15 +207,41 @@ def choose(kernel, variants, *, default):
             return default
         if kernel in _memo:
             return _memo[kernel]
-        stored = _read_store().get(machine_key(), {}).get("kernels", {}).get(kernel, {})
-        choice = stored.get("choice") if isinstance(stored, dict) else None
-        if choice not in variants:
-            seconds = _time_variants(variants)
-            choice = min(seconds, key=seconds.get)
-            _write_choice(kernel, {"choice": choice, "default": default, "seconds": seconds,
-                                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        # One process measures, the others wait and read its choice: workers that timed at once could
+        # pick different variants, and ranks on different variants would differ in the last bits.
+        with _machine_lock():
+            stored = _read_store().get(machine_key(), {}).get("kernels", {}).get(kernel, {})
+            choice = stored.get("choice") if isinstance(stored, dict) else None
+            if choice not in variants:
+                seconds = _time_variants(variants)
+                choice = min(seconds, key=seconds.get)
+                _write_choice(kernel, {"choice": choice, "default": default, "seconds": seconds,
+                                       "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         _memo[kernel] = choice
         return choice
+
+
+@contextlib.contextmanager
+def _machine_lock():
+    """An exclusive lock (``flock``) on ``autotune.json.lock`` beside the file: one tuner at a time on this
+    machine. Where the folder cannot be written or locked, no lock (a retune costs only time)."""
+    try:
+        import fcntl
+
+        path = store_path() + ".lock"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = open(path, "a")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        handle.close()  # closing releases the lock
 
 
 def choices():

@@ -61,6 +61,34 @@ def test_a_later_process_reuses_the_file_without_timing(store):
     assert calls == []
 
 
+_RACER = """
+import random, sys, time
+from hpcgpu import autotune
+def variant():
+    def run():
+        time.sleep(0.002 * random.random())  # a coin toss: each process alone would pick either
+    return run
+time.sleep(float(sys.argv[1]) - time.time())  # start the timing together
+print(autotune.choose("test.race", {"a": variant(), "b": variant()}, default="a"))
+"""
+
+
+def test_processes_tuning_at_once_all_take_the_one_choice_written(store):
+    """Workers that time at once must not pick different variants: ranks would differ in the last bits."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    start = f"{time.time() + 3.0:.3f}"
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, start], stdout=subprocess.PIPE, text=True,
+                               env=dict(os.environ)) for _ in range(4)]
+    picked = {racer.communicate(timeout=120)[0].strip() for racer in racers}
+    written = json.loads(store.read_text())
+    (entry,) = written.values()
+    assert picked == {entry["kernels"]["test.race"]["choice"]}
+
+
 def test_another_cpu_key_is_timed_afresh(store, monkeypatch):
     autotune.choose("test.kernel", counting_variants([]), default="a")
     autotune.forget()
