@@ -104,9 +104,10 @@ def _autotune_choices(tune):
 
     if tune:
         from hpcgpu.kernels.matrix import raw_kernels
-        from hpcgpu.kernels.nbody import inverse_sqrt_variant
+        from hpcgpu.kernels.nbody import inverse_sqrt_variant, sweep_variant
 
         inverse_sqrt_variant("float64")
+        sweep_variant("float32")
         for dtype in ("float32", "float64"):
             raw_kernels("numba").spmv_variant(dtype)
     return autotune.choices()

@@ -71,12 +71,13 @@ def _assert_ratio(line, plain_field):
     assert line["ratio_to_plain"] > 0 and line[plain_field] > 0 and line["plain_kernel"]
 
 
-def test_nbody_line_carries_the_ratio_and_the_inverse_sqrt_variant():
+def test_nbody_line_carries_the_ratio_and_the_chosen_variants():
     from hpcgpu.bench import nbody as bench
 
     for line in _lines(bench, sizes=(64,), dtypes=("float32", "float64"), steps=1):
         _assert_ratio(line, "plain_interactions_per_s")
         assert line["inverse_sqrt"] in ("bit_trick", "divide")
+        assert line["sweep"] in ("auto_vectorized", "explicit_avx2", "explicit_avx512")
 
 
 def test_stencil_periodic_diffusion_line_carries_the_ratio():

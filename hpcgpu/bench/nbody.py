@@ -19,8 +19,10 @@ the JSON line says so (``targets_timed``, ``note``).
 On the ``numba`` backend the line also carries ``ratio_to_plain``: the
 rate over that of the ten-line ``@njit(parallel=True, fastmath=True)``
 kernel of :mod:`hpcgpu.bench.plain` on the same bodies, the two timed in
-turns (``plain_interactions_per_s``), and ``inverse_sqrt``, the float64
-variant :mod:`hpcgpu.autotune` chose on this machine.
+turns (``plain_interactions_per_s``), ``inverse_sqrt``, the float64
+variant :mod:`hpcgpu.autotune` chose on this machine, and ``sweep``, the
+float32 one (the compiler's vectorised sweep or an explicit AVX2 / AVX-512
+one).
 
 Case ``direct_blocks`` (with ``--workers N``, N >= 2): whole leapfrog steps
 of the N-body workload's ``"step"`` benchmark case
@@ -88,7 +90,7 @@ def _direct(recorder, backend, dtype, n, evaluations, budget_s):
 def _plain_ratio(evaluate, positions, masses, dtype):
     """The plain ``prange`` kernel's rate on the same bodies, timed in turns with ``evaluate``."""
     from hpcgpu.bench import plain
-    from hpcgpu.kernels.nbody import inverse_sqrt_variant
+    from hpcgpu.kernels.nbody import inverse_sqrt_variant, sweep_variant
 
     t = np.dtype(dtype).type
     n = positions.shape[1]
@@ -99,6 +101,7 @@ def _plain_ratio(evaluate, positions, masses, dtype):
     extra = {"plain_interactions_per_s": n * n / theirs, "ratio_to_plain": theirs / ours,
              "plain_kernel": "njit(parallel, fastmath) prange over targets, 1/sqrt(r2)"}
     extra["inverse_sqrt"] = inverse_sqrt_variant(dtype)
+    extra["sweep"] = sweep_variant(dtype)
     return extra
 
 

@@ -38,7 +38,7 @@ from hpcgpu.kernels.nbody.prepared import PreparedGravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
 
 __all__ = ["METHODS", "MIN_BODIES", "accelerations", "inverse_sqrt_variant", "softening_squared", "prepare_gravity", "PreparedGravity",
-           "prepare_direct_accelerations"]
+           "prepare_direct_accelerations", "sweep_variant"]
 
 METHODS = ("direct", "tree")
 """Force methods: all-pairs summation, or a Barnes-Hut octree."""
@@ -304,3 +304,19 @@ def inverse_sqrt_variant(dtype):
     'bit_trick'
     """
     return get_backend("numba").kernels("nbody").inverse_sqrt_variant(np.dtype(dtype))
+
+
+def sweep_variant(dtype):
+    """The float32 direct-sum sweep the ``numba`` backend runs on this machine.
+
+    ``"auto_vectorized"`` (the compiler's), ``"explicit_avx2"`` or
+    ``"explicit_avx512"`` (:mod:`hpcgpu.kernels.nbody.simd`), timed once per
+    machine by :mod:`hpcgpu.autotune` among those the CPU has (float64 and
+    ``HPCGPU_AUTOTUNE=0``: ``"auto_vectorized"``).
+
+    Examples
+    --------
+    >>> sweep_variant("float64")
+    'auto_vectorized'
+    """
+    return get_backend("numba").kernels("nbody").sweep_variant(np.dtype(dtype))
