@@ -17,6 +17,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
 from hpcgpu.partition.decomposition import on_worker, rank_cache
 from hpcgpu.partition.rank_activity import recording
+from hpcgpu.partition.rank_reductions import run_reduction
 from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
 __all__ = ["RankResult", "Spec", "epoch_records", "epoch_task", "host_blocks", "unhealthy"]
@@ -76,7 +77,7 @@ def unhealthy(model, bad, cfl):
 
 
 def _run_program(context, carried, program, activity=None, where=(None, 0)):
-    """Run ``program`` (advances, health checks, diagnostics) on one rank; returns its RankResult.
+    """Run ``program`` (advances, health checks, diagnostics, reductions) on one rank; returns its RankResult.
 
     ``activity`` (a :class:`~hpcgpu.partition.rank_activity.RankActivity`)
     records each operation, named by ``where``: the epoch's number and the
@@ -93,8 +94,9 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
     for op, value in program:
         if activity is not None:
             step = first_step + steps
+            what = {"health": "a health check", "diagnostics": "diagnostics", "reduce": "a reduction"}.get(op, op)
             activity.set(f"{label}advancing steps {step} to {step + value}" if op == "advance"
-                         else f"{label}{'a health check' if op == 'health' else 'diagnostics'} at step {step}")
+                         else f"{label}{what} at step {step}")
         if op == "advance":
             carried = decomposition.advance(context, carried, value)
             steps += value
@@ -109,6 +111,10 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
             parts = comm.gather(decomposition.block_sums(context, carried))
             if context.rank == 0:
                 records.append(("diagnostics", value, model.combine_sums(parts)))
+        elif op == "reduce":  # a diagnostic summed over the ranks (hpcgpu.partition.rank_reductions)
+            record = run_reduction(context, carried, value)
+            if record is not None:
+                records.append(record)
         else:  # pragma: no cover - the client builds programs
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()
