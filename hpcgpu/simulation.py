@@ -218,7 +218,16 @@ class Simulation(Checkpointing, ScheduledEvents):
 
     @property
     def state(self):
-        """The current global state (live; copy it to keep it)."""
+        """The current global state (live; copy it to keep it).
+
+        On a partitioned run this gathers every rank's block to the client,
+        here and only here (the run itself never does): first the ranks
+        report their bytes, and a gather that would not fit the client's
+        memory raises :class:`~hpcgpu.errors.GatherTooLarge` (a ConfigError
+        naming the bytes needed and available). Reductions need no gather:
+        :attr:`diagnostics`, ``executor.reduce_on_ranks(function)``
+        (:mod:`hpcgpu.partition.rank_reductions`).
+        """
         return self._executor.global_state()
 
     @property

@@ -81,7 +81,7 @@ def check_gather(model, block_nbytes, decomposition=None, *, available=None):
     >>> check_gather(model, [2**30, 2**30], available=2**31)
     Traceback (most recent call last):
     ...
-    hpcgpu.errors.GatherTooLarge: gathering the state of weather to the client takes about 4.29e+09 bytes (4 GiB: 2 GiB of state in 2 blocks, 2 copies at the peak), but the client has 2.15e+09 bytes (2 GiB) available. The ranks hold the state: read the run without gathering it through sim.diagnostics (reduced on the ranks), writers such as hpcgpu.io.ZarrWriter, or executor.reduce_on_ranks(function) for a sum of your own; or run the client on a node with more memory
+    hpcgpu.errors.GatherTooLarge: gathering the state of weather to the client takes about 4294967296 bytes (4 GiB: 2 GiB of state in 2 blocks, 2 copies at the peak), but the client has 2147483648 bytes (2 GiB) available. The ranks hold the state: read the run without gathering it through sim.diagnostics (reduced on the ranks), writers such as hpcgpu.io.ZarrWriter, or executor.reduce_on_ranks(function) for a sum of your own; or run the client on a node with more memory
     """
     nbytes = int(sum(block_nbytes))
     copies = getattr(decomposition, "join_copies", JOIN_COPIES)
@@ -92,9 +92,9 @@ def check_gather(model, block_nbytes, decomposition=None, *, available=None):
     estimate = getattr(model, "memory_estimate", None)
     what = estimate()[0] if callable(estimate) else getattr(model, "name", type(model).__name__)
     raise GatherTooLarge(
-        f"gathering the state of {what} to the client takes about {needed:.3g} bytes ({needed / 2**30:.4g} GiB: "
+        f"gathering the state of {what} to the client takes about {needed} bytes ({needed / 2**30:.4g} GiB: "
         f"{nbytes / 2**30:.4g} GiB of state in {len(block_nbytes)} blocks, {copies} copies at "
-        f"the peak), but the client has {available:.3g} bytes ({available / 2**30:.4g} GiB) available. The ranks "
+        f"the peak), but the client has {available} bytes ({available / 2**30:.4g} GiB) available. The ranks "
         "hold the state: read the run without gathering it through sim.diagnostics (reduced on the ranks), "
         "writers such as hpcgpu.io.ZarrWriter, or executor.reduce_on_ranks(function) for a sum of "
         "your own; or run the client on a node with more memory", needed=needed, available=available)
