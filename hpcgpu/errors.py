@@ -8,6 +8,7 @@ __all__ = [
     "HpcgpuError",
     "ConfigError",
     "GatherTooLarge",
+    "GatherWarning",
     "BackendUnavailable",
     "UnstableSimulation",
     "ClusterError",
@@ -52,6 +53,10 @@ class GatherTooLarge(ConfigError):
 
     def __reduce__(self):
         return (type(self), (self.args[0],), {"needed": self.needed, "available": self.available})
+
+
+class GatherWarning(UserWarning):
+    """A writer gathers the whole state of a partitioned run to the client for each output (warned once per writer)."""
 
 
 class BackendUnavailable(HpcgpuError, RuntimeError):
