@@ -15,12 +15,14 @@ what ``model.to_host`` copies: not an MD state's neighbour list, which
 stays on the ranks), measured on the ranks, not estimated.
 """
 
+import sys
+
 from hpcgpu.errors import GatherTooLarge
 from hpcgpu.partition.collectives import payload_nbytes
 from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.validation import available_memory
 
-__all__ = ["JOIN_COPIES", "check_gather", "gather_nbytes", "rank_state_nbytes", "state_nbytes"]
+__all__ = ["JOIN_COPIES", "check_gather", "gather_nbytes", "gathered_or_none", "rank_state_nbytes", "state_nbytes"]
 
 JOIN_COPIES = 2
 """Copies of the state the client holds at the peak of a gather: the blocks and the joined state.
@@ -98,3 +100,16 @@ def check_gather(model, block_nbytes, decomposition=None, *, available=None):
         "hold the state: read the run without gathering it through sim.diagnostics (reduced on the ranks), "
         "writers such as hpcgpu.io.ZarrWriter, or executor.reduce_on_ranks(function) for a sum of "
         "your own; or run the client on a node with more memory", needed=needed, available=available)
+
+
+def gathered_or_none(simulation, purpose):
+    """``simulation.state``, or None and a line on stderr saying why when the gather would not fit the client.
+
+    For what a command draws at the end of a run (a picture): a run too
+    large for its client still ends with its outputs and summary.
+    """
+    try:
+        return simulation.state
+    except GatherTooLarge as error:
+        print(f"hpcgpu: no {purpose}: {error}", file=sys.stderr)
+        return None

@@ -63,3 +63,16 @@ def test_a_brick_gather_counts_the_copy_sorted_by_id(client, monkeypatch):
     finally:
         sim.close()
     assert caught.value.needed == 3 * host_bytes
+
+
+def test_a_command_draws_no_picture_rather_than_fail_at_the_end_of_a_run_too_large_for_its_client(capsys):
+    class TooLarge:
+        @property
+        def state(self):
+            raise GatherTooLarge("gathering the state of n=10 takes about 600 bytes", needed=600, available=1)
+
+    assert client_gather.gathered_or_none(TooLarge(), "picture") is None
+    assert "hpcgpu: no picture: gathering the state of n=10" in capsys.readouterr().err
+    model = ShallowWater("rest", nx=8, ny=4, backend="numpy")
+    sim = Simulation(model, dt=60.0, progress=False)
+    assert client_gather.gathered_or_none(sim, "picture") is sim.state
