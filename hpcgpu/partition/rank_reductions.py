@@ -23,9 +23,12 @@ The function is called on every rank as ``function(rank, block, *args)``:
   items; on a local run, the whole state itself);
 
 and returns its part: a number, a NumPy array or a dict of them, summed
-key by key (:func:`combine_parts`). The function must be importable by
-name on the workers (a module-level function, not a lambda), and every rank
-must make the same collective calls in the same order.
+key by key (:func:`combine_parts`). The function travels to the workers
+with the epoch's program (a module-level function by name; a closure is
+pickled with what it captures: keep that small), and every rank must make
+the same collective calls in the same order. A function that raises on a
+rank ends the run, as a failing step does: check what it is given on the
+client first.
 """
 
 import uuid
@@ -81,9 +84,8 @@ def combine_parts(parts):
 
 def reduction_operation(step, function, args):
     """``(op, value)`` of a reduction in an epoch's program; ``value`` holds a token that names its record."""
-    if not callable(function) or getattr(function, "__name__", "<lambda>") == "<lambda>":
-        raise ConfigError(f"function must be a module-level function (it travels to the workers by name); "
-                          f"got {function!r}")
+    if not callable(function):
+        raise ConfigError(f"function must be callable as function(rank, block, *args); got {function!r}")
     return "reduce", (step, uuid.uuid4().hex, function, tuple(args))
 
 
@@ -107,6 +109,7 @@ def take_reduction(ready, operation):
     _, (step, token, function, _) = operation
     mine = [r for r in ready if r[0] == KIND and r[2][0] == token]
     if not mine:
-        raise ClusterError(f"the reduction {function.__name__} at step {step} did not run: the ranks stopped before "
-                           "it (a failed health check; the driver's collect() returns it)")
+        name = getattr(function, "__name__", repr(function))
+        raise ClusterError(f"the reduction {name} at step {step} did not run: the ranks stopped before it (a failed "
+                           "health check; the driver's collect() returns it)")
     return mine[0][2][1], [r for r in ready if r is not mine[0]]

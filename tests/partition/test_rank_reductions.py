@@ -28,9 +28,9 @@ def test_parts_sum_key_by_key_in_rank_order():
         combine_parts([{"a": 1}, {"b": 1}])
 
 
-def test_a_reduction_takes_a_named_function_and_only_its_own_record():
-    with pytest.raises(ConfigError, match="module-level"):
-        reduction_operation(0, lambda rank, block: 0, ())
+def test_a_reduction_takes_a_function_and_only_its_own_record():
+    with pytest.raises(ConfigError, match="callable"):
+        reduction_operation(0, "atoms_owned", ())
     operation = reduction_operation(5, atoms_owned, ())
     other = reduction_operation(5, atoms_owned, ())
     ready = [("diagnostics", 5, {"energy": 1.0}), ("reduced", 5, (other[1][1], 7)),
