@@ -1,5 +1,7 @@
 """The client gathers a partitioned run's state only when asked, and refuses a gather that would not fit it."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -76,3 +78,19 @@ def test_a_command_draws_no_picture_rather_than_fail_at_the_end_of_a_run_too_lar
     model = ShallowWater("rest", nx=8, ny=4, backend="numpy")
     sim = Simulation(model, dt=60.0, progress=False)
     assert client_gather.gathered_or_none(sim, "picture") is sim.state
+
+
+def test_the_client_is_checked_for_the_whole_estimate_only_when_it_builds_the_state(monkeypatch):
+    from hpcgpu import validation
+
+    model = LennardJones(6, backend="numpy")
+    what, estimate = model.memory_estimate()
+    workers = {"tcp://a": {"memory_limit": 2**40}, "tcp://b": {"memory_limit": 2**40}}
+    monkeypatch.setattr(validation, "available_memory", lambda backend: estimate - 1)
+    # the ranks build their atoms: nothing full-size on the client, whatever its memory
+    validation.check_model_memory(model, workers, 2, client_builds=False)
+    # the client builds the state, its list and first forces: the model's whole estimate, not a part of it
+    with pytest.raises(ConfigError, match=re.escape(f"(the state built on the client) needs about {estimate:.3g}")):
+        validation.check_model_memory(model, workers, 2, client_builds=True)
+    monkeypatch.setattr(validation, "available_memory", lambda backend: estimate)
+    validation.check_model_memory(model, workers, 2, client_builds=True)
