@@ -20,11 +20,12 @@ kept; a checkpoint at a later step (another run's history) is never deleted
 in favour of it.
 
 These checkpoints hold the global state, so a run resumes on any number of
-workers. A partitioned grid run writes its checkpoints as pieces instead,
-one per rank, under a ``manifest.json`` written last
-(:mod:`hpcgpu.rank_checkpoints`): the same directory names, the same
-metadata, read by the same :func:`read_checkpoint` (which then returns the
-pieces as a block source in place of the state). Pickle runs code when
+workers. A partitioned run writes its checkpoints as pieces instead, one
+per rank, under a ``manifest.json`` written last: grid cells
+(:mod:`hpcgpu.rank_checkpoints`) or particles, MD bricks and N-body
+blocks (:mod:`hpcgpu.particle_checkpoints`). The same directory names, the
+same metadata, read by the same :func:`read_checkpoint` (which then
+returns the pieces as a block source in place of the state). Pickle runs code when
 loaded: load only checkpoints you wrote.
 
 Examples
@@ -48,13 +49,13 @@ import time
 import uuid
 import warnings
 
-from hpcgpu import rank_checkpoints
+from hpcgpu import checkpoint_files, particle_checkpoints, rank_checkpoints
 from hpcgpu._version import __version__
+from hpcgpu.checkpoint_files import fsync_directory
 from hpcgpu.errors import ConfigError
-from hpcgpu.rank_checkpoints import fsync_directory
 
-__all__ = ["write_checkpoint", "write_rank_checkpoint", "read_checkpoint", "list_checkpoints", "checkpoint_directory",
-           "checkpoint_step", "prune_checkpoints", "KEEP"]
+__all__ = ["write_checkpoint", "write_rank_checkpoint", "ranks_write_pieces", "read_checkpoint", "list_checkpoints",
+           "checkpoint_directory", "checkpoint_step", "prune_checkpoints", "KEEP"]
 
 KEEP = 2
 """Checkpoints kept (the newest up to the one just written); older ones are deleted after a new one is in place."""
@@ -113,15 +114,22 @@ def write_checkpoint(path, model, host_state, meta):
     return final
 
 
+def ranks_write_pieces(executor):
+    """Whether the ranks of ``executor`` write its checkpoints as pieces (a partitioned grid or particle run)."""
+    return rank_checkpoints.writes_pieces(executor) or particle_checkpoints.writes_particle_pieces(executor)
+
+
 def write_rank_checkpoint(path, executor, model, meta):
-    """The ranks of a partitioned grid run write the checkpoint of ``meta["step"]`` under ``path``; its directory.
+    """The ranks of a partitioned run write the checkpoint of ``meta["step"]`` under ``path``; its directory.
 
     Pieces and manifest as :func:`hpcgpu.rank_checkpoints.write_rank_checkpoint`
-    writes them; older checkpoints pruned as by :func:`write_checkpoint`.
+    (grids) or :func:`hpcgpu.particle_checkpoints.write_rank_checkpoint`
+    (particles) write them; older checkpoints pruned as by :func:`write_checkpoint`.
     """
     os.makedirs(path, exist_ok=True)
     step = int(meta["step"])
-    directory = rank_checkpoints.write_rank_checkpoint(checkpoint_directory(path, step), executor, model, meta)
+    writer = particle_checkpoints if particle_checkpoints.writes_particle_pieces(executor) else rank_checkpoints
+    directory = writer.write_rank_checkpoint(checkpoint_directory(path, step), executor, model, meta)
     fsync_directory(path)
     prune_checkpoints(path, step)
     return directory
@@ -145,11 +153,13 @@ def list_checkpoints(path):
 
 
 def _load(directory):
-    if os.path.exists(os.path.join(directory, rank_checkpoints.MANIFEST)):
-        return rank_checkpoints.read_manifest(directory)
+    if os.path.exists(os.path.join(directory, checkpoint_files.MANIFEST)):
+        manifest, content = checkpoint_files.read_manifest(directory)
+        reader = particle_checkpoints if manifest.get("format") == particle_checkpoints.FORMAT else rank_checkpoints
+        return content["model"], reader.pieces_of(directory, manifest, content), manifest
     if not os.path.exists(os.path.join(directory, "meta.json")) and os.path.isdir(directory) and \
-            rank_checkpoints.has_pieces(directory):
-        raise FileNotFoundError(f"no {rank_checkpoints.MANIFEST}: an unfinished checkpoint of rank pieces, ignored")
+            checkpoint_files.has_pieces(directory):
+        raise FileNotFoundError(f"no {checkpoint_files.MANIFEST}: an unfinished checkpoint of rank pieces, ignored")
     with open(os.path.join(directory, "meta.json")) as stream:
         meta = json.load(stream)
     with open(os.path.join(directory, "state.pkl"), "rb") as stream:
@@ -167,6 +177,7 @@ def read_checkpoint(path, candidates=None):
     warning (naming it and why) in favour of the previous one; so is one of
     rank pieces without its manifest. For a checkpoint of rank pieces,
     ``host_state`` is a :class:`~hpcgpu.rank_checkpoints.CheckpointPieces`
+    or a :class:`~hpcgpu.particle_checkpoints.ParticlePieces`
     (its pieces are read, and checked, by whoever builds blocks from it).
 
     Parameters

@@ -178,7 +178,9 @@ def exact_partial(values, *, method="auto"):
     kind = values.dtype.kind
     if kind in "iu" and values.dtype.itemsize == 8 and values.size:
         return _exact_partial_of_64_bit_integers(xp, values, method)
-    if kind in "biu" or (kind == "f" and values.dtype.itemsize <= 8):
+    if kind == "f" and values.dtype.itemsize < 8 and xp is not np:
+        values = _widened_on_device(xp, values.ravel())
+    elif kind in "biu" or (kind == "f" and values.dtype.itemsize <= 8):
         values = xp.ascontiguousarray(values.astype(np.float64, copy=False).ravel())
     else:
         raise ConfigError(f"values must be float16/32/64, integer or bool; got dtype {values.dtype} "
@@ -192,6 +194,33 @@ def exact_partial(values, *, method="auto"):
         specials += chunk_specials
     nans, positive, negative = (int(c) for c in specials)
     return ExactPartial(units, int(values.size), nans, positive, negative)
+
+
+# (integer view, fraction bits, exponent bits, smallest subnormal) of the narrow floats
+_NARROW = {2: (np.int16, 10, 5, 2.0 ** -24), 4: (np.int32, 23, 8, 2.0 ** -149)}
+
+
+def _widened_on_device(xp, values):
+    """float16/32 ``values`` (a device array) as float64, subnormals kept exactly.
+
+    CuPy's casts flush float32 subnormals to zero (measured on an H100: a
+    float32 subnormal widened by ``astype`` came out 0.0), so they are
+    rebuilt from their bits: ``fraction * 2**-149`` is exact in float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tiny = np.array([1e-45, -3e-39, 1.5], dtype=np.float32)
+    >>> bool((_widened_on_device(np, tiny) == tiny.astype(np.float64)).all())
+    True
+    """
+    integer, fraction_bits, exponent_bits, smallest = _NARROW[values.dtype.itemsize]
+    bits = xp.ascontiguousarray(values).view(integer).astype(xp.int64)
+    wide = values.astype(np.float64)
+    subnormal = ((bits >> fraction_bits) & ((1 << exponent_bits) - 1)) == 0
+    fraction = (bits & ((1 << fraction_bits) - 1)).astype(np.float64) * smallest
+    rebuilt = xp.where(bits < 0, -fraction, fraction)
+    return xp.ascontiguousarray(xp.where(subnormal, rebuilt, wide))
 
 
 def exponent_bins(xp, values):

@@ -21,6 +21,8 @@ in one process reads the whole grid the same way. Checksums are xxh3-128
 when the ``xxhash`` package is installed, else SHA-256 (the manifest says
 which). The directory must be one file system that every worker and the
 client see (a parallel file system, or a local disk for a one-node run).
+The files, checksums and manifest are :mod:`hpcgpu.checkpoint_files`'s;
+particle runs write their pieces by :mod:`hpcgpu.particle_checkpoints`.
 
 Examples
 --------
@@ -38,92 +40,28 @@ Examples
 True
 """
 
-import hashlib
-import io
-import json
-import os
-import pickle
-import shutil
-import time
-import uuid
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-from hpcgpu._version import __version__
+from hpcgpu.checkpoint_files import MANIFEST, fsync_directory, has_pieces, load_array, write_array, write_by_ranks
+from hpcgpu.checkpoint_files import read_manifest as read_manifest_file
+from hpcgpu.checkpoint_files import write_manifest as write_manifest_file
 from hpcgpu.errors import ConfigError
 
-__all__ = ["MANIFEST", "CheckpointPieces", "fsync_directory", "has_pieces", "read_manifest", "write_manifest",
-           "write_pieces", "write_rank_checkpoint", "writes_pieces"]
+__all__ = ["FORMAT", "MANIFEST", "CheckpointPieces", "fsync_directory", "has_pieces", "pieces_of", "read_manifest",
+           "write_manifest", "write_pieces", "write_rank_checkpoint", "writes_pieces"]
 
-MANIFEST = "manifest.json"
-"""The file that makes a checkpoint directory of pieces complete (written last)."""
-_MODEL = "model.pkl"
-_FORMAT = "hpcgpu-rank-pieces-1"
-
-
-def _hasher():
-    """``(algorithm name, hash object)``: xxh3-128 when xxhash is installed, else SHA-256."""
-    try:
-        import xxhash
-    except ImportError:
-        return "sha256", hashlib.sha256()
-    return "xxh3_128", xxhash.xxh3_128()
-
-
-def _digest(algorithm, data):
-    if algorithm == "sha256":
-        return hashlib.sha256(data).hexdigest()
-    if algorithm == "xxh3_128":
-        try:
-            import xxhash
-        except ImportError:
-            raise ConfigError("checkpoint: its pieces carry xxh3_128 checksums; install the xxhash package to "
-                              "read it") from None
-        return xxhash.xxh3_128(data).hexdigest()
-    raise ConfigError(f"checkpoint: unknown checksum algorithm {algorithm!r} (sha256 or xxh3_128)")
-
-
-class _HashingFile:
-    """A file that hashes what is written to it (one pass over the bytes)."""
-
-    def __init__(self, stream, hasher):
-        self.stream, self.hasher, self.size = stream, hasher, 0
-
-    def write(self, data):
-        self.hasher.update(data)
-        self.size += len(data)
-        return self.stream.write(data)
-
-
-def _write_file(path, write):
-    """Write ``path`` through a temporary name, flushed to disk; returns ``(algorithm, digest, bytes)``."""
-    algorithm, hasher = _hasher()
-    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(temporary, "wb") as stream:
-            sink = _HashingFile(stream, hasher)
-            write(sink)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-    return algorithm, hasher.hexdigest(), sink.size
+FORMAT = "hpcgpu-rank-pieces-1"
+"""The manifest's ``format`` of a grid run's pieces."""
 
 
 def write_pieces(directory, rank, region, host_state):
     """Write one rank's owned cells (``host_state``, NumPy arrays), one ``.npy`` per field; its manifest entry."""
     entry = {"rank": int(rank), **region, "fields": {}}
     for field in fields(host_state):
-        array = np.ascontiguousarray(getattr(host_state, field.name))
         name = f"rank-{int(rank):06d}-{field.name}.npy"
-        algorithm, digest, size = _write_file(os.path.join(directory, name),
-                                              lambda sink, a=array: np.lib.format.write_array(sink, a))
-        entry["fields"][field.name] = {"file": name, "dtype": array.dtype.str, "shape": list(array.shape),
-                                       "bytes": size, "algorithm": algorithm, "digest": digest}
+        entry["fields"][field.name] = write_array(directory, name, getattr(host_state, field.name))
     return entry
 
 
@@ -153,58 +91,15 @@ def write_rank_checkpoint(directory, executor, model, meta):
     :func:`hpcgpu.checkpoint.write_rank_checkpoint` names the directory
     and prunes older checkpoints around this.
     """
-    if os.path.exists(directory):  # an earlier checkpoint of this step, or pieces of an unfinished one
-        shutil.rmtree(directory)
-    os.makedirs(directory)
-    gathered = list(executor.on_workers(_write_rank_pieces, directory, phase="checkpoint").values())
-    pieces = sorted((entry for entries, _ in gathered for entry in entries), key=lambda e: e["rank"])
-    return write_manifest(directory, model, gathered[0][1], meta, pieces, executor.decomposition.grid)
+    pieces, state_type = write_by_ranks(directory, executor, _write_rank_pieces)
+    return write_manifest(directory, model, state_type, meta, pieces, executor.decomposition.grid)
 
 
 def write_manifest(directory, model, state_type, meta, pieces, process_grid):
     """Write ``model.pkl`` and, last, the manifest of ``pieces`` into ``directory``; returns it."""
-    os.makedirs(directory, exist_ok=True)
-    payload = pickle.dumps({"model": model, "state_type": state_type}, protocol=pickle.HIGHEST_PROTOCOL)
-    algorithm, digest, size = _write_file(os.path.join(directory, _MODEL), lambda sink: sink.write(payload))
-    manifest = {**meta, "format": _FORMAT, "hpcgpu_version": __version__, "written_unix": time.time(),
-                "grid_shape": [int(n) for n in model.shape], "process_grid": [int(n) for n in process_grid],
-                "model_file": {"file": _MODEL, "bytes": size, "algorithm": algorithm, "digest": digest},
-                "pieces": pieces}
-    text = json.dumps(manifest, default=float).encode()
-    _write_file(os.path.join(directory, MANIFEST), lambda sink: sink.write(text))
-    fsync_directory(directory)
-    return directory
-
-
-def fsync_directory(path):
-    """Flush ``path``'s entries (renames into it) to disk, where the file system can."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems (network mounts, Windows) cannot sync a directory: the files are synced
-        pass
-    finally:
-        os.close(fd)
-
-
-def has_pieces(directory):
-    """Whether ``directory`` holds rank pieces (with or without their manifest)."""
-    return any(name.startswith("rank-") and name.endswith(".npy") for name in os.listdir(directory))
-
-
-def _read_verified(directory, entry):
-    """The bytes of the file of ``entry`` (a manifest entry), checked against its size and checksum."""
-    path = os.path.join(directory, entry["file"])
-    with open(path, "rb") as stream:
-        data = stream.read()
-    if len(data) != entry["bytes"] or _digest(entry["algorithm"], data) != entry["digest"]:
-        raise ConfigError(f"checkpoint piece {path} is corrupted: its {len(data)} bytes do not match the "
-                          f"{entry['bytes']} bytes and {entry['algorithm']} checksum of {MANIFEST}; restore it, or "
-                          "resume from an earlier checkpoint (delete this one)")
-    return data
+    return write_manifest_file(directory, model, state_type, {
+        **meta, "format": FORMAT, "grid_shape": [int(n) for n in model.shape],
+        "process_grid": [int(n) for n in process_grid], "pieces": pieces})
 
 
 def read_manifest(directory):
@@ -217,22 +112,13 @@ def read_manifest(directory):
     ConfigError
         A corrupted ``model.pkl``.
     """
-    with open(os.path.join(directory, MANIFEST)) as stream:
-        manifest = json.load(stream)
-    content = pickle.loads(_read_verified(directory, manifest["model_file"]))
-    pieces = CheckpointPieces(directory, tuple(manifest["grid_shape"]), content["state_type"], manifest["pieces"])
-    return content["model"], pieces, manifest
+    manifest, content = read_manifest_file(directory)
+    return content["model"], pieces_of(directory, manifest, content), manifest
 
 
-def _load_piece(directory, entry):
-    """The array of one piece's field (checked), without a copy of its bytes."""
-    data = _read_verified(directory, entry)
-    stream = io.BytesIO(data)
-    version = np.lib.format.read_magic(stream)
-    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = read_header(stream)
-    return np.frombuffer(data, dtype=dtype, count=int(np.prod(shape)), offset=stream.tell()).reshape(
-        shape, order="F" if fortran else "C")
+def pieces_of(directory, manifest, content):
+    """The block source of a grid checkpoint's pieces, from its manifest and ``model.pkl`` content."""
+    return CheckpointPieces(directory, tuple(manifest["grid_shape"]), content["state_type"], manifest["pieces"])
 
 
 @dataclass(frozen=True)
@@ -268,7 +154,7 @@ class CheckpointPieces:
             if top >= bottom or left >= right:
                 continue
             for name in names:
-                array = _load_piece(self.directory, piece["fields"][name])
+                array = load_array(self.directory, piece["fields"][name])
                 out[name][top - rows.start:bottom - rows.start, left - cols.start:right - cols.start] = \
                     array[top - r0:bottom - r0, left - c0:right - c0]
             covered += (bottom - top) * (right - left)

@@ -33,10 +33,11 @@ class Checkpointing:
     def write_checkpoint(self, path):
         """Write the state, step, time and diagnostics under ``path`` (atomically); returns its directory.
 
-        A partitioned grid run's ranks write their own pieces
-        (:mod:`hpcgpu.rank_checkpoints`); other runs write the global state.
+        A partitioned run's ranks write their own pieces (grids:
+        :mod:`hpcgpu.rank_checkpoints`; particles:
+        :mod:`hpcgpu.particle_checkpoints`); other runs write the global state.
         """
-        from hpcgpu import checkpoint, rank_checkpoints
+        from hpcgpu import checkpoint
 
         self._flush(block=True)
         for writer in self._writers:  # snapshots still being written (by the ranks) are whole before a checkpoint
@@ -49,7 +50,7 @@ class Checkpointing:
                               "check": _schedule_meta(self.check_schedule)},
                 "model": repr(self.model), "history": self._history,
                 "random_state": getattr(self.model, "random_state_description", "none: the stepping draws no random numbers")}
-        if rank_checkpoints.writes_pieces(self._executor):  # each rank writes its own piece
+        if checkpoint.ranks_write_pieces(self._executor):  # each rank writes its own piece
             directory = checkpoint.write_rank_checkpoint(path, self._executor, self.model, meta)
         else:
             save = getattr(self.model, "checkpoint_state", self.model.to_host)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check: what runs on a lent GPU machine, in two commands whose
-# deadlines add up to 12 minutes (330 s and 390 s), install included, so that
+# deadlines add up to 12 minutes (420 s and 300 s), install included, so that
 # both fit the 15 minutes of device time with the machine's start
 # (docs/journal.md, "The device check"). Results go under $OUT, each
 # stage's as it runs.
@@ -16,22 +16,32 @@
 #                                     # packages (3.11 where there is no 3.12)
 #
 # Each stage runs under `timeout -k 5`, clipped to what is left of the
-# command's DEADLINE_S (default 330 s for command 1, 390 s for command 2,
+# command's DEADLINE_S (default 420 s for command 1, 300 s for command 2,
 # from the start of the command, minus a reserve for the summary), so the
 # summary is always written: a stage that no longer fits is recorded as
 # skipped. $OUT/stages.jsonl gets one line per stage (status, seconds, CPU
 # seconds, timeout); $OUT/summary.txt (also printed) lists
-# them with the key numbers. The GPU image has numpy, numba, numba-cuda and
+# them with the key numbers.
+#
+# The device tool brings back only about 8 files from $OUT per call, so at the
+# end of each command on a GPU every other result (stage logs, .jsonl files,
+# gpu-tests.xml, the weather picture) is packed into $OUT/results.tar.gz and
+# removed: summary.txt, stages.jsonl and results.tar.gz come back (unpack with
+# `tar -xzf results.tar.gz`). The rehearsal (REHEARSE=1) keeps the files as they
+# are, since it reads them, and checks the packing on a copy; PACK=0 keeps them
+# on a GPU too. Give each command a fresh $OUT (the device tool does): an
+# archive already there is replaced. The GPU image has numpy, numba, numba-cuda and
 # CuPy but not dask, zarr, bokeh or pytest-timeout: carry their wheels in
 # .whl (scripts/gpu_wheelhouse.sh). CPU-only work (bench-cpu, scaling on
 # numba workers, the CPU tier, CPU acceptance) does not belong here: it runs
 # on the development machine.
 #
-# Environment: OUT (default /tmp/hpcgpu-device), DEADLINE_S (330 / 390),
+# Environment: OUT (default /tmp/hpcgpu-device), DEADLINE_S (420 / 300),
 # WHEELS (.whl), SITE (where the wheels and hpcgpu are installed,
 # /tmp/hpcgpu-site; command 2 reuses command 1's install there when the
 # machine is still warm and the sources, wheels and Python are the same),
-# PY (python3). REHEARSE=1 selects the rehearsal sizes (the `rehearse` mode
+# PY (python3), PACK (1: pack the results at the end, as above; 0: leave
+# them). REHEARSE=1 selects the rehearsal sizes (the `rehearse` mode
 # sets it); REHEARSAL_ENV and REHEARSAL_PYTHON choose the rehearsal's
 # environment and its interpreter.
 set -u
@@ -52,23 +62,23 @@ plan_table() {
 cat <<'EOF'
 1 install 40
 1 info 15
-1 gpu-tests 255
+1 gpu-tests 315
 1 variants 60 fill
 2 install 40
 2 info 15
-2 stencil-cuda 35
-2 stencil-cupy 25
-2 nbody-cuda 30
-2 nbody-cupy 20
-2 md-cuda 50
-2 md-cupy 25
-2 matrix-cuda 35
-2 matrix-cupy 25
-2 engine 25
-2 weather 40
+2 stencil-cuda 25
+2 stencil-cupy 20
+2 nbody-cuda 20
+2 nbody-cupy 15
+2 md-cuda 25
+2 md-cupy 15
+2 matrix-cuda 40
+2 matrix-cupy 20
+2 engine 20
+2 weather 30
 EOF
 }
-plan_deadline() { case $1 in 1) echo 330 ;; 2) echo 390 ;; esac; }
+plan_deadline() { case $1 in 1) echo 420 ;; 2) echo 300 ;; esac; }
 KILL_S=${KILL_S:-5}              # timeout -k: grace after TERM (INT for the test tier) before KILL
 RESERVE_S=${RESERVE_S:-10}       # kept back for the summary
 MIN_STAGE_S=${MIN_STAGE_S:-10}   # a stage with less time left is skipped
@@ -364,6 +374,48 @@ summary() {
     cat "$OUT/summary.txt"
 }
 
+# The files of DIR that the device tool would not all bring back, packed into DIR/results.tar.gz and
+# removed; summary.txt and stages.jsonl stay beside it (the .times scratch file goes). Where tar fails
+# the files stay as they are. A line saying which it was ends summary.txt.
+pack_results() {  # pack_results DIR
+    local dir=$1 files kib line
+    rm -f "$dir/.times"
+    mapfile -t files < <(cd "$dir" && find . -type f | sed 's|^\./||' | sort \
+                         | grep -vxF -e summary.txt -e stages.jsonl -e results.tar.gz -e results.tar.gz.part)
+    (( ${#files[@]} )) || return 0
+    if tar -C "$dir" -czf "$dir/results.tar.gz.part" -- "${files[@]}" \
+        && mv -f "$dir/results.tar.gz.part" "$dir/results.tar.gz"; then
+        (cd "$dir" && rm -f -- "${files[@]}")
+        find "$dir" -mindepth 1 -type d -empty -delete
+        kib=$(du -k "$dir/results.tar.gz" | cut -f1)
+        line="results: ${#files[@]} files packed into results.tar.gz ($kib KiB; tar -xzf results.tar.gz), beside summary.txt and stages.jsonl"
+    else
+        rm -f "$dir/results.tar.gz.part"
+        line="results: packing the other files into results.tar.gz failed: they stay as they are"
+    fi
+    echo "$line" >> "$dir/summary.txt"
+    echo "$line"
+}
+
+# The rehearsal's check of pack_results, on a copy of DIR (the rehearsal itself keeps its files):
+# afterwards only summary.txt, stages.jsonl and the archive are left, and the archive holds the rest.
+rehearse_packing() {  # rehearse_packing DIR
+    local copy expected left archived
+    copy=$(mktemp -d)
+    cp -r "$1/." "$copy/"
+    expected=$(cd "$copy" && find . -type f ! -name .times | sed 's|^\./||' | grep -vxF -e summary.txt -e stages.jsonl | sort)
+    "$SELF" _pack "$copy" > /dev/null
+    left=$(cd "$copy" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' ')
+    archived=$(tar -tzf "$copy/results.tar.gz" 2> /dev/null | grep -v '/$' | sort)
+    rm -rf "$copy"
+    if [[ $left == "results.tar.gz stages.jsonl summary.txt " && -n $expected && $archived == "$expected" ]]; then
+        echo "packing: ok ($(echo "$expected" | wc -l) files of command 2 into results.tar.gz; summary.txt and stages.jsonl beside it)"
+    else
+        echo "packing: FAILED: left ${left:-nothing}; archived $(echo $archived); expected $(echo $expected)"
+        return 1
+    fi
+}
+
 # ---- the rehearsal ----
 
 # The GPU image's packages (less CuPy and NCCL: several hundred MB and useless without a GPU;
@@ -437,8 +489,16 @@ rehearse() {
     tail -n 2 "$out/bare-collection.log"
     rm -rf "$bare"
     [[ -n ${SITE:-} ]] || rm -rf "$(dirname "$site")"
+    echo
+    echo "######## rehearsal: packing a copy of command 2's results, as at the end of a command on a GPU"
+    local packing rc
+    packing=$(rehearse_packing "$out/2")
+    rc=$?
+    echo "$packing"
     "$envdir/bin/python" "$ROOT/scripts/device_check_summary.py" --verdict "$out/1" "$out/2" | tee "$out/rehearsal.txt"
-    return "${PIPESTATUS[0]}"
+    (( PIPESTATUS[0] == 0 )) || rc=1
+    echo "$packing" >> "$out/rehearsal.txt"
+    return "$rc"
 }
 
 case $MODE in
@@ -450,11 +510,16 @@ case $MODE in
         : > "$OUT/stages.jsonl"
         echo "device check, command $COMMAND$([[ ${REHEARSE:-0} == 1 ]] && echo " (rehearsal: CUDA simulator, tiny sizes)"); deadline $DEADLINE_S s; results in $OUT"
         "command_$COMMAND"
+        status=$?
+        # only about 8 files come back from a device call: one archive instead of a file per stage
+        [[ ${REHEARSE:-0} == 1 || ${PACK:-1} == 0 ]] || pack_results "$OUT"
+        exit "$status"
         ;;
     _install) setup_env; stage_install ;;
     _info) setup_env; stage_info ;;
     _tier) setup_env; stage_tier ;;
     _weather) setup_env; stage_weather ;;
+    _pack) pack_results "${2:?which folder}" ;;
     plan) print_plan ;;
     rehearse) rehearse ;;
     *)

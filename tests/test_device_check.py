@@ -1,8 +1,8 @@
 """The device check (scripts/device_check.sh): its time plan, its pieces, and its rehearsal.
 
 A lent GPU machine gives 15 minutes of device time in all, its start
-included; the device check spends at most 12 of them, in two commands (330 s
-and 390 s). These tests make sure here that the plan fits, that a stage which
+included; the device check spends at most 12 of them, in two commands (420 s
+and 300 s). These tests make sure here that the plan fits, that a stage which
 overruns is clipped and the summary still written, that the kernel-variant
 script keeps every row it made when a variant fails, and (slow; opt out with
 HPCGPU_REHEARSAL=0) that the whole rehearsal passes within the plan's own

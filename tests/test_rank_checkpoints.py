@@ -161,6 +161,89 @@ def test_a_lost_worker_restarts_from_the_pieces(client, tmp_path):
     sim.close()
 
 
+def _drop_snapshot_3(dask_worker, on):
+    """On a worker: its ranks' regions of the snapshot at time index 3 never reach the store, once."""
+    import hpcgpu.io.rank_zarr as module
+
+    if not on:
+        module.write_field_regions = module.original_write_field_regions
+        return
+    module.original_write_field_regions = write = module.write_field_regions
+    dropped = []
+
+    def drop_once(path, index, names, copies):
+        if index == 3 and not dropped:
+            dropped.append(1)
+            return
+        write(path, index, names, copies)
+
+    module.write_field_regions = drop_once
+
+
+def test_a_snapshot_half_written_when_a_worker_is_lost_is_written_again(client, tmp_path):
+    """The ranks' regions of the snapshot after the last checkpoint never arrive; the restart writes it again."""
+    import xarray as xr
+
+    from hpcgpu import ZarrWriter
+    from hpcgpu.errors import WorkerLost
+    from hpcgpu.schedules import Every
+
+    model = _jet()
+    reference = Simulation(model, stop_steps=STEPS, progress=False)
+    reference.add_writer(ZarrWriter(tmp_path / "reference.zarr", Every(2)))
+    reference.run()
+    sim = Simulation(model, stop_steps=STEPS, progress=False, client=client, partitions=2, steps_per_task=2)
+    sim.add_writer(ZarrWriter(tmp_path / "fields.zarr", Every(2)))
+    lost = []
+
+    def lose(s):
+        if s.step == 8 and not lost:  # callbacks run before the writers and the checkpoint of their step
+            lost.append(WorkerLost("a worker was lost while the ranks wrote a snapshot (injected)"))
+            raise lost[-1]
+
+    sim.add_callback(lose, 2)
+    client.run(_drop_snapshot_3, on=True)
+    try:
+        with pytest.warns(RuntimeWarning, match="restarted from the checkpoint at step 4 "):
+            sim.run(checkpoint=tmp_path / "checkpoints", checkpoint_every=4)
+    finally:
+        client.run(_drop_snapshot_3, on=False)
+    sim.close()
+    written, expected = xr.open_zarr(tmp_path / "fields.zarr"), xr.open_zarr(tmp_path / "reference.zarr")
+    assert written.step.values.tolist() == expected.step.values.tolist() == [0, 2, 4, 6, 8, 10, 12]
+    for name in ("h", "u", "v"):
+        np.testing.assert_array_equal(written[name].values, expected[name].values, err_msg=name)
+
+
+def test_a_store_resumed_on_blocks_across_its_chunks_is_written_by_the_client(client, tmp_path):
+    """Written on 2x1 ranks (chunks of 16 columns), resumed on 3x1 (a cut at column 11): no two ranks share a chunk."""
+    import xarray as xr
+
+    from hpcgpu import ZarrWriter
+    from hpcgpu.schedules import Every
+
+    model = _jet()
+    reference = Simulation(model, stop_steps=STEPS, progress=False)
+    reference.add_writer(ZarrWriter(tmp_path / "reference.zarr", Every(2)))
+    reference.run()
+    first = Simulation(model, stop_steps=STEPS, progress=False, client=client, partitions=2, grid=(2, 1))
+    first.add_writer(ZarrWriter(tmp_path / "fields.zarr", Every(2)))
+    first.run(steps=6, checkpoint=tmp_path / "checkpoints")
+    first.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the small chunks of the tiny grid
+        resumed = Simulation.resume(tmp_path / "checkpoints", progress=False, client=client, partitions=3,
+                                    grid=(3, 1))
+    resumed.add_writer(ZarrWriter(tmp_path / "fields.zarr", Every(2), append=True))
+    with pytest.warns(RuntimeWarning, match="chunks do not align with this run's blocks"):
+        resumed.run()
+    resumed.close()
+    written, expected = xr.open_zarr(tmp_path / "fields.zarr"), xr.open_zarr(tmp_path / "reference.zarr")
+    assert written.step.values.tolist() == expected.step.values.tolist()
+    for name in ("h", "u", "v"):
+        np.testing.assert_array_equal(written[name].values, expected[name].values, err_msg=name)
+
+
 def test_pieces_written_across_backends_resume_on_another(client, written):
     pytest.importorskip("numba")
     folder, expected, _ = written

@@ -42,8 +42,8 @@ import numpy as np
 from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
-__all__ = ["QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "chunk_size", "rank_writable",
-           "template"]
+__all__ = ["QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "background_writes",
+           "chunk_size", "drop_writes", "finish_writes", "rank_writable", "template", "wait_writes"]
 
 SMALL_CHUNK = 8
 """Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
@@ -220,6 +220,12 @@ class BackgroundWrites:
         if errors:
             raise errors[0]
 
+    def check(self):
+        """Raise the first error of the jobs run since the last wait or check, without waiting for the others."""
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise errors[0]
+
     def stop(self):
         """End the thread once the queued jobs ran."""
         self._queue.put(None)
@@ -238,7 +244,7 @@ class BackgroundWrites:
                 self._queue.task_done()
 
 
-def _writes(path):
+def background_writes(path):
     with _WRITERS_LOCK:
         if path not in _WRITERS:
             _WRITERS[path] = BackgroundWrites()
@@ -260,7 +266,7 @@ def queue_field_regions(spec, ranks, results, path, index, names):
     model = on_worker(spec.model)
     copies = [(rank, rows, cols, _host_copy(model, spec.decomposition.model_state(getattr(result, "carried", result))))
               for (rank, rows, cols), result in zip(_regions(spec, ranks), results)]
-    _writes(path).submit(lambda: write_field_regions(path, index, names, copies))
+    background_writes(path).submit(lambda: write_field_regions(path, index, names, copies))
     return len(ranks)
 
 
@@ -279,14 +285,14 @@ def write_field_regions(path, index, names, copies):
             values = getattr(host, name)
             array[index, rows, cols] = values
             size += values.nbytes
-        _writes(path).timings.append({"rank": rank, "bytes": size, "seconds": perf_counter() - started})
+        background_writes(path).timings.append({"rank": rank, "bytes": size, "seconds": perf_counter() - started})
 
 
 def queue_derived_regions(spec, ranks, results, path, index, names):
     """Each rank of this worker queues the write of its region's derived variables at time ``index`` (a worker task)."""
     model = on_worker(spec.model).with_backend("numpy")
     regions = [(rows, cols) for _, rows, cols in _regions(spec, ranks)]
-    _writes(path).submit(lambda: write_derived_regions(model, path, index, names, regions))
+    background_writes(path).submit(lambda: write_derived_regions(model, path, index, names, regions))
     return len(ranks)
 
 
@@ -311,7 +317,7 @@ def write_derived_regions(model, path, index, names, regions):
 
 def wait_writes(spec, ranks, results, path):
     """Wait for this worker's queued writes to ``path``; raise the first that failed (a worker task)."""
-    _writes(path).wait()
+    background_writes(path).wait()
 
 
 def finish_writes(spec, ranks, results, path):
@@ -330,3 +336,20 @@ def finish_writes(spec, ranks, results, path):
             _WRITERS.pop(path, None)
         writes.stop()
     return writes.timings
+
+
+def drop_writes(spec, ranks, results, path):
+    """Wait for this worker's queued writes to ``path`` and end its thread, dropping their errors (a worker task).
+
+    For a run restarted after a lost worker: the writes queued before the
+    loss belong to snapshots the run writes again.
+    """
+    with _WRITERS_LOCK:
+        writes = _WRITERS.pop(path, None)
+    if writes is None:
+        return
+    try:
+        writes.wait()
+    except Exception:  # noqa: BLE001 - a snapshot that is written again
+        pass
+    writes.stop()

@@ -66,7 +66,10 @@ class ZarrWriter:
     (:mod:`hpcgpu.io.rank_zarr`); the store must then be on a file system
     every worker sees. :meth:`flush` (called by :meth:`close` and before
     each checkpoint) waits for those writes and raises a failed one's
-    error. Other runs gather the state to the client and write it there.
+    error. On a partitioned particle run (MD bricks, all-pairs N-body) the
+    ranks exchange their particles by id range and each writes whole chunks
+    of the particle axis (:mod:`hpcgpu.io.particle_zarr`). Other runs
+    gather the state to the client and write it there.
     """
 
     def __init__(self, path, schedule, *, fields=None, diagnostics=True, overwrite=True, append=False):
@@ -77,7 +80,11 @@ class ZarrWriter:
         self.overwrite = overwrite
         self.snapshots = 0
         self._last_step = None
+        self._warned_layout = False
         self._rank_snapshots = None  # the ranks' queued writes of a partitioned grid run
+        self._particles = None  # a partitioned particle run's: the run's layout, asked of the ranks once
+        self._particles_queued = False  # snapshots queued on the ranks since the last flush
+        self._pending_on = None  # the executor whose ranks still write snapshots (since the last flush)
         if append and os.path.exists(self.path):
             import xarray as xr
 
@@ -91,12 +98,14 @@ class ZarrWriter:
             if not _replaceable(self.path):
                 raise ConfigError(f"path {self.path!r} exists and is not a Zarr store (a file, or a folder "
                                   "holding other files); ZarrWriter would delete it: give another path")
+        self._written = (self.snapshots, self._last_step)  # snapshots and last step known to be whole in the store
 
     def write(self, simulation):
         """Append the current state of ``simulation``."""
+        self._rewind_lost(simulation)
         if self._last_step is not None and simulation.step <= self._last_step:
             return  # already in the store (written before the run was resumed)
-        if self._write_by_ranks(simulation):
+        if self._write_by_ranks(simulation) or self._write_particles_by_ranks(simulation):
             return
         ds = simulation.model.to_dataset(simulation.state, time=simulation.time)
         ds = ds.assign_coords(step=("time", [simulation.step]))
@@ -116,6 +125,7 @@ class ZarrWriter:
             else:
                 ds.to_zarr(self.path, append_dim="time", consolidated=True)
         self.snapshots += 1
+        self._written = (self.snapshots, simulation.step)
         # a run that goes back to a checkpoint (a resume with this writer, a restart after a lost
         # worker) steps through these steps again: they are in the store already
         self._last_step = simulation.step
@@ -134,6 +144,14 @@ class ZarrWriter:
                 raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
             names = [name for name in names if name in self.fields]
         first = self.snapshots == 0
+        if not first and not _blocks_fill_whole_chunks(self.path, names[0], executor.decomposition):
+            # a run resumed on another layout: two ranks would write one chunk at once (a lost update)
+            if not self._warned_layout:
+                warnings.warn(f"Zarr output {self.path}: the store's chunks do not align with this run's blocks "
+                              "(resumed on another number of ranks or process grid), so its snapshots are "
+                              "gathered and written by the client", RuntimeWarning, stacklevel=3)
+                self._warned_layout = True
+            return False
         if first and os.path.exists(self.path):
             shutil.rmtree(self.path)
         if self._rank_snapshots is None:
@@ -141,6 +159,41 @@ class ZarrWriter:
             self._rank_snapshots = rank_zarr.RankSnapshots(os.path.abspath(self.path))
         self._rank_snapshots.write(executor, model, first, simulation.time, simulation.step, names,
                                    {**model.attributes(), "run_name": simulation.name})
+        self._pending_on = executor
+        self.snapshots += 1
+        self._last_step = simulation.step
+        return True
+
+    def _write_particles_by_ranks(self, simulation):
+        """On a partitioned particle run, the ranks write the particles by id (:mod:`hpcgpu.io.particle_zarr`).
+
+        False otherwise, and for a model whose dataset has no one particle dimension.
+        """
+        from hpcgpu.io import particle_zarr
+
+        executor = simulation.executor
+        if not particle_zarr.particle_writable(executor):
+            return False
+        if not isinstance(self._particles, particle_zarr.ParticleSnapshots):
+            # absolute: a worker's working directory need not be the client's
+            self._particles = particle_zarr.ParticleSnapshots(os.path.abspath(self.path))
+        schema, dim, _ = self._particles.layout(executor)
+        if dim is None:
+            return False
+        names = list(schema.data_vars)
+        if self.fields is not None:
+            missing = set(self.fields) - set(names)
+            if missing:
+                raise ConfigError(f"fields {sorted(missing)} are not outputs of {simulation.model!r}; "
+                                  f"valid: {sorted(names)}")
+            names = [name for name in names if name in self.fields]
+        first = self.snapshots == 0
+        if first and os.path.exists(self.path):
+            shutil.rmtree(self.path)
+        self._particles.write(executor, first, simulation.time, simulation.step, names,
+                              {**_attributes(simulation.model, schema), "run_name": simulation.name})
+        self._particles_queued = True
+        self._pending_on = executor
         self.snapshots += 1
         self._last_step = simulation.step
         return True
@@ -150,9 +203,36 @@ class ZarrWriter:
 
         :meth:`close` and every checkpoint of ``simulation`` call it.
         """
+        self._rewind_lost(simulation)
         if self._rank_snapshots is not None:
             rank_snapshots, self._rank_snapshots = self._rank_snapshots, None
             rank_snapshots.finish(simulation.executor)
+        if self._particles_queued:
+            self._particles_queued = False
+            self._particles.finish(simulation.executor)
+        self._pending_on = None
+        self._written = (self.snapshots, self._last_step)
+
+    def _rewind_lost(self, simulation):
+        """After a restart from a checkpoint (a lost worker), forget the snapshots the old ranks may not have written.
+
+        Every snapshot up to the last flush (each checkpoint flushes) is
+        whole; the later ones were queued on ranks of the executor the run
+        left, some perhaps on the lost worker. They are cut from the store
+        (their steps run again and are written again), after the writes
+        still queued on the workers left have ended.
+        """
+        if self._pending_on is None or self._pending_on is simulation.executor:
+            return
+        from hpcgpu.io.rank_zarr import drop_writes
+
+        self._pending_on, self._rank_snapshots, self._particles_queued = None, None, False
+        if callable(getattr(simulation.executor, "on_workers", None)):
+            simulation.executor.on_workers(drop_writes, os.path.abspath(self.path), phase="snapshot-drop")
+        count, last_step = self._written
+        if 0 < count < self.snapshots:
+            _cut_time(self.path, count)
+        self.snapshots, self._last_step = count, last_step
 
     def close(self, simulation):
         """Wait for the snapshots the ranks still write; write the diagnostics time series (group ``diagnostics``)."""
@@ -168,6 +248,26 @@ class ZarrWriter:
 
     def __repr__(self):
         return f"ZarrWriter({self.path!r}, {self.schedule!r})"
+
+
+def _cut_time(path, length):
+    """Shorten every array along ``time`` of the store at ``path`` to ``length`` entries (metadata re-consolidated)."""
+    import zarr
+
+    group = zarr.open_group(path, mode="r+")
+    for _, array in group.arrays():
+        dims = getattr(array.metadata, "dimension_names", None) or array.attrs.get("_ARRAY_DIMENSIONS")
+        if dims and dims[0] == "time" and array.shape[0] > length:
+            array.resize((length, *array.shape[1:]))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        zarr.consolidate_metadata(path)
+
+
+def _attributes(model, schema):
+    """The dataset's attributes as the gathered path writes them: the client's model's (its backend as asked)."""
+    attributes = getattr(model, "attributes", None)
+    return attributes() if callable(attributes) else dict(schema.attrs)
 
 
 def _replaceable(path):
@@ -188,3 +288,14 @@ def open_output(path):
     except (FileNotFoundError, KeyError, OSError):
         diagnostics = None
     return fields, diagnostics
+
+
+def _blocks_fill_whole_chunks(path, name, decomposition):
+    """Whether every block of ``decomposition`` covers whole chunks of the variable ``name`` in the store."""
+    import zarr
+
+    chunks = zarr.open_group(path, mode="r")[name].chunks
+    return all(edge % chunk == 0 or edge == extent
+               for bounds, chunk, extent in ((decomposition.y_bounds, chunks[-2], decomposition.y_bounds[-1][1]),
+                                             (decomposition.x_bounds, chunks[-1], decomposition.x_bounds[-1][1]))
+               for pair in bounds for edge in pair)

@@ -7,12 +7,26 @@ and masses, the forces on its bodies from all of them and the part after
 (``model.kick_block``). Only positions travel, never velocities or the
 rest of the state. Each body sums the same sources in the same order as in
 one process, so results are bitwise those of the single-block run.
+
+A model whose bodies are functions of their ids (``initial_block``: the
+N-body cases) lets every rank build its own block on its worker
+(:meth:`AllPairsDecomposition.build_block`, :mod:`hpcgpu.partition.bodies_start`):
+the client builds no body. The ranks report exact sums of their raw
+velocities; the decomposition carries the normalisation the client makes
+of them (``velocities``) and each rank applies it to its own bodies.
+
+Each rank checkpoints its bodies, with their ids, as a piece
+(:mod:`hpcgpu.particle_checkpoints`); a rank of a resumed run, on any
+number of ranks, reads the bodies of its id range from the pieces.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.partition.decomposition import Decomposition
+from hpcgpu.partition.bodies_start import shifted
+from hpcgpu.partition.decomposition import Decomposition, InitialBlocks
 from hpcgpu.partition.layout import split_rows
 
 __all__ = ["AllPairsDecomposition", "Bodies"]
@@ -24,10 +38,14 @@ class Bodies:
 
     ``drifted`` is made by the step that made ``state`` (None after a split:
     made on first use), so each step starts with the exchange.
+    ``raw_from``: the block was built by its rank, its first body is
+    ``raw_from`` and its velocities wait for the normalisation the
+    decomposition carries (None: they are the run's).
     """
 
     state: object
     drifted: object = None
+    raw_from: int = None
 
 
 @dataclass(frozen=True)
@@ -37,8 +55,12 @@ class AllPairsDecomposition(Decomposition):
     bounds: tuple
     weights: tuple
     dt: float
+    velocities: tuple = None  # the normalisation of rank-built raw velocities (model.start_normalisation)
     steps_per_task = 1
     unit = "bodies"
+    builds_initial_blocks = True
+    health_after_settling = True
+    particle_pieces = True
 
 
     @classmethod
@@ -64,11 +86,43 @@ class AllPairsDecomposition(Decomposition):
     def join(self, model, host_blocks):
         return model.concat_blocks(host_blocks)
 
+    def build_block(self, model, rank, source):
+        """Rank ``rank``'s bodies: from the model's case (``model.initial_block``; their velocities wait for
+        :meth:`settled`), or read from a checkpoint's particle pieces (:mod:`hpcgpu.particle_checkpoints`)."""
+        if isinstance(source, InitialBlocks):
+            first, stop = self.bounds[rank]
+            return Bodies(model.initial_block(first, stop), raw_from=first)
+        if not callable(getattr(source, "has_extra", None)):
+            raise ConfigError("all-pairs ranks build their bodies from the model's initial condition or from a "
+                              f"checkpoint's particle pieces; got {source!r}")
+        from hpcgpu.particle_checkpoints import IdRange
+
+        state, _ = source.owned_block(model, IdRange(*self.bounds[rank]))
+        return Bodies(state)
+
+    def initial_report(self, model, block):
+        """The block's health and, for a rank-built block, the exact sums of its raw velocities."""
+        health = super().initial_report(model, block)
+        if block.raw_from is None:
+            return health
+        return {**health, "velocity_sums": model.start_velocity_sums(block.state, block.raw_from)}
+
+    def settled(self, model, parts):
+        """The layout once the ranks reported their blocks: the normalisation of their raw velocities."""
+        if not all("velocity_sums" in part for part in parts):
+            return self
+        return replace(self, velocities=model.start_normalisation([part["velocity_sums"] for part in parts]))
+
+    def checkpoint_particles(self, model, rank, bodies):
+        """``(host state, extra, region)`` of rank ``rank``'s checkpoint piece: its bodies and their ids."""
+        first, stop = (int(i) for i in self.bounds[rank])
+        return model.to_host(bodies.state), {"ids": np.arange(first, stop, dtype=np.int64)}, {"ids": [first, stop]}
+
     # -- the rank's side ------------------------------------------------------------------------------------
     def resume(self, context, bodies):
         if bodies.drifted is not None:
             return bodies
-        state = context.model.concat_blocks([bodies.state])
+        state = context.model.concat_blocks([self.model_state(bodies)])
         return Bodies(state, context.model.drift_block(state, self.dt))
 
     def advance(self, context, bodies, steps):
@@ -82,6 +136,10 @@ class AllPairsDecomposition(Decomposition):
         return Bodies(state, drifted)
 
     def model_state(self, bodies):
+        if bodies.raw_from is not None and self.velocities is not None:
+            state = bodies.state
+            velocities = shifted(state.velocities, bodies.raw_from, self.velocities)
+            return replace(state, velocities=velocities.astype(state.positions.dtype))
         return bodies.state
 
     def block_sums(self, context, bodies):

@@ -31,11 +31,14 @@ Examples
 """
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["candidate_cells", "normalised", "rank_start", "start_report"]
+from hpcgpu.partition.brick_geometry import Bricks
+from hpcgpu.particle_checkpoints import periodic_overlap
+
+__all__ = ["BrickHalo", "candidate_cells", "halo_plan", "normalised", "pieces_start", "rank_start", "start_report"]
 
 
 def candidate_cells(bricks, rank, axis, radius, cells):
@@ -74,20 +77,95 @@ def rank_start(bricks, model, rank, keep_lists):
     for axis in bricks.split_axes:
         halo &= bricks.near(np, where[axis], axis, coords[axis], radius)
     ids, where = ids[halo], np.ascontiguousarray(where[:, halo])
+    own, sends, listed = halo_plan(bricks, rank, where, radius, keep_lists)
+    state = model.lattice_atoms(ids[own], listed)
+    if not keep_lists:
+        return state, None, None
+    return state, sends, listed
+
+
+def halo_plan(bricks, rank, where, radius, keep_lists):
+    """``(own, sends, listed)`` of ``rank`` from ``where`` ``(3, M)``: the positions of every site of its halo.
+
+    ``own`` indexes the sites in its brick (in their order), ``listed`` is
+    the positions it holds once the staged exchange is done (its own, then
+    the ghosts of each stage), ``sends`` the send lists of each stage
+    (None without ``keep_lists``), as :meth:`BrickDecomposition.split
+    <hpcgpu.partition.bricks.BrickDecomposition.split>` would make them.
+    """
     layer = [bricks.index(np, where[axis], axis) for axis in range(3)]
     rank_of = layer[0] + bricks.grid[0] * (layer[1] + bricks.grid[1] * layer[2])
     held = _held_lists(bricks, where, rank_of, radius)
     stages = bricks.split_axes
-    own = held(rank, 0)
     listed = np.take(where, held(rank, len(stages)), axis=1)
-    state = model.lattice_atoms(ids[own], listed)
     if not keep_lists:
-        return state, None, None
+        return held(rank, 0), None, listed
     sends = tuple((axis, tuple((q, np.nonzero(bricks.near(np, where[axis, held(rank, number)], axis,
                                                           bricks.coords(q)[axis], radius))[0])
                                for q in bricks.neighbours(rank, axis)))
                   for number, axis in enumerate(stages))
-    return state, sends, listed
+    return held(rank, 0), sends, listed
+
+
+@dataclass(frozen=True)
+class BrickHalo:
+    """A selection of a checkpoint's particles (:class:`~hpcgpu.particle_checkpoints.ParticlePieces`):
+    the atoms a brick rank needs to start from it.
+
+    With ``listed`` the atoms within ``radius`` of the brick by where their
+    lists were built (the rank's atoms and every ghost it will hold); else
+    the atoms whose position is in the brick.
+    """
+
+    bricks: Bricks
+    rank: int
+    radius: float
+    listed: bool
+
+    def wants(self, entry):
+        """Whether a piece (its manifest entry) may hold such atoms (by its bounding box)."""
+        bounds = entry.get("listed_bounds" if self.listed else "bounds")
+        if bounds is None:
+            return entry.get("particles", 1) > 0
+        coords, bricks = self.bricks.coords(self.rank), self.bricks
+        return all(periodic_overlap(*bounds[axis], bricks.edges[axis][coords[axis]],
+                                    bricks.edges[axis][coords[axis] + 1], self.radius, bricks.box[axis])
+                   for axis in bricks.split_axes)
+
+    def keep(self, state, extra):
+        """The indices of those atoms, in the pieces' order."""
+        bricks, coords = self.bricks, self.bricks.coords(self.rank)
+        if self.listed:
+            where = extra["listed"]
+            halo = np.ones(where.shape[1], dtype=bool)
+            for axis in bricks.split_axes:
+                halo &= bricks.near(np, where[axis], axis, coords[axis], self.radius)
+            return np.nonzero(halo)[0]
+        layer = [bricks.index(np, state.positions[axis], axis) for axis in range(3)]
+        return np.nonzero(layer[0] + bricks.grid[0] * (layer[1] + bricks.grid[1] * layer[2]) == self.rank)[0]
+
+
+def pieces_start(bricks, model, rank, source, keep_lists):
+    """Rank ``rank``'s atoms from a checkpoint's pieces: ``(state, sends, listed)`` (host arrays).
+
+    When every piece says where its atoms' lists were built (``listed``)
+    and ``keep_lists``, the rank takes the atoms whose listed position is
+    in its brick and plays the staged exchange on the listed positions of
+    its halo (:func:`halo_plan`): its first list is the one those atoms had,
+    so the run rebuilds at the steps the uninterrupted one would (on the
+    same bricks, the same atoms in the same order: bitwise). Else it takes
+    the atoms in its brick and builds its lists on its first step.
+    """
+    from hpcgpu.particle_checkpoints import take_particles
+
+    radius = model.ghost_radius()
+    if not (keep_lists and source.has_extra("listed")):
+        state, _ = source.owned_block(model, BrickHalo(bricks, rank, radius, False))
+        return state, None, None
+    halo, extra = source.owned_block(model, BrickHalo(bricks, rank, radius, True))
+    where = np.ascontiguousarray(extra["listed"])
+    own, sends, listed = halo_plan(bricks, rank, where, radius, True)
+    return take_particles(halo, own), sends, listed
 
 
 def _held_lists(bricks, where, rank_of, radius):

@@ -63,7 +63,7 @@ import numpy as np
 
 from hpcgpu.errors import ConfigError, UnstableSimulation
 from hpcgpu.partition.brick_geometry import Bricks
-from hpcgpu.partition.brick_start import normalised, rank_start, start_report
+from hpcgpu.partition.brick_start import normalised, pieces_start, rank_start, start_report
 from hpcgpu.partition.decomposition import Decomposition, InitialBlocks
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.partition.rebuild_flags import LATE_REBUILD_MARGIN, check_list_holds, earliest, rebuild_delay, rebuild_due
@@ -224,8 +224,8 @@ class BrickDecomposition(Decomposition):
     steps_per_task = 1
     unit = "atoms"
     builds_initial_blocks = True
+    particle_pieces = True
     join_copies = 3  # a gather's blocks, their concatenation, and that sorted by id (hpcgpu.partition.client_gather)
-
 
     @classmethod
     def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):
@@ -316,25 +316,59 @@ class BrickDecomposition(Decomposition):
         return reach <= 1.0
 
     def build_block(self, model, rank, source):
-        """Rank ``rank``'s initial atoms from the model's lattice, built on its worker (see
-        :mod:`hpcgpu.partition.brick_start`); their velocities wait for :meth:`settled`."""
-        if not isinstance(source, InitialBlocks):
-            raise ConfigError(f"bricks build their atoms from the model's initial condition only; got {source!r}")
+        """Rank ``rank``'s initial atoms, built on its worker from the model's lattice (``source`` the
+        model's initial condition: their velocities wait for :meth:`settled`) or read from a checkpoint's
+        pieces (:func:`~hpcgpu.partition.brick_start.pieces_start`)."""
         keep_lists = not rebuild_delay(self.bricks.grid)  # with a delay every rank builds on its first step
-        state, sends, listed = rank_start(self.bricks, model, rank, keep_lists)
-        return Domain(state, sends, listed=listed, raw_velocities=True)
+        if isinstance(source, InitialBlocks):
+            state, sends, listed = rank_start(self.bricks, model, rank, keep_lists)
+            return Domain(state, sends, listed=listed, raw_velocities=True)
+        if callable(getattr(source, "has_extra", None)):  # particle pieces (hpcgpu.particle_checkpoints)
+            state, sends, listed = pieces_start(self.bricks, model, rank, source, keep_lists)
+            return Domain(state, sends, listed=listed)
+        raise ConfigError(f"bricks build their atoms from the model's initial condition or a checkpoint's "
+                          f"particle pieces; got {source!r}")
 
     def initial_report(self, model, block):
-        """The block's health and, for a rank-built block, the exact sums of its raw velocities."""
-        health = super().initial_report(model, block)
+        """The block's health, its atoms and, for a block built from the lattice, the exact sums of its raw
+        velocities."""
+        health = {**super().initial_report(model, block), "atoms": int(block.state.size)}
         return {**health, **start_report(model, block.state)} if block.raw_velocities else health
 
     def settled(self, model, parts):
         """The layout once the ranks reported their blocks: atoms per brick and the velocities' normalisation."""
-        if not all("velocity_sums" in part for part in parts):
-            return self
-        sums = [part["velocity_sums"] for part in parts]
-        return replace(self, velocities=model.start_normalisation(sums), counts=tuple(s["atoms"] for s in sums))
+        if all("velocity_sums" in part for part in parts):
+            sums = [part["velocity_sums"] for part in parts]
+            return replace(self, velocities=model.start_normalisation(sums), counts=tuple(s["atoms"] for s in sums))
+        if all("atoms" in part for part in parts):
+            return replace(self, counts=tuple(part["atoms"] for part in parts))
+        return self
+
+    def checkpoint_particles(self, model, rank, domain):
+        """``(host state, extra, region)`` of rank ``rank``'s checkpoint piece (:mod:`hpcgpu.particle_checkpoints`).
+
+        ``extra`` holds ``listed``, where the atoms were when their list was
+        built (when the model says: ``listed_positions``), so that a resumed
+        run keeps their lists; ``region`` their bounding boxes.
+        """
+        from hpcgpu.particle_checkpoints import position_bounds
+
+        state = self.model_state(domain)
+        listed = None
+        if getattr(state, "neighbors", None) is not None and callable(getattr(model, "listed_positions", None)):
+            listed = model.listed_positions(state)
+        elif domain.listed is not None:  # a block not stepped yet: the list it will be given
+            listed = domain.listed[:, :state.size]
+        host = model.to_host(state)
+        region = {"bounds": position_bounds(host.positions)}
+        if listed is None:
+            return host, {}, region
+        listed = np.ascontiguousarray(model.backend.to_host(listed))
+        return host, {"listed": listed}, {**region, "listed_bounds": position_bounds(listed)}
+
+    def for_ranks(self):
+        """The layout without ``order`` (N atom ids, read by the client's :meth:`join` only)."""
+        return replace(self, order=None)
 
     def sizes(self):
         """Atoms per brick at the start (known once the state is split)."""
@@ -357,6 +391,8 @@ class BrickDecomposition(Decomposition):
         if domain.drifted is not None:
             return domain
         model, state, split = context.model, self.model_state(domain), domain.split
+        if isinstance(state.positions, np.ndarray) and model.backend.xp is not np:
+            state = model.concat_blocks([state])  # split on the host by the client: onto this rank's GPU
         sends = domain.sends
         if sends is not None:  # made on the host by split(): the index arrays go where the atoms are
             sends = tuple((axis, tuple((q, model.backend.asarray(index)) for q, index in stage))

@@ -74,7 +74,13 @@ class Decomposition:
     (:meth:`piece_region`); else the client splits a global state (:meth:`split_state`)."""
     builds_initial_blocks = False
     """Whether a rank can build its own initial block from the model (:meth:`build_block`) though its
-    checkpoints are not pieces (bricks: atoms move between ranks)."""
+    checkpoints are not grid pieces (bricks: atoms move between ranks)."""
+    health_after_settling = False
+    """Whether the health of a rank-built block depends on what :meth:`settled` brings (all-pairs bodies:
+    the start's CFL number reads the velocities), so the ranks report it once more after settling."""
+    particle_pieces = False
+    """Whether each rank checkpoints its particles as a piece (``checkpoint_particles(model, rank, carried)``)
+    and builds its block from such pieces (:mod:`hpcgpu.particle_checkpoints`): bricks and all-pairs bodies."""
 
     @classmethod
     def calibrate(cls, client, model):
@@ -113,6 +119,15 @@ class Decomposition:
 
     def settled(self, model, parts):
         """The layout once every rank's :meth:`initial_report` is in (a rank-built start's sums); as it is here."""
+        return self
+
+    def for_ranks(self):
+        """This layout as the ranks need it (what the run's spec broadcasts): without what only the client uses.
+
+        The default is the layout itself; one that keeps data of the client's
+        split (bricks: the atom order ``join`` restores) drops it here, so that
+        nothing that grows with the state travels to every worker.
+        """
         return self
 
     def piece_region(self, rank):  # pragma: no cover - interface

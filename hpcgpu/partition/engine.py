@@ -211,7 +211,8 @@ class PartitionedExecutor:
         self.epoch = 0
         self.session = open_session(client, self.owner, timeout)
         self._watch = EpochWatch(client, self.session, self.owner, name, self._abandon)
-        self._spec = client.scatter(Spec(model, self.dt, self.decomposition), broadcast=True, hash=False)
+        # the layout as the ranks need it: nothing of the client's split that grows with the state
+        self._spec = client.scatter(Spec(model, self.dt, self.decomposition.for_ranks()), broadcast=True, hash=False)
         self._program = []
         self._in_flight = deque()  # (epoch, steps, records future, result futures)
         self._dropped = []  # epochs sent after a failed health check, still running: results discarded
@@ -291,6 +292,22 @@ class PartitionedExecutor:
         self._check_open("diagnostics were requested")
         if not self._halted:
             self._program.append(("diagnostics", step))
+
+    def request_on_ranks(self, task):
+        """Run ``task(context, state)`` on every rank after the queued steps, inside the epoch (returns at once).
+
+        ``context`` holds the rank's ``rank``, ``size``, ``model``,
+        ``decomposition`` and ``comm`` (its communicator: the task may run
+        collectives, which every rank reaches at the same point of the
+        program); ``state`` is the rank's model state. A task's ``what``
+        (words, e.g. "a snapshot") names it in a deadline's report. Its
+        return value is dropped; an error in it fails the epoch, as a rank's
+        step does. Ignored while a failed health check awaits collection
+        (see :meth:`advance`).
+        """
+        self._check_open("work on the ranks was requested")
+        if not self._halted:
+            self._program.append(("ranks", task))
 
     def collect(self, block=False):
         """Finished health checks and diagnostics, in order: ``(kind, step, value)``.

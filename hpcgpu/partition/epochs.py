@@ -76,8 +76,18 @@ def unhealthy(model, bad, cfl):
     return bool(bad) or not cfl <= getattr(model, "cfl_limit", float("inf"))
 
 
+_OPERATION_WORDS = {"health": "a health check", "diagnostics": "diagnostics", "reduce": "a reduction"}
+
+
 def _run_program(context, carried, program, activity=None, where=(None, 0)):
-    """Run ``program`` (advances, health checks, diagnostics, reductions) on one rank; returns its RankResult.
+    """Run ``program`` (advances, health checks, diagnostics, work on the ranks, reductions) on one rank.
+
+    A ``("ranks", task)`` operation calls ``task(context, state)`` on every
+    rank (``state`` the rank's model state; ``context.comm`` its
+    communicator): collective work the driver queued between steps, such
+    as the exchange of a snapshot's particles. A ``("reduce", ...)``
+    operation sums a function of every rank's block up to rank 0
+    (:mod:`hpcgpu.partition.rank_reductions`). Returns the rank's RankResult.
 
     ``activity`` (a :class:`~hpcgpu.partition.rank_activity.RankActivity`)
     records each operation, named by ``where``: the epoch's number and the
@@ -94,9 +104,8 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
     for op, value in program:
         if activity is not None:
             step = first_step + steps
-            what = {"health": "a health check", "diagnostics": "diagnostics", "reduce": "a reduction"}.get(op, op)
             activity.set(f"{label}advancing steps {step} to {step + value}" if op == "advance"
-                         else f"{label}{what} at step {step}")
+                         else f"{label}{_OPERATION_WORDS.get(op) or getattr(value, 'what', op)} at step {step}")
         if op == "advance":
             carried = decomposition.advance(context, carried, value)
             steps += value
@@ -111,6 +120,8 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
             parts = comm.gather(decomposition.block_sums(context, carried))
             if context.rank == 0:
                 records.append(("diagnostics", value, model.combine_sums(parts)))
+        elif op == "ranks":  # the ranks' own work on their state, with their communicator (e.g. a snapshot)
+            value(context, decomposition.model_state(carried))
         elif op == "reduce":  # a diagnostic summed over the ranks (hpcgpu.partition.rank_reductions)
             record = run_reduction(context, carried, value)
             if record is not None:

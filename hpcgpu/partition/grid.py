@@ -48,7 +48,7 @@ import numpy as np
 from hpcgpu.errors import ConfigError
 from hpcgpu.partition.block_region import BlockRegion
 from hpcgpu.partition.decomposition import Decomposition
-from hpcgpu.partition.layout import split_rows
+from hpcgpu.partition.layout import alignment, split_rows
 from hpcgpu.partition.process_grid import check_grid, choose_process_grid
 from hpcgpu.partition.slowdown import emulate_slowdown
 
@@ -464,7 +464,8 @@ def _calibration_rate(model, rows=256, seconds=0.3):
 def _split_axis(axis, extent, weights, minimum, k, grid, steps_per_task):
     """Bounds along one axis; a ConfigError that names the axis, the grid and K when blocks are too small."""
     try:
-        return split_rows(extent, weights, minimum)
+        # cuts on multiples of a power of two: the rank-written Zarr chunks (the divisor of every cut) stay big
+        return split_rows(extent, weights, minimum, align=1 if len(weights) == 1 else alignment(extent, len(weights)))
     except ConfigError:
         count = len(weights)
         cells = "columns" if axis == "x" else "rows"

@@ -5,16 +5,19 @@ import numpy as np
 from hpcgpu.errors import ConfigError
 from hpcgpu.validation import check_float
 
-__all__ = ["check_weights", "split_rows"]
+__all__ = ["alignment", "check_weights", "split_rows"]
 
 
-def split_rows(rows, weights, minimum=1):
+def split_rows(rows, weights, minimum=1, align=1):
     """Split ``rows`` into contiguous blocks proportional to ``weights``.
 
     Largest-remainder rounding, so each block is within one row of its exact
     share. A block whose share is below ``minimum`` (the halo a block must
     be able to give its neighbour) gets ``minimum`` and the others share the
-    rest in proportion. Raises ConfigError when the blocks cannot all hold
+    rest in proportion. With ``align`` > 1 every cut between two blocks is
+    then moved to the nearest multiple of ``align`` (unless a block would
+    fall below ``minimum``), so that chunks of ``align`` rows never straddle
+    two blocks. Raises ConfigError when the blocks cannot all hold
     ``minimum`` rows.
 
     Examples
@@ -23,6 +26,8 @@ def split_rows(rows, weights, minimum=1):
     [(0, 8), (8, 10)]
     >>> split_rows(100, [1, 100], minimum=12)
     [(0, 12), (12, 100)]
+    >>> split_rows(8192, [1.003, 0.997], align=64)
+    [(0, 4096), (4096, 8192)]
     """
     weights = np.asarray(weights, dtype=float)
     if weights.ndim != 1 or len(weights) == 0 or not np.all(weights > 0) or not np.all(np.isfinite(weights)):
@@ -53,7 +58,28 @@ def split_rows(rows, weights, minimum=1):
     if sizes.sum() != rows:  # pragma: no cover - the rounding above always places every row
         raise AssertionError(f"split_rows placed {sizes.sum()} of {rows} rows (weights {weights.tolist()})")
     bounds = np.concatenate([[0], np.cumsum(sizes)])
+    if align > 1:
+        aligned = bounds.copy()
+        aligned[1:-1] = np.round(bounds[1:-1] / align).astype(int) * align
+        if np.all(np.diff(aligned) >= max(minimum, 1)):
+            bounds = aligned
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def alignment(rows, count, most=64, slack=64):
+    """The cut alignment for ``rows`` split ``count`` ways: a power of two at most ``most``, and at most
+    ``1 / slack`` of an even block (so aligning costs a block at most ``1 / (2 * slack)`` of its share).
+
+    Examples
+    --------
+    >>> alignment(8192, 2), alignment(512, 4), alignment(16, 2)
+    (64, 2, 1)
+    """
+    share = rows // max(count, 1)
+    unit = 1
+    while unit * 2 <= most and unit * 2 * slack <= share:
+        unit *= 2
+    return unit
 
 
 def check_weights(weights, partitions):

@@ -27,9 +27,10 @@ An NCCL send may wait until its receive is posted (NVIDIA/nccl#783).
 Receives are therefore posted *eagerly*: whenever a rank waits for
 anything on this communicator, it reads the headers that reached it from
 every peer and posts their receives (into new arrays, which wait there
-until the caller receives them). A device send completes once its
-receiver has entered the communicator; until then its NCCL kernel waits on
-the sender's GPU. A rank that never waits on the communicator holds its
+until the caller receives them). A device send larger than NCCL's buffers
+completes once its receiver has entered the communicator; until then its
+NCCL kernel waits on the sender's GPU. A smaller one may complete at once,
+as an MPI eager send does (512 KiB did over NCCL's socket transport). A rank that never waits on the communicator holds its
 peers' device sends (until their timeout), as an MPI rank that never makes
 progress does.
 

@@ -79,7 +79,14 @@ class AllPairsModel(Partitionable, Protocol):
     """Particles that need every position each step (:mod:`hpcgpu.partition.all_pairs`).
 
     A model whose ``sums_need_positions`` is true gets every block's
-    positions as the ``extra`` of ``block_sums``.
+    positions as the ``extra`` of ``block_sums``. A model whose bodies are
+    functions of their ids lets the ranks build them
+    (:mod:`hpcgpu.partition.bodies_start`) with three more methods:
+    ``initial_block(first, stop)`` (the bodies ``first:stop`` of
+    ``initial_state``, velocities raw), ``start_velocity_sums(block, first)``
+    (small) and ``start_normalisation(sums)`` (what
+    :func:`~hpcgpu.partition.bodies_start.shifted` applies); else the client
+    builds the state and splits it.
     """
 
     def drift_block(self, state, dt): """The part of a step before the forces (no other body needed)."""

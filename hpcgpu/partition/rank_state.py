@@ -15,10 +15,18 @@ dicts), from which the client learns the start's CFL number and, when no
 ``dt`` was given, the step at CFL number 0.5.
 
 The bricks of MD (``builds_initial_blocks``) build their atoms the same
-way from the model's lattice (:mod:`hpcgpu.partition.brick_start`); their
-reports carry exact sums of the raw velocities, from which
-:func:`settle_dt` settles the decomposition (``settled``: the velocities'
-normalisation, atoms per brick); their checkpoints stay whole states.
+way from the model's lattice (:mod:`hpcgpu.partition.brick_start`), and
+the all-pairs ranks of N-body their bodies by id
+(:mod:`hpcgpu.partition.bodies_start`); their reports carry exact sums of
+the raw velocities, from which :func:`settle_dt` settles the decomposition
+(``settled``: the velocities' normalisation, atoms per brick). Where the
+health reads the velocities (``health_after_settling``: the bodies' CFL
+number without softening) the ranks report it once more, on the settled
+blocks (:func:`settled_health`): the start's CFL number and ``dt`` are the
+one-process run's. Particle decompositions (``particle_pieces``: bricks
+and all-pairs bodies) also build their blocks from a checkpoint's
+particle pieces (:class:`hpcgpu.particle_checkpoints.ParticlePieces`):
+each rank keeps the particles of its brick or of its id range.
 
 A state the user brings (a global state on the client), and every model
 whose decomposition cannot build blocks, take the fallback: the client
@@ -41,7 +49,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.partition.decomposition import InitialBlocks
 
 __all__ = ["DEFAULT_CFL", "InitialBlocks", "block_source", "build_blocks", "local_state", "place_blocks",
-           "settle_dt"]
+           "settle_dt", "settled_health"]
 
 DEFAULT_CFL = 0.5
 """The CFL number of the step chosen when none is given (as ``model.suggested_dt``'s default)."""
@@ -52,16 +60,17 @@ def block_source(model, state):
 
     ``state`` None means the model's initial condition (:class:`InitialBlocks`
     when the model has ``initial_block`` and its decomposition builds
-    blocks); a block source (``owned_block``) is itself; anything else is a
-    global state the user brought.
+    blocks); a block source (``owned_block``: grid or particle pieces of a
+    checkpoint) is itself; anything else is a global state the user brought.
     """
     from hpcgpu.partition.decompositions import DECOMPOSITIONS
 
     kind = DECOMPOSITIONS.get(getattr(model, "decomposition", None))
-    if kind is None or not (kind.builds_blocks or kind.builds_initial_blocks):
+    if kind is None or not (kind.builds_blocks or kind.builds_initial_blocks or kind.particle_pieces):
         return None
-    if state is None:
-        return InitialBlocks() if callable(getattr(model, "initial_block", None)) else None
+    if state is None:  # a decomposition that builds only from pieces splits the initial state
+        builds = kind.builds_blocks or kind.builds_initial_blocks
+        return InitialBlocks() if builds and callable(getattr(model, "initial_block", None)) else None
     return state if callable(getattr(state, "owned_block", None)) else None
 
 
@@ -126,7 +135,23 @@ def place_blocks(client, model, decomposition, state, ranks_by_worker, key):
         health.append(client.submit(_second, built, key=key("health", index), **options))
     _wait_watching(client, health, list(ranks_by_worker))
     parts = [part for worker_parts in client.gather(health) for part in worker_parts]
+    if decomposition.health_after_settling:
+        settled = decomposition.settled(model, parts)
+        again = [client.submit(settled_health, model, settled, results[worker], key=key("health-settled", index),
+                               workers=[worker], allow_other_workers=False, pure=False)
+                 for index, worker in enumerate(ranks_by_worker)]
+        _wait_watching(client, again, list(ranks_by_worker))
+        healths = [health for worker_parts in client.gather(again) for health in worker_parts]
+        parts = [{**part, **health} for part, health in zip(parts, healths)]
     return results, parts
+
+
+def settled_health(model, decomposition, results):
+    """The health of each block in ``results`` as the run starts it: with what ``decomposition`` settled (a task)."""
+    from hpcgpu.partition.decomposition import on_worker
+
+    host_model = on_worker(model).with_backend("numpy")
+    return [host_model.block_health(decomposition.model_state(result.carried)) for result in results]
 
 
 def _wait_watching(client, futures, workers, poll_s=1.0):

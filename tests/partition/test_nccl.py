@@ -555,6 +555,12 @@ def test_an_unordered_allreduce_agrees_across_ranks_and_is_close_to_numpy(ranks)
 
 
 # -- faults ---------------------------------------------------------------------------------------------------------
+# Elements of a float64 send that must wait for its receive: NCCL completes a send that fits its buffers
+# before the receive is posted (its socket transport between two workers on one GPU did with 512 KiB on an
+# H100), as MPI completes an eager send; 256 MiB is far beyond them. The fake device never buffers.
+_UNBUFFERED = {"nccl": 1 << 25, "fake": 1 << 16}
+
+
 def _abort_while_waiting(comm, kind, what):
     if comm.rank == 1:
         time.sleep(0.5)
@@ -565,7 +571,7 @@ def _abort_while_waiting(comm, kind, what):
         if what == "receive":
             comm.recv(1, "never")  # the session's timeout is 30 s
         else:
-            comm.isend(_dev(kind, np.ones(1 << 16)), 1, "unread").wait(20)  # rank 1 never receives it
+            comm.isend(_dev(kind, np.ones(_UNBUFFERED[kind])), 1, "unread").wait(20)  # rank 1 never receives it
     except CommAborted as error:
         return str(error), time.monotonic() - started, comm.state.dead is not None
     return None, time.monotonic() - started, None
@@ -589,7 +595,7 @@ def _unreceived_send(comm, kind):
             return "aborted", str(error)
         return "received", None
     started = time.monotonic()
-    send = comm.isend(_dev(kind, np.ones(1 << 16)), 1, "unread")
+    send = comm.isend(_dev(kind, np.ones(_UNBUFFERED[kind])), 1, "unread")
     try:
         send.wait(0.5)
     except CommTimeout as error:

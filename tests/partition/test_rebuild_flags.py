@@ -43,7 +43,7 @@ def _run_on_threads(model, state, grid, steps, timeout=20.0):
     results, _ = run_group(decomposition.bricks.count, rank, timeout=timeout)
     if any(isinstance(r, Exception) for r in results):
         return None, results
-    return decomposition.join(model, [block for block, _ in results]), results
+    return model.to_host(decomposition.join(model, [block for block, _ in results])), results
 
 
 def test_the_delay_is_the_layers_a_flag_crosses_after_its_own_step():

@@ -56,7 +56,9 @@ def test_leapfrog_energy_error_scales_as_dt_squared():
 
 
 def test_plummer_sphere_stays_in_virial_equilibrium_and_conserves_momentum():
-    model = NBody("plummer", n=1024, softening=0.02, backend="numba", dtype="float64", seed=3)
+    # seed 5: a typical sample (energy, virial ratio and half-mass radius within 0.3 sigma of their means over
+    # seeds); the sampler itself is tested in test_astro_start.py
+    model = NBody("plummer", n=1024, softening=0.02, backend="numba", dtype="float64", seed=5)
     state = model.initial_state()
     start = model.diagnostics(state)
     crossing = 2 * math.sqrt(2)

@@ -1,8 +1,27 @@
-"""Named initial conditions of the N-body model, in N-body units (G = 1).
+"""Named initial conditions of the N-body model, in N-body units (G = 1): functions of (seed, body id).
 
-Each case returns host arrays ``positions (3, N)``, ``velocities (3, N)``
-and ``masses (N,)`` in float64, with the centre of mass at the origin and
-zero total momentum.
+A case draws each body from counter-based random streams
+(:mod:`hpcgpu.random_streams`): body ``i``'s position, velocity and mass
+are a pure function of ``(seed, i)``, whatever the number of processes
+that build the bodies, so a rank of a partitioned run builds only its own
+(:mod:`hpcgpu.partition.bodies_start`). A case gives, for any ids, host
+arrays in float64: ``sample`` the positions and velocities ``(3, M)``
+about the origin of each body's *group* (a contiguous range of ids: one
+Plummer sphere, each galaxy of a collision), ``masses`` ``(M,)``; and
+``offsets`` where each group's centre of mass goes and how it moves.
+:meth:`~hpcgpu.workloads.astro.NBody.initial_state` places every group at
+its centre of mass, at rest, then moves it by its offsets: the centre of
+mass of the whole is at the origin and the total momentum is zero (to
+rounding).
+
+Examples
+--------
+>>> import numpy as np
+>>> ids = np.arange(6)
+>>> every, _ = plummer_bodies(ids, seed=3, velocities=False)
+>>> some, _ = plummer_bodies(ids[[4, 1]], seed=3, velocities=False)
+>>> bool((some == every[:, [4, 1]]).all())
+True
 """
 
 import math
@@ -11,29 +30,48 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.random_streams import stream_key, uniforms
 from hpcgpu.validation import check_float
+
+STREAM_PLACES = 1
+"""Random stream of a Plummer body's radius and the directions of its position and velocity (5 per body)."""
+STREAM_SPEEDS = 2
+"""Random stream of a Plummer body's speed: 2 per body per attempt of the rejection sampler (step = attempt)."""
+RADIUS_LIMIT = 10.0
+"""Plummer bodies are drawn within this many scale radii (beyond it lies 1.5% of the mass)."""
+_MASS_WITHIN_LIMIT = RADIUS_LIMIT**3 / (1.0 + RADIUS_LIMIT**2) ** 1.5
+
+
+def one_group(n):
+    """The groups of a case whose bodies form one system: ``((0, n),)``."""
+    return ((0, n),)
 
 
 @dataclass(frozen=True)
 class AstroCase:
-    """A named test case: defaults and a generator."""
+    """A named test case: defaults, and its bodies as functions of their ids.
+
+    ``sample(ids, n, seed, case, G, velocities)`` gives float64 positions
+    and velocities ``(3, M)`` (velocities None when not asked for) about
+    each group's origin; ``masses(ids, n, case)``; ``groups(n)`` the
+    ``(lo, hi)`` id ranges; ``offsets(case, G)`` the position and velocity
+    offset of each group (None: at the origin, at rest). ``centred``
+    False: the sample is already at its centre of mass, at rest (kepler).
+    """
 
     name: str
     description: str
-    generate: object
+    sample: object
+    masses: object
     n: int
     softening: float
     dt: float
     stop_time: float
     parameters: dict = field(default_factory=dict)
     check: object = None  # checks the case's parameters (raises ConfigError), or None
-
-
-def _centre(positions, velocities, masses):
-    total = masses.sum()
-    positions = positions - (positions * masses).sum(axis=1, keepdims=True) / total
-    velocities = velocities - (velocities * masses).sum(axis=1, keepdims=True) / total
-    return positions, velocities, masses
+    groups: object = one_group
+    offsets: object = None
+    centred: bool = True
 
 
 def check_kepler(case):
@@ -121,8 +159,8 @@ def kepler_state(case, t, G=1.0):
     return positions, velocities
 
 
-def _kepler(n, rng, case, G):
-    """Two bodies on an ellipse of semi-major axis a and eccentricity e, at apocentre.
+def _kepler_bodies(n, case, G):
+    """Both bodies on an ellipse of semi-major axis a and eccentricity e, at apocentre, and their masses.
 
     :func:`kepler_state` at t = 0 gives the same bodies (to rounding).
     """
@@ -141,60 +179,104 @@ def _kepler(n, rng, case, G):
     return positions, velocities, masses
 
 
-def plummer_sphere(n, rng, total_mass=1.0, scale_radius=3 * math.pi / 16, G=1.0):
-    """Sample a Plummer sphere in virial equilibrium (Aarseth, Henon & Wielen 1974).
+def _kepler(ids, n, seed, case, G, velocities=True):
+    positions, moving, _ = _kepler_bodies(n, case, G)
+    return positions[:, ids], moving[:, ids] if velocities else None
 
-    With the defaults (M = 1, a = 3 pi / 16, G = 1) these are Henon units:
-    total energy -1/4, virial radius 1, crossing time 2 sqrt(2).
-    Radii beyond 10 scale radii are redrawn (they hold 0.1% of the mass).
+
+def _kepler_masses(ids, n, case):
+    return _kepler_bodies(n, case, 1.0)[2][ids]
+
+
+def plummer_radii(u, scale_radius):
+    """Radii of a Plummer sphere from uniforms ``u`` in (0, 1]: the inverse of its mass profile within the limit.
+
+    The mass within r is ``M r^3 / (r^2 + a^2)^(3/2)``; ``u`` scaled to the
+    mass within :data:`RADIUS_LIMIT` scale radii keeps every body inside it.
     """
-    masses = np.full(n, total_mass / n)
-    radius = np.empty(n)
-    todo = np.arange(n)
+    return scale_radius / np.sqrt((u * _MASS_WITHIN_LIMIT) ** (-2.0 / 3.0) - 1.0)
+
+
+def plummer_speed_fractions(ids, seed):
+    """``q = v / v_escape`` of bodies ``ids`` from ``g(q) = q^2 (1 - q^2)^(7/2)`` by rejection (max of g < 0.1).
+
+    Attempt k of a body draws 2 uniforms of stream :data:`STREAM_SPEEDS` at
+    step k: a body's speed depends on its id only (about 2.3 attempts each).
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    q = np.empty(ids.shape[0])
+    todo = np.arange(ids.shape[0])
+    attempt = 0
     while todo.size:
-        x = rng.random(todo.size)
-        r = 1.0 / np.sqrt(np.maximum(x, 1e-300) ** (-2.0 / 3.0) - 1.0)
-        keep = r < 10.0
-        radius[todo[keep]] = r[keep]
-        todo = todo[~keep]
-    radius *= scale_radius
-    positions = radius * _isotropic(n, rng)
-    # speed: q = v / v_escape from g(q) = q^2 (1 - q^2)^(7/2) by rejection (max of g < 0.1)
-    q = np.empty(n)
-    todo = np.arange(n)
-    while todo.size:
-        trial = rng.random(todo.size)
-        accept = 0.1 * rng.random(todo.size) < trial**2 * (1 - trial**2) ** 3.5
+        trial, test = uniforms(np, stream_key(seed, STREAM_SPEEDS, attempt), ids[todo], 2)
+        accept = 0.1 * test < trial**2 * (1 - trial**2) ** 3.5
         q[todo[accept]] = trial[accept]
         todo = todo[~accept]
-    escape = np.sqrt(2 * G * total_mass) * (radius**2 + scale_radius**2) ** -0.25
-    velocities = q * escape * _isotropic(n, rng)
-    return _centre(positions, velocities, masses)
+        attempt += 1
+    return q
 
 
-def _isotropic(n, rng):
-    cos_theta = rng.uniform(-1, 1, n)
-    phi = rng.uniform(0, 2 * math.pi, n)
-    sin_theta = np.sqrt(1 - cos_theta**2)
+def _isotropic(cos_u, phi_u):
+    """Unit vectors ``(3, M)`` from uniforms: cos(theta) uniform in (-1, 1], phi in (0, 2 pi]."""
+    cos_theta = 2.0 * cos_u - 1.0
+    sin_theta = np.sqrt(np.maximum(1.0 - cos_theta**2, 0.0))
+    phi = 2.0 * math.pi * phi_u
     return np.stack([sin_theta * np.cos(phi), sin_theta * np.sin(phi), cos_theta])
 
 
-def _plummer(n, rng, case, G):
-    return plummer_sphere(n, rng, case["total_mass"], case["scale_radius"], G)
+def plummer_bodies(ids, seed, total_mass=1.0, scale_radius=3 * math.pi / 16, G=1.0, velocities=True):
+    """Bodies ``ids`` of a Plummer sphere in virial equilibrium (Aarseth, Henon & Wielen 1974), about its centre.
 
-
-def _collision(n, rng, case, G):
-    """Two equal Plummer spheres on a parabolic orbit with pericentre distance q.
-
-    The galaxies start at separation d on the incoming branch of the
-    parabola r = 2 q / (1 + cos f), moving towards pericentre.
+    Positions and velocities ``(3, M)`` (float64; velocities None unless
+    asked), each body a pure function of ``(seed, id)``. With the defaults
+    (M = 1, a = 3 pi / 16, G = 1) these are Henon units: total energy
+    -1/4, virial radius 1, crossing time 2 sqrt(2) (for the sample, to
+    its statistical spread ~ 1/sqrt(N)). Radii stay within
+    :data:`RADIUS_LIMIT` scale radii.
     """
+    ids = np.asarray(ids, dtype=np.int64)
+    u = uniforms(np, stream_key(seed, STREAM_PLACES), ids, 5, open_below=True)
+    radius = plummer_radii(u[0], scale_radius)
+    positions = radius * _isotropic(u[1], u[2])
+    if not velocities:
+        return positions, None
+    escape = np.sqrt(2 * G * total_mass) * (radius**2 + scale_radius**2) ** -0.25
+    return positions, plummer_speed_fractions(ids, seed) * escape * _isotropic(u[3], u[4])
+
+
+def _plummer(ids, n, seed, case, G, velocities=True):
+    return plummer_bodies(ids, seed, case["total_mass"], case["scale_radius"], G, velocities)
+
+
+def _equal_masses(ids, n, case):
+    return np.full(len(ids), case["total_mass"] / n)
+
+
+def _two_groups(n):
+    """The two galaxies of a collision: bodies ``0 .. n // 2`` and the rest."""
+    return ((0, n // 2), (n // 2, n))
+
+
+def _collision(ids, n, seed, case, G, velocities=True):
+    """Two equal Plummer spheres (each about its own centre; :func:`_collision_offsets` places them)."""
+    return plummer_bodies(ids, seed, case["total_mass"] / 2, case["scale_radius"], G, velocities)
+
+
+def _collision_masses(ids, n, case):
     half = n // 2
-    mass = case["total_mass"] / 2
-    first = plummer_sphere(half, rng, mass, case["scale_radius"], G)
-    second = plummer_sphere(n - half, rng, mass, case["scale_radius"], G)
+    ids = np.asarray(ids, dtype=np.int64)
+    return np.where(ids < half, case["total_mass"] / 2 / half, case["total_mass"] / 2 / (n - half))
+
+
+def _collision_offsets(case, G):
+    """The galaxies on a parabolic orbit with pericentre distance q, at separation d, moving towards pericentre.
+
+    The incoming branch of the parabola r = 2 q / (1 + cos f); each
+    galaxy (mass M / 2) is half the relative vector from the common
+    centre of mass, at rest at the origin.
+    """
     q, d = case["pericentre"], case["separation"]
-    total = 2 * mass
+    total = case["total_mass"]
     anomaly = -math.acos(2 * q / d - 1)  # incoming branch
     p = 2 * q  # semi-latus rectum of a parabola
     radial = math.sqrt(G * total / p) * math.sin(anomaly)
@@ -203,25 +285,23 @@ def _collision(n, rng, case, G):
     unit_t = np.array([-math.sin(anomaly), math.cos(anomaly), 0.0])
     relative_x = d * unit_r
     relative_v = radial * unit_r + tangential * unit_t
-    positions = np.concatenate([first[0] - relative_x[:, None] / 2, second[0] + relative_x[:, None] / 2], axis=1)
-    velocities = np.concatenate([first[1] - relative_v[:, None] / 2, second[1] + relative_v[:, None] / 2], axis=1)
-    masses = np.concatenate([first[2], second[2]])
-    return _centre(positions, velocities, masses)
+    return (tuple(-relative_x / 2), tuple(relative_x / 2)), (tuple(-relative_v / 2), tuple(relative_v / 2))
 
 
 CASES = {
     "kepler": AstroCase(
         name="kepler", description="two bodies on a Kepler ellipse (period 2 pi by default)",
-        generate=_kepler, n=2, softening=0.0, dt=2 * math.pi / 2000, stop_time=10 * 2 * math.pi,
+        sample=_kepler, masses=_kepler_masses, n=2, softening=0.0, dt=2 * math.pi / 2000,
+        stop_time=10 * 2 * math.pi,
         parameters=dict(semi_major_axis=1.0, eccentricity=0.5, total_mass=1.0, mass_ratio=1.0),
-        check=check_kepler),
+        check=check_kepler, centred=False),
     "plummer": AstroCase(
         name="plummer", description="a Plummer sphere in virial equilibrium (Henon units)",
-        generate=_plummer, n=4096, softening=0.01, dt=0.005, stop_time=10 * 2 * math.sqrt(2),
+        sample=_plummer, masses=_equal_masses, n=4096, softening=0.01, dt=0.005, stop_time=10 * 2 * math.sqrt(2),
         parameters=dict(total_mass=1.0, scale_radius=3 * math.pi / 16), check=check_plummer),
     "galaxy_collision": AstroCase(
         name="galaxy_collision", description="two Plummer galaxies on a parabolic orbit",
-        generate=_collision, n=8192, softening=0.01, dt=0.005, stop_time=10.0,
+        sample=_collision, masses=_collision_masses, n=8192, softening=0.01, dt=0.005, stop_time=10.0,
         parameters=dict(total_mass=1.0, scale_radius=0.15, pericentre=0.5, separation=4.0),
-        check=check_collision),
+        check=check_collision, groups=_two_groups, offsets=_collision_offsets),
 }

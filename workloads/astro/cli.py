@@ -49,18 +49,18 @@ def run(args):
     from hpcgpu.workloads.astro import NBody
 
     # A resumed run is the checkpoint's model and state (start() calls the lambda below for a new run
-    # only): this command line's model would allocate a full-size state just to drop it.
-    model = state = dt = steps = None
+    # only): this command line's model would allocate a full-size state just to drop it. A new run
+    # starts from the model's case: on a cluster the ranks build their own bodies, never the client.
+    model = dt = steps = None
     if not args.resume:
         model = NBody(args.case, n=args.n, softening=args.softening, method=args.method, theta=args.theta,
                       integrator=args.integrator, dtype=args.dtype, backend=args.backend, seed=args.seed)
-        state = model.initial_state()
         dt = args.dt if args.dt is not None else model.case_dt
         stop_time = args.stop_time if args.stop_time is not None else model.stop_time
         steps = args.steps if args.steps is not None else max(1, math.ceil(stop_time / dt - 1e-9))
     client = open_client(args)
     sim, planned = start(args, lambda: Simulation(
-        model, state, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
+        model, dt=dt, stop_steps=steps, progress=False if args.no_progress else None,
         client=client, partitions=args.partitions, grid=args.grid), client)
     model, steps, dt = sim.model, sim.stop_steps, sim.dt
     sim.diagnostics_schedule = output_schedule(planned, 200, steps)

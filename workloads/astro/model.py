@@ -30,7 +30,7 @@ from hpcgpu.backends import get_backend
 from hpcgpu.errors import ConfigError
 from hpcgpu.kernels.nbody import prepare_gravity
 from hpcgpu.validation import check_choice, check_dtype, check_finite_array, check_float, check_int
-from hpcgpu.workloads.astro import cases, diagnostics
+from hpcgpu.workloads.astro import cases, diagnostics, start
 from hpcgpu.workloads.astro.state import NBodyState
 
 __all__ = ["NBody", "NBodyState", "Leapfrog", "CASES", "METHODS", "INTEGRATORS"]
@@ -84,7 +84,9 @@ class NBody:
     dtype, backend
         As for every hpcgpu model.
     seed : int
-        Random seed of the initial conditions.
+        Random seed of the initial conditions: body i is a pure function of
+        ``(seed, i)`` (counter-based streams), so the ranks of a partitioned
+        run build their own bodies, bitwise those of one process.
     **parameters
         The case's own parameters (e.g. ``eccentricity``, ``pericentre``).
 
@@ -146,6 +148,11 @@ class NBody:
 
     # -- set-up -----------------------------------------------------------------
     @property
+    def case_definition(self):
+        """The :class:`~hpcgpu.workloads.astro.cases.AstroCase` this model runs (its bodies by id, defaults)."""
+        return self._spec
+
+    @property
     def case_dt(self):
         """The case's recommended time step."""
         return self._spec.dt
@@ -156,10 +163,41 @@ class NBody:
         return self._spec.stop_time
 
     def initial_state(self):
-        """The case's bodies on this model's backend, with their forces."""
-        rng = np.random.default_rng(self.seed)
-        positions, velocities, masses = self._spec.generate(self.n, rng, self.case_parameters, self.G)
-        return self.state_from_arrays(positions, velocities, masses)
+        """The case's bodies on this model's backend, with their forces.
+
+        Body i is a pure function of ``(seed, i)`` (:mod:`~hpcgpu.workloads.astro.cases`);
+        each group of bodies is at its centre of mass, at rest, before the
+        case moves it (:func:`~hpcgpu.workloads.astro.start.whole_bodies`).
+        """
+        return self.state_from_arrays(*start.whole_bodies(self))
+
+    def initial_block(self, first, stop):
+        """Bodies ``first:stop`` of :meth:`initial_state`, built alone: host arrays, velocities still raw.
+
+        What a rank of a partitioned run builds
+        (:meth:`AllPairsDecomposition.build_block
+        <hpcgpu.partition.all_pairs.AllPairsDecomposition.build_block>`):
+        positions, masses and forces as in :meth:`initial_state`; the
+        velocities (float64) become its velocities with the
+        :meth:`start_normalisation` of every block's :meth:`start_velocity_sums`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> model = NBody("plummer", n=50, backend="numpy", seed=4)
+        >>> block = model.initial_block(10, 30)
+        >>> bool((block.positions == model.initial_state().positions[:, 10:30]).all())
+        True
+        """
+        return start.rank_block(self, first, stop)
+
+    def start_velocity_sums(self, block, first):
+        """The exact sums of a block's (bodies ``first ..``) raw initial velocities, per group of bodies."""
+        return start.velocity_sums(self, block.velocities, first)
+
+    def start_normalisation(self, sums):
+        """What makes raw initial velocities the run's (see :func:`~hpcgpu.partition.bodies_start.shifted`)."""
+        return start.velocity_normalisation(self, sums)
 
     def state_from_arrays(self, positions, velocities, masses):
         """A state from positions and velocities ``(3, N)`` and masses ``(N,)``.
@@ -217,8 +255,12 @@ class NBody:
         The default 0.1 keeps the closest encounter at about 20 steps per
         orbit; 1 is where the leapfrog goes unstable.
         """
+        return self.suggested_dt_for_rate(self.cfl(state, 1.0), cfl)
+
+    def suggested_dt_for_rate(self, per_dt, cfl=0.1):
+        """The step whose time-step number is ``cfl``, from the number per unit time (``cfl(state, 1.0)``)."""
         cfl = check_float("cfl", cfl, minimum=0.0, strict_min=True)
-        return cfl / self.cfl(state, 1.0)
+        return cfl / per_dt
 
     def warm_up(self):
         """Compile this backend's force kernel on a handful of bodies."""
