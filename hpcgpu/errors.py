@@ -7,6 +7,8 @@ Messages name the parameter, the value given and what would be valid.
 __all__ = [
     "HpcgpuError",
     "ConfigError",
+    "GatherTooLarge",
+    "GatherWarning",
     "BackendUnavailable",
     "UnstableSimulation",
     "ClusterError",
@@ -26,6 +28,35 @@ class ConfigError(HpcgpuError, ValueError):
 
     Also a :class:`ValueError`, so generic input handling still catches it.
     """
+
+
+class GatherTooLarge(ConfigError):
+    """The whole state of a partitioned run, gathered to the client, would not fit the client's memory.
+
+    Raised before anything is gathered (``Simulation.state``, a writer that
+    needs the whole state); the message names the bytes needed, the bytes
+    the client has, and what reads the run without the gather. A
+    :class:`ConfigError`, so code that catches those catches it too.
+
+    Attributes
+    ----------
+    needed : int
+        Bytes the gather would take on the client (the blocks and the joined state).
+    available : int
+        Bytes the client had available.
+    """
+
+    def __init__(self, message, *, needed=0, available=0):
+        super().__init__(message)
+        self.needed = int(needed)
+        self.available = int(available)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0],), {"needed": self.needed, "available": self.available})
+
+
+class GatherWarning(UserWarning):
+    """A writer gathers the whole state of a partitioned run to the client for each output (warned once per writer)."""
 
 
 class BackendUnavailable(HpcgpuError, RuntimeError):

@@ -118,9 +118,10 @@ class Simulation(Checkpointing, ScheduledEvents):
                  wall_time_limit=None, diagnostics=None, check=None, progress=None, name=None,
                  client=None, partitions=None, steps_per_task=None, weights=None, grid=None):
         self.model = model
-        check_model_memory(model, None if client is None else worker_info(client), partitions)
         # on a cluster, grid ranks build (or read from a checkpoint) their own blocks: the client holds no state
         on_ranks = client is not None and block_source(model, state) is not None
+        check_model_memory(model, None if client is None else worker_info(client), partitions,
+                           client_builds=not on_ranks)
         if not on_ranks:
             state = local_state(model, state)
             dt = model.suggested_dt(state) if dt is None else dt
@@ -218,7 +219,16 @@ class Simulation(Checkpointing, ScheduledEvents):
 
     @property
     def state(self):
-        """The current global state (live; copy it to keep it)."""
+        """The current global state (live; copy it to keep it).
+
+        On a partitioned run this gathers every rank's block to the client,
+        here and only here (the run itself never does): first the ranks
+        report their bytes, and a gather that would not fit the client's
+        memory raises :class:`~hpcgpu.errors.GatherTooLarge` (a ConfigError
+        naming the bytes needed and available). Reductions need no gather:
+        :attr:`diagnostics`, ``executor.reduce_on_ranks(function)``
+        (:mod:`hpcgpu.partition.rank_reductions`).
+        """
         return self._executor.global_state()
 
     @property

@@ -226,12 +226,17 @@ def _array_module(array):
     return np
 
 
-def check_model_memory(model, workers=None, partitions=None):
+def check_model_memory(model, workers=None, partitions=None, *, client_builds=True):
     """Refuse a model larger than this machine's memory, or a worker's share of it, before its state is built.
 
     Models without ``memory_estimate()`` pass. On a cluster (``workers``: the
-    ``{address: info}`` of :func:`hpcgpu.cluster.worker_info`) the client
-    holds the global state on the host once and each worker its partitions' share.
+    ``{address: info}`` of :func:`hpcgpu.cluster.worker_info`) each worker
+    holds its partitions' share; the client holds nothing unless it builds
+    the global state (``client_builds``: a state the ranks cannot build
+    themselves), and then the model's whole estimate (an MD state is built
+    with its neighbour list and first forces). A gather the client is asked
+    for later is checked when it is asked for
+    (:mod:`hpcgpu.partition.client_gather`).
 
     Examples
     --------
@@ -250,8 +255,8 @@ def check_model_memory(model, workers=None, partitions=None):
     if workers is None:
         check_memory(what, nbytes, model.backend)
         return
-    # The client builds the global state once (its host copy), then each worker holds a share.
-    check_memory(f"{what} (the state built on the client)", nbytes // 4, model.backend)
+    if client_builds:  # as the model's estimate says: MD builds the whole list and the first forces there
+        check_memory(f"{what} (the state built on the client)", nbytes, model.backend)
     limits = [w.get("memory_limit") or 0 for w in workers.values()]
     if workers and min(limits) > 0:
         count = partitions or len(workers)

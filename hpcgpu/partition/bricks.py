@@ -225,6 +225,7 @@ class BrickDecomposition(Decomposition):
     unit = "atoms"
     builds_initial_blocks = True
     particle_pieces = True
+    join_copies = 3  # a gather's blocks, their concatenation, and that sorted by id (hpcgpu.partition.client_gather)
 
     @classmethod
     def build(cls, model, dt, partitions, steps_per_task, weights, calibrated, grid=None):
@@ -553,6 +554,15 @@ class BrickDecomposition(Decomposition):
         parts = [xp.concatenate([near_here, moving.positions], axis=1)
                  for (_, near_here), moving in zip(received, movers)]
         return state, ((axis, tuple(stage)),), _ghosts_of(xp, kept, parts)
+
+    def current_ghosts(self, context, domain):
+        """The positions ``(3, G)`` of every atom within the ghost radius of the rank's brick, now.
+
+        A fresh staged exchange from the current positions (every rank calls
+        it at the same point of its program): what a reduction over pairs
+        reads beside the rank's own atoms (:mod:`hpcgpu.partition.rank_reductions`).
+        """
+        return self._borders(context, domain.state)[1]
 
     def _borders(self, context, state):
         """New send lists cut from the current positions, and the ghosts they bring (staged x, y, z)."""

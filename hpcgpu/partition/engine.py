@@ -68,11 +68,13 @@ from hpcgpu.partition.communicator import DEFAULT_TIMEOUT_S
 from hpcgpu.partition.epoch_watch import ROOT_CAUSE_WAIT_S, EpochWatch
 from hpcgpu.partition.faults import DEADLINE_ENV, deadline_floor, deadline_why, epoch_deadline
 from hpcgpu.partition.decomposition import Decomposition, forget_rank_caches, on_worker, rank_cache  # noqa: F401
+from hpcgpu.partition.client_gather import check_gather, rank_state_nbytes
 from hpcgpu.partition.decompositions import decomposition_for, decomposition_kind
 from hpcgpu.partition.layout import check_weights
 from hpcgpu.partition.epochs import RankResult, Spec, epoch_records, epoch_task, host_blocks, unhealthy  # noqa: F401
 from hpcgpu.partition.process_grid import check_grid, parse_grid
 from hpcgpu.partition.protocols import PROTOCOLS, missing_methods
+from hpcgpu.partition.rank_reductions import reduction_operation, take_reduction
 from hpcgpu.partition.rank_state import place_blocks, settle_dt
 from hpcgpu.validation import check_float, check_int
 
@@ -347,9 +349,30 @@ class PartitionedExecutor:
         values["max_cfl"] = self.health()[1]
         return values
 
+    def reduce_on_ranks(self, function, *args):
+        """The sum over the ranks of ``function(rank, block, *args)`` after the queued steps (blocking).
+
+        Runs inside an epoch, so the ranks may exchange messages; only the
+        sum reaches the client (:mod:`hpcgpu.partition.rank_reductions`).
+        """
+        self._check_open("a reduction on the ranks was requested")
+        operation = reduction_operation(self.step, function, args)
+        if not self._halted:
+            self._program.append(operation)
+        self.synchronize()
+        value, self._ready = take_reduction(self._ready, operation)
+        return value
+
     def global_state(self):
-        """Gather the whole state to the client (for output; never while stepping)."""
+        """Gather the whole state to the client (on request only: output, a look; never while stepping).
+
+        Raises :class:`~hpcgpu.errors.GatherTooLarge` first if the blocks
+        and their joined copy would not fit the client's memory
+        (:mod:`hpcgpu.partition.client_gather`; the ranks report their bytes).
+        """
         self._check_open("the state was requested")
+        sizes = self.on_workers(rank_state_nbytes, phase="gather-size")
+        check_gather(self.model, [n for worker in sizes.values() for n in worker], self.decomposition)
         gathered = self.on_workers(_host_blocks_of, phase="gather")
         blocks = [None] * self.partitions
         for worker, ranks in self._ranks.items():

@@ -17,6 +17,7 @@ from hpcgpu.errors import ConfigError
 from hpcgpu.partition.communicator import LoopbackCommunicator
 from hpcgpu.partition.decomposition import on_worker, rank_cache
 from hpcgpu.partition.rank_activity import recording
+from hpcgpu.partition.rank_reductions import run_reduction
 from hpcgpu.partition.worker_ranks import aborting_on_failure, run_ranks
 
 __all__ = ["RankResult", "Spec", "epoch_records", "epoch_task", "host_blocks", "unhealthy"]
@@ -75,16 +76,18 @@ def unhealthy(model, bad, cfl):
     return bool(bad) or not cfl <= getattr(model, "cfl_limit", float("inf"))
 
 
-_OPERATION_WORDS = {"health": "a health check", "diagnostics": "diagnostics"}
+_OPERATION_WORDS = {"health": "a health check", "diagnostics": "diagnostics", "reduce": "a reduction"}
 
 
 def _run_program(context, carried, program, activity=None, where=(None, 0)):
-    """Run ``program`` (advances, health checks, diagnostics, work on the ranks) on one rank; returns its RankResult.
+    """Run ``program`` (advances, health checks, diagnostics, work on the ranks, reductions) on one rank.
 
     A ``("ranks", task)`` operation calls ``task(context, state)`` on every
     rank (``state`` the rank's model state; ``context.comm`` its
     communicator): collective work the driver queued between steps, such
-    as the exchange of a snapshot's particles.
+    as the exchange of a snapshot's particles. A ``("reduce", ...)``
+    operation sums a function of every rank's block up to rank 0
+    (:mod:`hpcgpu.partition.rank_reductions`). Returns the rank's RankResult.
 
     ``activity`` (a :class:`~hpcgpu.partition.rank_activity.RankActivity`)
     records each operation, named by ``where``: the epoch's number and the
@@ -119,6 +122,10 @@ def _run_program(context, carried, program, activity=None, where=(None, 0)):
                 records.append(("diagnostics", value, model.combine_sums(parts)))
         elif op == "ranks":  # the ranks' own work on their state, with their communicator (e.g. a snapshot)
             value(context, decomposition.model_state(carried))
+        elif op == "reduce":  # a diagnostic summed over the ranks (hpcgpu.partition.rank_reductions)
+            record = run_reduction(context, carried, value)
+            if record is not None:
+                records.append(record)
         else:  # pragma: no cover - the client builds programs
             raise ConfigError(f"unknown epoch operation {op!r}")
     model.backend.synchronize()

@@ -10,6 +10,7 @@ An executor provides ``advance(steps)`` (which may return before the work is
 done), ``synchronize()``, ``request_health(step)`` and
 ``request_diagnostics(step)`` whose results come back from ``collect()``
 when ready (so checks never stall a pipeline of supersteps),
+``reduce_on_ranks(function, *args)`` (a sum over the ranks' blocks),
 ``global_state()``, ``granularity`` (steps per task) and ``close()``.
 """
 
@@ -66,6 +67,14 @@ class LocalExecutor:
         """Results of the requests so far, in order: ``(kind, step, value)``."""
         ready, self._ready = self._ready, []
         return ready
+
+    def reduce_on_ranks(self, function, *args):
+        """``function(rank, state, *args)`` on the whole state, as one rank (see
+        :mod:`hpcgpu.partition.rank_reductions`): the same diagnostic as on a partitioned run."""
+        from hpcgpu.partition.communicator import LoopbackCommunicator
+        from hpcgpu.partition.rank_reductions import RankView, combine_parts
+
+        return combine_parts([function(RankView(self.model, LoopbackCommunicator()), self._state, *args)])
 
     def global_state(self):
         """The whole current state (live: it changes on the next advance)."""

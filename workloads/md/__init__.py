@@ -11,6 +11,7 @@
 - :mod:`~hpcgpu.workloads.md.setup`: lattice, counter-based random numbers,
   velocities, tail corrections;
 - :mod:`~hpcgpu.workloads.md.pairs`: pair distances (closest pair, overlaps, g(r));
+- :mod:`~hpcgpu.workloads.md.structure`: g(r) of a run, reduced on its ranks (``run_rdf``);
 - :mod:`~hpcgpu.workloads.md.output`: extended-XYZ trajectories and datasets;
 - :mod:`~hpcgpu.workloads.md.cli`, :mod:`~hpcgpu.workloads.md.cost`:
   ``hpcgpu run md`` and its ``hpcgpu plan`` cost model;
@@ -23,9 +24,11 @@ must not import the physics.
 
 from hpcgpu.registry import lazy_exports
 
-__all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE", "tail_corrections"]
+__all__ = ["LennardJones", "MDState", "Integrator", "XYZWriter", "THERMOSTATS", "MIN_DISTANCE", "tail_corrections",
+           "run_rdf"]
 
-_HOME = {**dict.fromkeys(__all__, "model"), "MDState": "state", "DEFAULT_DENSITY": "model"}
+_HOME = {**dict.fromkeys(__all__, "model"), "MDState": "state", "DEFAULT_DENSITY": "model",
+         "run_rdf": "structure"}
 """The module each public name lives in."""
 
 

@@ -362,15 +362,24 @@ class LennardJones(LocalSteps):
         >>> bool(abs(r[g.argmax()] - nearest) < 0.01)
         True
         """
+        bins, r_max = self.rdf_range(bins, r_max)
+        return pairs.rdf_from_counts(self.rdf_counts(state, bins, r_max), state.size, self.box, r_max)
+
+    def rdf_range(self, bins=100, r_max=None):
+        """``(bins, r_max)`` checked, ``r_max`` defaulting to the cutoff (see :meth:`rdf`)."""
         bins = check_int("bins", bins, minimum=1)
         r_max = self.cutoff if r_max is None else check_float("r_max", r_max, minimum=0.0, strict_min=True,
                                                               maximum=min(self.box) / 2)
+        return bins, r_max
+
+    def rdf_counts(self, state, bins, r_max):
+        """Pairs of ``state`` per shell up to ``r_max`` (every pair twice; float64 on the host): g(r) unnormalised."""
         neighbors = state.neighbors
         if (neighbors is None or r_max > neighbors.cutoff
                 or md_kernels.needs_rebuild(neighbors, state.positions, self.backend)):
             neighbors = md_kernels.build_neighbor_list(state.positions, self.box, cutoff=max(r_max, self.cutoff),
                                                        skin=self.skin, backend=self.backend)
-        return pairs.radial_distribution(self.backend, self.box, state.positions, neighbors, bins, r_max)
+        return pairs.pair_distance_counts(self.backend, self.box, state.positions, neighbors, bins, r_max)
 
     # -- forces and time stepping -------------------------------------------------------------
     def forces(self, positions, neighbors):

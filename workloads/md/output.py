@@ -15,13 +15,14 @@ Lengths in sigma, velocities in sigma/tau, time in tau (reduced units).
 """
 
 import os
+import warnings
 
 import numpy as np
 
-from hpcgpu.errors import ConfigError
+from hpcgpu.errors import ConfigError, GatherWarning
 from hpcgpu.schedules import as_schedule
 
-__all__ = ["XYZWriter", "xyz_frame", "dataset"]
+__all__ = ["XYZWriter", "atom_lines", "xyz_frame", "dataset"]
 
 
 def dataset(model, state, time=None):
@@ -81,9 +82,31 @@ def xyz_frame(model, state, *, time=0.0, step=0, species="Ar", unwrapped=False, 
               f"Properties=species:S:1:pos:R:3:vel:R:3 Time={float(time)!r} Step={int(step)} "
               f'pbc="T T T"\n')
     columns = np.concatenate([positions, host.velocities.astype(np.float64)]).T
-    number = f" %.{precision}g"
-    body = "\n".join(species + "".join(number % v for v in row) for row in columns.tolist())
-    return header + body + "\n"
+    return header + (atom_lines(species, columns, precision) if len(columns) else "\n")
+
+
+ROWS_PER_BLOCK = 2**14
+"""Atom lines formatted by one ``%`` (their numbers as one tuple: about 1 MB of Python floats)."""
+
+
+def atom_lines(species, columns, precision=8):
+    """The atom lines of a frame: ``species`` and each row of ``columns`` in ``%.{precision}g``, one per line.
+
+    One ``%`` formats a whole block of rows (the C loop of string
+    formatting, not a Python loop per number): the same bytes as
+    formatting each number with ``" %.{precision}g" % value``.
+
+    Examples
+    --------
+    >>> print(atom_lines("Ar", np.array([[0.5, 1.0, 1e-9], [2.0, -3.25, 12345678.9]]), precision=4), end="")
+    Ar 0.5 1 1e-09
+    Ar 2 -3.25 1.235e+07
+    """
+    columns = np.asarray(columns, dtype=np.float64)
+    line = species.replace("%", "%%") + f" %.{int(precision)}g" * columns.shape[1] + "\n"
+    return "".join((line * len(block)) % tuple(block.ravel().tolist())
+                   for block in (columns[start:start + ROWS_PER_BLOCK]
+                                 for start in range(0, len(columns), ROWS_PER_BLOCK)))
 
 
 def _in_id_order(host):
@@ -121,6 +144,19 @@ class XYZWriter:
         after the checkpoint, before the run stopped) are not written twice.
         A last frame cut short (the job killed while writing it) is dropped.
 
+    Notes
+    -----
+    On a partitioned run each frame gathers every atom to the client
+    (:attr:`Simulation.state <hpcgpu.simulation.Simulation.state>`, which
+    refuses a gather that would not fit the client's memory with
+    :class:`~hpcgpu.errors.GatherTooLarge`), and the first frame warns so
+    (a :class:`~hpcgpu.errors.GatherWarning`). Extended XYZ is one text stream with the
+    atoms in id order, about 100 bytes per atom, read whole by the viewers
+    it is for: the ranks would have to exchange their atoms by id and
+    agree on byte offsets to write it in parallel, for a file no viewer
+    opens at 10^8 atoms. Large runs write :class:`hpcgpu.io.ZarrWriter`
+    output (binary, chunked, read by parts) and convert the frames to view.
+
     Examples
     --------
     >>> import tempfile
@@ -144,15 +180,21 @@ class XYZWriter:
         self.precision = int(precision)
         self.frames = 0
         self._last_step = None
+        self._warned = False
         if append and os.path.exists(self.path):
             self.frames, self._last_step = _complete_frames(self.path)
         elif os.path.exists(self.path) and not overwrite:
             raise ConfigError(f"path {self.path!r} exists; pass overwrite=True or another path")
 
     def write(self, simulation):
-        """Append the current state of ``simulation`` as one frame."""
+        """Append the current state of ``simulation`` as one frame (on a partitioned run: gathered, see Notes)."""
         if self._last_step is not None and simulation.step <= self._last_step:
             return  # already in the file (written before the run was resumed)
+        if not self._warned and simulation.executor.describe().get("executor") == "distributed":
+            self._warned = True
+            warnings.warn(f"{self!r} gathers every atom of the partitioned run to the client for each frame "
+                          f"({simulation.model.n} atoms): for large runs write hpcgpu.io.ZarrWriter output instead "
+                          "(g(r) and the diagnostics are reduced on the ranks)", GatherWarning, stacklevel=2)
         text = xyz_frame(simulation.model, simulation.state, time=simulation.time, step=simulation.step,
                          species=self.species, unwrapped=self.unwrapped, precision=self.precision)
         with open(self.path, "w" if self.frames == 0 else "a") as stream:

@@ -13,7 +13,8 @@ import numpy as np
 from hpcgpu.errors import ConfigError
 from hpcgpu.workloads.md.setup import lj_pair_energy
 
-__all__ = ["pair_chunks", "closest_pair", "check_overlaps", "radial_distribution"]
+__all__ = ["pair_chunks", "closest_pair", "check_overlaps", "pair_distance_counts", "radial_distribution",
+           "rdf_from_counts"]
 
 CHUNK_ELEMENTS = 2**20
 """Pairs per chunk (rows times the list's capacity)."""
@@ -74,14 +75,36 @@ def radial_distribution(backend, box, positions, neighbors, bins, r_max):
     every pair twice, as that does). The list must hold every pair within
     ``r_max``.
     """
+    counts = pair_distance_counts(backend, box, positions, neighbors, bins, r_max)
+    return rdf_from_counts(counts, positions.shape[1], box, r_max)
+
+
+def pair_distance_counts(backend, box, positions, neighbors, bins, r_max):
+    """Listed pairs per shell of ``bins`` equal shells up to ``r_max`` (float64 on the host, integer values).
+
+    Each row counts its own listed neighbours, so a list whose rows are a
+    rank's atoms (and whose columns also reach its ghosts) counts that
+    rank's share: the shares of all ranks add up to the one-process counts.
+    """
     xp = backend.xp
-    edges = np.linspace(0.0, r_max, bins + 1)
-    device_edges = xp.asarray(edges)
+    device_edges = xp.asarray(np.linspace(0.0, r_max, bins + 1))
     counts = np.zeros(bins)
     for _, r2, _ in pair_chunks(xp, box, positions, neighbors):
         r = xp.sqrt(r2[r2 < r_max * r_max])
         counts += backend.to_host(xp.histogram(r, bins=device_edges)[0])
-    n = positions.shape[1]
+    return counts
+
+
+def rdf_from_counts(counts, n, box, r_max):
+    """Shell centres and g(r) of ``n`` atoms from :func:`pair_distance_counts` (every pair counted twice).
+
+    Examples
+    --------
+    >>> r, g = rdf_from_counts(np.array([0.0, 2.0]), 2, (2.0, 2.0, 2.0), 1.0)
+    >>> r.tolist(), round(float(g[1]), 6)
+    ([0.25, 0.75], 2.182696)
+    """
+    edges = np.linspace(0.0, r_max, len(counts) + 1)
     volume = box[0] * box[1] * box[2]
     shells = 4.0 / 3.0 * math.pi * (edges[1:] ** 3 - edges[:-1] ** 3)
     return 0.5 * (edges[1:] + edges[:-1]), counts / (n * (n - 1) / volume * shells)

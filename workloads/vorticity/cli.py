@@ -50,6 +50,7 @@ def run(args):
     check_run_arguments(args)
     from hpcgpu.cluster import close_client
     from hpcgpu.io import ZarrWriter, save_panels
+    from hpcgpu.partition.client_gather import gathered_or_none
     from hpcgpu.simulation import Simulation
     from hpcgpu.workloads.vorticity import CASES, BarotropicVorticity
 
@@ -86,7 +87,8 @@ def run(args):
     started = time.perf_counter()
     try:
         sim.run(**run_options(args))
-        final = sim.state  # gathered once from a cluster, for the picture
+        # gathered once from a cluster, for the picture (none when it would not fit the client)
+        final = gathered_or_none(sim, "picture")
     finally:
         if client is not None:
             sim.close()
@@ -97,16 +99,18 @@ def run(args):
                    grid=f"{model.grid.nx}x{model.grid.ny}", backend=model.backend.name, dtype=model.dtype.name,
                    case=model.case, solver=model.solver,
                    circulation=float(sim.diagnostics["circulation"].values[-1]))
-    png = os.path.join(out, "final.png")
-    g = model.grid
-    extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
-    save_panels(png, [
-        dict(data=model.backend.to_host(final.zeta), label="relative vorticity zeta (1/s)", extent=extent,
-             cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
-        dict(data=model.backend.to_host(final.psi), label="streamfunction psi (m2/s)", extent=extent,
-             cmap="PuOr_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
-    ], title=f"barotropic vorticity, {model.case}, t = {sim.time / 86400:.2f} days")
-    summary["png"] = os.path.abspath(png)
+    summary["png"] = None
+    if final is not None:
+        png = os.path.join(out, "final.png")
+        g = model.grid
+        extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
+        save_panels(png, [
+            dict(data=model.backend.to_host(final.zeta), label="relative vorticity zeta (1/s)", extent=extent,
+                 cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
+            dict(data=model.backend.to_host(final.psi), label="streamfunction psi (m2/s)", extent=extent,
+                 cmap="PuOr_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
+        ], title=f"barotropic vorticity, {model.case}, t = {sim.time / 86400:.2f} days")
+        summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)
     _print_summary(summary)
@@ -127,4 +131,4 @@ def _print_summary(s):
         print(f"  cluster:      {s['workers']} workers, {s['partitions']} partitions of {s['block_rows']} rows, "
               f"a slab-FFT solve over {s['wavenumbers_per_rank']} x wavenumbers per rank")
     print(f"  output:       {s['zarr']} (xarray.open_zarr)")
-    print(f"  picture:      {s['png']}")
+    print(f"  picture:      {s['png'] or 'none (the state would not fit the client)'}")

@@ -9,6 +9,7 @@ import time
 from hpcgpu._cli_common import (add_checkpoint_arguments, add_cluster_arguments, check_run_arguments, open_client,
                                 output_schedule, parse_weights, run_options, start)
 from hpcgpu.cluster import close_client
+from hpcgpu.partition.client_gather import gathered_or_none
 
 HELP = "rotating shallow-water model (weather)"
 DESCRIPTION = ("Run the rotating shallow-water model on a named case and write fields and "
@@ -84,7 +85,8 @@ def run(args):
     started = time.perf_counter()
     try:
         sim.run(**run_options(args))
-        final = sim.state  # gathered once from a cluster, for the picture
+        # gathered once from a cluster, for the picture (none when it would not fit the client)
+        final = gathered_or_none(sim, "picture")
     finally:
         if client is not None:
             sim.close()
@@ -94,16 +96,18 @@ def run(args):
     summary.update(wall_s=wall, output=os.path.abspath(out), zarr=os.path.abspath(zarr_path),
                    grid=f"{model.grid.nx}x{model.grid.ny}", backend=model.backend.name, dtype=model.dtype.name,
                    case=getattr(model, "case", args.case))
-    png = os.path.join(out, "final.png")
-    g = model.grid
-    extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
-    save_panels(png, [
-        dict(data=model.backend.to_host(final.h), label="layer depth h (m)", extent=extent,
-             xlabel="x (km)", ylabel="y (km)"),
-        dict(data=model.vorticity(final), label="relative vorticity (1/s)", extent=extent,
-             cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
-    ], title=f"shallow water, {summary['case']}, t = {sim.time / 3600:.1f} h")
-    summary["png"] = os.path.abspath(png)
+    summary["png"] = None
+    if final is not None:
+        png = os.path.join(out, "final.png")
+        g = model.grid
+        extent = (0, g.Lx / 1e3, 0, g.Ly / 1e3)
+        save_panels(png, [
+            dict(data=model.backend.to_host(final.h), label="layer depth h (m)", extent=extent,
+                 xlabel="x (km)", ylabel="y (km)"),
+            dict(data=model.vorticity(final), label="relative vorticity (1/s)", extent=extent,
+                 cmap="RdBu_r", symmetric=True, xlabel="x (km)", ylabel="y (km)"),
+        ], title=f"shallow water, {summary['case']}, t = {sim.time / 3600:.1f} h")
+        summary["png"] = os.path.abspath(png)
     with open(os.path.join(out, "summary.json"), "w") as stream:
         json.dump(summary, stream, indent=2, default=str)
     _print_summary(summary)
@@ -147,4 +151,4 @@ def _print_summary(s):
               f"grid (blocks of {s['block_rows']} rows x {s['block_cols']} columns), {s['steps_per_task']} steps per "
               "task")
     print(f"  output:       {s['zarr']} (xarray.open_zarr)")
-    print(f"  picture:      {s['png']}")
+    print(f"  picture:      {s['png'] or 'none (the state would not fit the client)'}")
