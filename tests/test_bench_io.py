@@ -23,10 +23,12 @@ def test_every_rank_and_the_aggregate_report_rates_beside_numpy(client, tmp_path
         assert line["suite"] == "io" and line["bytes"] > 0 and line["seconds"] > 0 and line["ratio_to_numpy"] > 0
     assert len(by_case["snapshot", "rank"]) == 2 * 2  # 2 ranks, 2 snapshots
     assert len(by_case["checkpoint", "rank"]) == 2
-    # the state fields u, v, h of the whole grid: the same bytes in a snapshot, a checkpoint and the NumPy write
-    assert by_case["snapshot", "aggregate"][0]["bytes"] == 2 * 3 * 32 * 32 * 8
+    # a snapshot stores u, v, h and the derived vorticity of the whole grid; the NumPy write the same bytes;
+    # a rank writes (and a checkpoint holds) its state fields only
+    assert by_case["snapshot", "aggregate"][0]["bytes"] == 2 * 4 * 32 * 32 * 8
+    assert by_case["numpy", "aggregate"][0]["bytes"] == 4 * 32 * 32 * 8
+    assert sum(line["bytes"] for line in by_case["snapshot", "rank"]) == 2 * 3 * 32 * 32 * 8
     assert by_case["checkpoint", "rank"][0]["bytes"] > by_case["snapshot", "rank"][0]["bytes"]  # .npy headers
-    assert by_case["numpy", "aggregate"][0]["bytes"] == 3 * 32 * 32 * 8
     assert os.listdir(tmp_path) == []  # what it wrote is removed
 
 

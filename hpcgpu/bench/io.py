@@ -11,14 +11,15 @@ engine chooses) and, without stepping:
   writes metadata, each rank its region on its worker's background
   thread; :class:`~hpcgpu.io.rank_zarr.RankSnapshots`). One line per rank
   (its state-field bytes over its seconds of writing) and one
-  ``aggregate`` line: all ranks' bytes over the client's wall time from
-  the first snapshot to the last write finished (metadata, the derived
-  vorticity and the waits included);
+  ``aggregate`` line: the bytes of every variable the snapshots store
+  (the state fields and the derived vorticity) over the client's wall
+  time from the first snapshot to the last write finished (metadata,
+  computing the vorticity and the waits included);
 * case ``checkpoint``: each rank writes its checkpoint pieces
   (:func:`hpcgpu.rank_checkpoints.write_pieces`, flushed to disk), one
   line per rank and one ``aggregate`` line (the slowest rank's time);
-* case ``numpy``: the client writes the same bytes as one snapshot's
-  fields with :func:`numpy.save` into the same folder, flushed to disk:
+* case ``numpy``: the client writes the same bytes as one snapshot
+  (every variable) with :func:`numpy.save` into the same folder, flushed to disk:
   the file system's plain rate. Every other line carries
   ``ratio_to_numpy``, its rate over this one.
 
@@ -137,7 +138,9 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
         started = perf_counter()
         checkpoint_ranks = [t for ts in executor.on_workers(timed_pieces, pieces, phase="bench-io").values() for t in ts]
         checkpoint_wall = perf_counter() - started
-        one_snapshot = sum(t["bytes"] for t in snapshot_ranks) // snapshots
+        # a snapshot's bytes: every variable it stores, the derived ones (vorticity) beside the state fields
+        one_snapshot = sum(int(np.prod(model.shape)) * np.dtype(dtype_of).itemsize
+                           for _, dtype_of, _ in model.output_variables().values())
         numpy_seconds = _numpy_write(folder, one_snapshot, dtype)
         numpy_rate = rate(one_snapshot, numpy_seconds)
 
@@ -151,7 +154,7 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
         emit("numpy", "aggregate", None, one_snapshot, numpy_seconds)
         for timing in snapshot_ranks:  # per rank, its snapshots in order
             emit("snapshot", "rank", timing["rank"], timing["bytes"], timing["seconds"])
-        emit("snapshot", "aggregate", None, sum(t["bytes"] for t in snapshot_ranks), snapshot_wall)
+        emit("snapshot", "aggregate", None, one_snapshot * snapshots, snapshot_wall)
         for timing in sorted(checkpoint_ranks, key=lambda t: t["rank"]):
             emit("checkpoint", "rank", timing["rank"], timing["bytes"], timing["seconds"])
         emit("checkpoint", "aggregate", None, sum(t["bytes"] for t in checkpoint_ranks), checkpoint_wall)

@@ -254,7 +254,7 @@ def _cut_time(path, length):
     """Shorten every array along ``time`` of the store at ``path`` to ``length`` entries (metadata re-consolidated)."""
     import zarr
 
-    group = zarr.open_group(path, mode="r+")
+    group = zarr.open_group(path, mode="r+", use_consolidated=False)
     for _, array in group.arrays():
         dims = getattr(array.metadata, "dimension_names", None) or array.attrs.get("_ARRAY_DIMENSIONS")
         if dims and dims[0] == "time" and array.shape[0] > length:
