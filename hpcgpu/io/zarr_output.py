@@ -121,7 +121,9 @@ class ZarrWriter:
             if self.snapshots == 0:
                 if os.path.exists(self.path):
                     shutil.rmtree(self.path)
-                ds.to_zarr(self.path, mode="w", consolidated=True)
+                from hpcgpu.io.rank_zarr import snapshot_encoding
+
+                ds.to_zarr(self.path, mode="w", consolidated=True, encoding=snapshot_encoding(ds))
             else:
                 ds.to_zarr(self.path, append_dim="time", consolidated=True)
         self.snapshots += 1
