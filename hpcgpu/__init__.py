@@ -15,6 +15,7 @@ from hpcgpu.backends import Backend, backend_info, get_backend
 from hpcgpu.cluster import start_cluster
 from hpcgpu.errors import BackendUnavailable, ClusterError, ConfigError, HpcgpuError, UnstableSimulation
 from hpcgpu.io import ZarrWriter
+from hpcgpu.partition.rank_loader import RankLoader
 from hpcgpu._version import __version__
 from hpcgpu.simulation import Simulation
 
@@ -24,6 +25,7 @@ __all__ = [
     "start_cluster",
     "cluster",
     "ZarrWriter",
+    "RankLoader",
     "schedules",
     "Backend",
     "get_backend",
