@@ -37,3 +37,19 @@ def test_bad_sizes_are_refused_by_name(client):
         bench_io.run(client, size=8)
     with pytest.raises(ConfigError, match="snapshots"):
         bench_io.run(client, size=32, snapshots=0)
+
+
+def test_an_fsspec_url_is_measured_for_snapshots_and_the_numpy_baseline(client, tmp_path, monkeypatch):
+    url = f"file://{tmp_path}/remote"
+    monkeypatch.setattr(bench_io, "_is_local", lambda fs: False)  # as object storage would be
+    lines = bench_io.run(client, folder=url, size=32, dtype="float32", snapshots=2, stream=io.StringIO())
+    cases = {(line["case"], line["scope"]) for line in lines}
+    assert ("snapshot", "aggregate") in cases and ("numpy", "aggregate") in cases
+    assert not any(case == "checkpoint" for case, _ in cases)  # POSIX files only: not measured at a URL
+    assert all(line["folder"] == url and line["bytes_per_s"] > 0 for line in lines)
+    assert os.listdir(tmp_path / "remote") == []
+
+
+def test_an_unknown_url_protocol_is_refused_by_name(client):
+    with pytest.raises(ConfigError, match="folder 'nosuchprotocol://x'"):
+        bench_io.run(client, folder="nosuchprotocol://x", size=32)

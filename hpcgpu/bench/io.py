@@ -26,8 +26,9 @@ engine chooses) and, without stepping:
 One JSON object per line, with ``suite`` ("io"), ``case``, ``scope``
 ("rank" or "aggregate"), ``rank``, ``bytes``, ``seconds``,
 ``bytes_per_s``, ``ratio_to_numpy``, ``size``, ``dtype`` and
-``folder``. Only a local folder (or a mounted parallel file system) is
-measured; the folder is emptied of what the suite wrote at the end.
+``folder``. The folder is a local path (node-local NVMe, a mounted
+parallel file system) or an fsspec URL (object storage: snapshots and
+the NumPy baseline only); it is emptied of what the suite wrote at the end.
 
 Examples
 --------
@@ -59,18 +60,50 @@ def rate(size, seconds):
     return float(size) / seconds if seconds > 0 else 0.0
 
 
-def _numpy_write(folder, size, dtype):
-    """Seconds the client takes to write ``size`` bytes of ``dtype`` with numpy.save, flushed to disk."""
+def _numpy_write(fs, folder, size, dtype):
+    """Seconds the client takes to write ``size`` bytes of ``dtype`` with numpy.save (flushed to disk on a
+    local file system; through ``fs``, an fsspec file system, elsewhere)."""
     data = np.ones(max(1, size // np.dtype(dtype).itemsize), dtype=dtype)
-    path = os.path.join(folder, "numpy-baseline.npy")
+    path = f"{folder}/numpy-baseline.npy"
     started = perf_counter()
-    with open(path, "wb") as stream:
+    with fs.open(path, "wb") as stream:
         np.save(stream, data)
         stream.flush()
-        os.fsync(stream.fileno())
+        if _is_local(fs):
+            os.fsync(stream.fileno())
     seconds = perf_counter() - started
-    os.remove(path)
+    fs.rm(path)
     return seconds
+
+
+def _is_local(fs):
+    """Whether ``fs`` is this machine's file system (files can be flushed to disk and renamed in place)."""
+    return _is_posix(fs)
+
+
+def _is_posix(fs):
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
+def _where(folder):
+    """``(fs, root, url)`` of ``folder``: a local path or an fsspec URL (``file://``, ``s3://``, ...).
+
+    Examples
+    --------
+    >>> fs, root, url = _where("file:///tmp/somewhere")
+    >>> _is_local(fs), root, url
+    (True, '/tmp/somewhere', 'file:///tmp/somewhere')
+    """
+    from fsspec.core import url_to_fs
+
+    try:
+        fs, root = url_to_fs(folder)
+    except (ImportError, ValueError) as error:  # an unknown protocol, or its package missing (s3fs, gcsfs, ...)
+        raise ConfigError(f"folder {folder!r}: {error}") from None
+    url = folder if "://" in folder else root
+    return fs, root.rstrip("/"), url.rstrip("/")
 
 
 def timed_pieces(spec, ranks, results, directory):
@@ -97,8 +130,11 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
     client : distributed.Client
         Every worker gets one rank.
     folder : str, optional
-        Where to write (a new temporary folder by default). It must be one
-        file system that the client and every worker see.
+        Where to write (a new temporary folder by default): a path, or an
+        fsspec URL (``file://``, ``s3://`` with s3fs installed, ...). It
+        must be one file system that the client and every worker see.
+        Checkpoints are measured on local paths only (they are POSIX
+        files, renamed into place).
     size : int
         Cells per side, at least 16.
     dtype : {"float32", "float64"}
@@ -116,7 +152,9 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
     stream = stream or sys.stdout
     own_folder = folder is None
     folder = tempfile.mkdtemp(prefix="hpcgpu-bench-io-") if own_folder else os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    fs, root, folder = _where(folder)
+    fs.makedirs(root, exist_ok=True)
+    local = _is_local(fs)
     workers = len(client.scheduler_info()["workers"])
     _, case = benchmark_case("io")
     model = case.build(size, dtype=dtype, backend="numpy", scale=1)
@@ -125,7 +163,8 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
     common = {"suite": "io", "size": size, "dtype": dtype, "folder": folder}
     try:
         executor = sim.executor
-        store = os.path.join(folder, "bench-snapshots.zarr")
+        # a local folder as a path (zarr's fsspec store would not make its folders), anything else as its URL
+        store = os.path.join(root, "bench-snapshots.zarr") if _is_posix(fs) else f"{folder}/bench-snapshots.zarr"
         writes = RankSnapshots(store)
         started = perf_counter()
         for index in range(snapshots):
@@ -133,15 +172,18 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
                          model.attributes())
         snapshot_ranks = writes.finish(executor)
         snapshot_wall = perf_counter() - started
-        pieces = os.path.join(folder, "bench-checkpoint")
-        os.makedirs(pieces, exist_ok=True)
-        started = perf_counter()
-        checkpoint_ranks = [t for ts in executor.on_workers(timed_pieces, pieces, phase="bench-io").values() for t in ts]
-        checkpoint_wall = perf_counter() - started
+        checkpoint_ranks = []
+        if local:  # checkpoints are POSIX files (written, flushed, renamed into place): not on object storage
+            pieces = os.path.join(root, "bench-checkpoint")
+            os.makedirs(pieces, exist_ok=True)
+            started = perf_counter()
+            checkpoint_ranks = [t for ts in executor.on_workers(timed_pieces, pieces, phase="bench-io").values()
+                                for t in ts]
+            checkpoint_wall = perf_counter() - started
         # a snapshot's bytes: every variable it stores, the derived ones (vorticity) beside the state fields
         one_snapshot = sum(int(np.prod(model.shape)) * np.dtype(dtype_of).itemsize
                            for _, dtype_of, _ in model.output_variables().values())
-        numpy_seconds = _numpy_write(folder, one_snapshot, dtype)
+        numpy_seconds = _numpy_write(fs, root, one_snapshot, dtype)
         numpy_rate = rate(one_snapshot, numpy_seconds)
 
         def emit(case, scope, rank, size_bytes, seconds):
@@ -157,11 +199,13 @@ def run(client, *, folder=None, size=DEFAULT_SIZE, dtype="float64", snapshots=DE
         emit("snapshot", "aggregate", None, one_snapshot * snapshots, snapshot_wall)
         for timing in sorted(checkpoint_ranks, key=lambda t: t["rank"]):
             emit("checkpoint", "rank", timing["rank"], timing["bytes"], timing["seconds"])
-        emit("checkpoint", "aggregate", None, sum(t["bytes"] for t in checkpoint_ranks), checkpoint_wall)
+        if checkpoint_ranks:
+            emit("checkpoint", "aggregate", None, sum(t["bytes"] for t in checkpoint_ranks), checkpoint_wall)
     finally:
         sim.close()
         for name in ("bench-snapshots.zarr", "bench-checkpoint"):
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            if fs.exists(f"{root}/{name}"):
+                fs.rm(f"{root}/{name}", recursive=True)
         if own_folder:
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
     return lines
