@@ -381,7 +381,8 @@ def build_parser():
     comm.add_argument("--repeats", type=int, help="timed round trips per worker pair and size, and timed "
                                                   "collectives (default 100; large messages fewer)")
     io_group = bench.add_argument_group("output (suite 'io')")
-    io_group.add_argument("--folder", help="where to write: a folder every worker sees, or an fsspec URL (s3://..., with its package); default a temporary folder")
+    io_group.add_argument("--folder", help="where to write: a folder every worker sees, or an fsspec URL "
+                                           "(s3://..., with its package); default a temporary folder")
     accept = bench.add_argument_group("cluster acceptance (no suite)")
     accept.add_argument("--quick", action="store_true", help="small sizes (under 3 minutes on a laptop)")
     accept.add_argument("--scheduler", metavar="ADDRESS", help="accept (or, with comm, measure) the cluster at "
