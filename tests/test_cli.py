@@ -649,6 +649,7 @@ def test_info_prints_the_autotuned_kernel_variants(tmp_path):
     tuned = run("info", "--tune", env=env)
     assert tuned.returncode == 0, tuned.stderr
     assert "nbody.direct.inverse_sqrt.float64:" in tuned.stdout and "matrix.spmv.format.float32:" in tuned.stdout
+    assert "stencil.diffusion.ring_bytes.float64:" in tuned.stdout  # the sweep depth (a block size)
     from hpcgpu.kernels.nbody import _numba
 
     if len(_numba.sweep_variants_available()) > 1:  # an explicit float32 sweep to choose from on this CPU

@@ -32,7 +32,7 @@ from numba import njit, prange
 from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.threads import adaptive_threads
 from hpcgpu.kernels.stencil.boundary import WALL
-from hpcgpu.kernels.stencil.diffusion_numba import diffuse_steps, steps_per_sweep
+from hpcgpu.kernels.stencil.diffusion_numba import diffuse_steps, tuned_steps_per_sweep
 from hpcgpu.kernels.stencil.fused_rk3_numba import shallow_water_rk3_step as _fused_rk3_step
 from hpcgpu.kernels.stencil.rows_numba import (
     _OPTS,
@@ -145,7 +145,7 @@ def diffuse(field, work, cx, cy, steps, bc_x, bc_s, bc_n, value=0.0):
     """
     t = field.dtype.type
     src, dst = field, work
-    per_sweep = steps_per_sweep(field.shape[1], field.dtype.itemsize)
+    per_sweep = tuned_steps_per_sweep(field.shape[1], field.dtype.itemsize)
     done = 0
     while done < steps:
         chunk = min(per_sweep, steps - done)

@@ -36,7 +36,7 @@ from hpcgpu.kernels.fpenv import flush_subnormals, restore_fp_mode
 from hpcgpu.kernels.stencil.boundary import DIRICHLET, PERIODIC
 from hpcgpu.kernels.stencil.rows_numba import _OPTS, diffuse_row, scalar_row
 
-__all__ = ["diffuse_steps", "steps_per_sweep"]
+__all__ = ["RING_BUDGETS", "diffuse_steps", "steps_per_sweep", "tuned_steps_per_sweep"]
 
 RING_BYTES = 1 << 20
 """Cache a sweep's rings may take per thread (within a core's L2 on current x86)."""
@@ -91,13 +91,55 @@ def _sweep_kernel(src, dst, cx, cy, steps, bc_x, bc_s, bc_n, value, n_chunks):
         restore_fp_mode(fp_mode)
 
 
-def steps_per_sweep(nx, itemsize):
-    """How many steps one sweep takes: as many as fit their rings in ``RING_BYTES``, 2 to 16.
+RING_BUDGETS = {"256KiB": 1 << 18, "1MiB": RING_BYTES, "4MiB": 1 << 22}
+"""The cache a sweep's rings may take (autotuned ``stencil.diffusion.ring_bytes``): a core's L2 differs
+between CPUs (256 KiB to 2 MiB), and the best depth of a sweep with it."""
 
-    Measured at 4096^2 float32 on 2 cores: 4 steps 6.1, 8 steps 7.1, 16 steps
-    7.8 and 32 steps 7.2 G point-updates/s (one step per sweep: 3.9).
+DEFAULT_RING_BUDGET = "1MiB"
+
+
+def steps_per_sweep(nx, itemsize, ring_bytes=RING_BYTES):
+    """How many steps one sweep takes: as many as fit their rings in ``ring_bytes``, 2 to 16.
+
+    Measured at 4096^2 float32 on 2 cores with 1 MiB: 4 steps 6.1, 8 steps
+    7.1, 16 steps 7.8 and 32 steps 7.2 G point-updates/s (one step per
+    sweep: 3.9). :func:`tuned_steps_per_sweep` takes the budget this
+    machine measured fastest.
     """
-    return max(2, min(16, RING_BYTES // (RING * nx * itemsize)))
+    return max(2, min(16, ring_bytes // (RING * nx * itemsize)))
+
+
+def _tuning_runs(itemsize):
+    """Each budget's sweep depth on a 256 x 4096 field of ``itemsize`` (float32 or float64), 16 steps."""
+    dtype = np.float32 if itemsize == 4 else np.float64
+    state = {}
+
+    def run(budget):
+        def sweep():
+            if "field" not in state:
+                state["field"] = np.random.default_rng(0).random((256, 4096)).astype(dtype)
+                state["out"] = np.empty_like(state["field"])
+            field, out = state["field"], state["out"]
+            per_sweep = steps_per_sweep(field.shape[1], itemsize, RING_BUDGETS[budget])
+            done, t = 0, field.dtype.type
+            while done < 16:
+                chunk = max(2, min(per_sweep, 16 - done))
+                diffuse_steps(field, out, t(0.1), t(0.1), chunk, PERIODIC, PERIODIC, PERIODIC, t(0.0))
+                done += chunk
+        return sweep
+
+    return {name: run(name) for name in RING_BUDGETS}
+
+
+def tuned_steps_per_sweep(nx, itemsize):
+    """:func:`steps_per_sweep` with the ring budget :func:`hpcgpu.autotune.choose` measured fastest here
+    (``HPCGPU_AUTOTUNE=0``: 1 MiB). Every step computes every point the same way whatever the depth, so
+    the result is bitwise the same with any budget."""
+    from hpcgpu import autotune
+
+    name = f"stencil.diffusion.ring_bytes.float{8 * itemsize}"
+    budget = autotune.choose(name, _tuning_runs(itemsize), default=DEFAULT_RING_BUDGET)
+    return steps_per_sweep(nx, itemsize, RING_BUDGETS[budget])
 
 
 def diffuse_steps(src, dst, cx, cy, steps, bc_x, bc_s, bc_n, value):

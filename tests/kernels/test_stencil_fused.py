@@ -67,6 +67,27 @@ def test_diffusion_sweeps_of_many_steps_equal_single_steps_bitwise(dtype, bounda
         np.testing.assert_array_equal(got, expected, err_msg=f"{ny}x{nx}, {steps} steps")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_ring_budget_gives_the_step_by_step_result_bitwise(rng, dtype, monkeypatch, tmp_path):
+    from hpcgpu import autotune
+    from hpcgpu.kernels.stencil.diffusion_numba import RING_BUDGETS
+
+    monkeypatch.setenv("HPCGPU_CACHE_DIR", str(tmp_path))
+    field = rng.random((40, 4096)).astype(dtype)
+    expected = field.copy()
+    for _ in range(11):
+        out = np.empty_like(expected)
+        kernels._diffuse_kernel(expected, out, dtype(0.11), dtype(0.13), PERIODIC, PERIODIC, PERIODIC, dtype(0.0))
+        expected = out
+    name = f"stencil.diffusion.ring_bytes.float{8 * np.dtype(dtype).itemsize}"
+    for budget in RING_BUDGETS:
+        with autotune.use(name, budget):
+            got = kernels.diffuse(field.copy(), np.empty_like(field), 0.11, 0.13, 11, PERIODIC, PERIODIC, PERIODIC, 0.0)
+        np.testing.assert_array_equal(got, expected, err_msg=budget)
+    autotune.forget()
+    assert autotune.choose(name, {b: (lambda: None) for b in RING_BUDGETS}, default="1MiB") in RING_BUDGETS
+
+
 def test_a_sweep_takes_as_many_steps_as_its_rings_fit_in_cache():
     from hpcgpu.kernels.stencil.diffusion_numba import steps_per_sweep
 
