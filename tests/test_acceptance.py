@@ -31,7 +31,9 @@ def test_quick_acceptance_from_the_command_line_writes_json_lines_and_an_html_re
     kernels = [r for r in records if r["kind"] == "kernel"]
     assert {r["family"] for r in kernels} == set(probes.FAMILY_MODEL)
     assert all(r["passed"] and r["max_relative_error"] <= r["tolerance"] for r in kernels)
-    assert all(0 < r["fraction_of_roof"] < 5 for r in kernels)
+    # a unit error would be off by 1000: the quick SpMV (65,536 rows, banded) is cache-resident and has
+    # measured 5.8x the DRAM copy roof here, so the bound leaves room for caches
+    assert all(0 < r["fraction_of_roof"] < 20 for r in kernels), [(r["family"], r["fraction_of_roof"]) for r in kernels]
     pairs = {(r["source"], r["destination"]) for r in records if r["kind"] == "transfer"}
     assert len(pairs) == 2 and all(r["bandwidth_bytes_per_s"] > 0 for r in records if r["kind"] == "transfer")
     scaling = {(r["workload"], r["mode"], r["workers"]) for r in records if r["kind"] == "scaling"}
