@@ -106,13 +106,13 @@ def _autotune_choices(tune):
         from hpcgpu.kernels.matrix import raw_kernels
         from hpcgpu.kernels.nbody import inverse_sqrt_variant, sweep_variant
 
-        from hpcgpu.kernels.stencil.diffusion_numba import tuned_steps_per_sweep
+        from hpcgpu.kernels.stencil import diffusion_sweep_depth
 
         inverse_sqrt_variant("float64")
         sweep_variant("float32")
         for dtype in ("float32", "float64"):
             raw_kernels("numba").spmv_variant(dtype)
-            tuned_steps_per_sweep(4096, 4 if dtype == "float32" else 8)
+            diffusion_sweep_depth(4096, dtype)
     return autotune.choices()
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "FAST_PATHS",
     "SSP_RK3_STAGES",
     "raw_kernels",
+    "diffusion_sweep_depth",
 ]
 
 SSP_RK3_STAGES = ((0.0, 1.0, 1.0), (0.75, 0.25, 0.25), (1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0))
@@ -314,3 +315,21 @@ def raw_kernels(backend="auto"):
     -4.0
     """
     return get_backend(backend).kernels("stencil")
+
+
+def diffusion_sweep_depth(nx, dtype):
+    """Steps one multi-step diffusion sweep of the ``numba`` backend takes on rows of ``nx`` cells here.
+
+    The depth follows the ring budget :mod:`hpcgpu.autotune` measured
+    fastest on this machine (``stencil.diffusion.ring_bytes.float32`` /
+    ``float64``; ``HPCGPU_AUTOTUNE=0``: 1 MiB); the result is bitwise the
+    same whatever the depth.
+
+    Examples
+    --------
+    >>> 2 <= diffusion_sweep_depth(4096, "float32") <= 16
+    True
+    """
+    from hpcgpu.kernels.stencil.diffusion_numba import tuned_steps_per_sweep
+
+    return tuned_steps_per_sweep(int(nx), np.dtype(dtype).itemsize)
