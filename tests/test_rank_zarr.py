@@ -161,3 +161,32 @@ def test_blocks_without_a_common_divisor_warn_of_small_chunks():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert template(model, even, 0.0, 0, ["h", "vorticity"], {})["vorticity"].chunks == ((1,), (13,), (13, 13))
+
+
+def test_inner_chunks_divide_the_shard_and_thin_ones_are_left_whole():
+    from hpcgpu.io.rank_zarr import inner_chunks
+
+    assert inner_chunks((1, 2048, 4096)) == (1, 512, 512)
+    assert inner_chunks((1, 1536, 300)) == (1, 512, 300)
+    assert inner_chunks((1, 2 * 1031, 64)) == (1, 2 * 1031, 64)  # 2 is its largest divisor up to 512: thin
+    assert inner_chunks((1, 12, 16), most=8) == (1, 6, 8)
+
+
+def test_a_store_of_blocks_larger_than_the_inner_chunk_is_sharded_one_shard_per_block(client, tmp_path, monkeypatch):
+    """Each rank writes whole shards (its block); readers see the same values and the inner chunks."""
+    import zarr
+
+    from hpcgpu.io import rank_zarr
+
+    monkeypatch.setattr(rank_zarr, "INNER_CHUNK", 8)  # the client sets the store's layout: 32 x 16 blocks shard
+    model = ShallowWater("unstable_jet", nx=32, ny=32, backend="numpy")
+    _run(model, tmp_path / "one.zarr")
+    sim = _run(model, tmp_path / "ranks.zarr", client=client, partitions=2, grid=(2, 1))
+    _assert_same_store(tmp_path / "ranks.zarr", tmp_path / "one.zarr")
+    for name in ("h", "u", "vorticity"):
+        array = zarr.open_group(tmp_path / "ranks.zarr", mode="r")[name]
+        assert array.shards == (1, 32, 16) and array.chunks == (1, 8, 8), name
+        # one object per shard: 4 time indices x 2 blocks, each written whole by its rank
+        files = [f for f in (tmp_path / "ranks.zarr" / name / "c").rglob("*") if f.is_file()]
+        assert len(files) == 4 * 2, (name, len(files))
+    sim.close()

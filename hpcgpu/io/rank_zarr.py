@@ -11,11 +11,17 @@ steps:
    every variable as an unwritten dask array, through
    ``Dataset.to_zarr(compute=False)``, which writes metadata and the
    coordinates only;
-2. every rank writes the owned cells of the state fields into its region
-   of the new time index, on its worker (zarr directly);
-3. every rank computes the derived variables of its region (e.g. the
-   weather model's vorticity, which reads one column and one row beyond
-   the block) from the fields just written, and writes them.
+2. inside the epoch, at the snapshot's step (the engine's
+   :meth:`~hpcgpu.partition.engine.PartitionedExecutor.request_on_ranks`,
+   so the client waits for nothing and the epochs behind it keep
+   flowing), every rank copies the owned cells of the state fields off the
+   device once and queues their write into its region of the new time
+   index on its worker's background thread (:class:`GridSnapshot`);
+3. at the next snapshot (or at :meth:`RankSnapshots.finish`), once every
+   rank's fields are in the store (each rank waits for its worker's writes,
+   then a barrier), every rank computes the derived variables of its region
+   (e.g. the weather model's vorticity, which reads one column and one row
+   beyond the block) from the fields in the store, and writes them.
 
 Chunks are aligned with the blocks: along each axis the chunk size is the
 greatest common divisor of the block bounds, so no chunk holds the cells of
@@ -34,6 +40,7 @@ import math
 import queue
 import threading
 import warnings
+from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from time import perf_counter
 
@@ -42,8 +49,8 @@ import numpy as np
 from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
-__all__ = ["QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "RankSnapshots", "background_writes",
-           "chunk_size", "drop_writes", "finish_writes", "rank_writable", "template", "wait_writes"]
+__all__ = ["INNER_CHUNK", "QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "GridSnapshot",
+           "RankSnapshots", "background_writes", "block_chunks", "chunk_size", "drop_writes", "finish_writes", "inner_chunks", "rank_writable", "template", "wait_writes"]
 
 SMALL_CHUNK = 8
 """Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
@@ -51,8 +58,13 @@ TIME_ATTRS = {"units": "s", "long_name": "model time"}
 """The attributes of the ``time`` coordinate (as the grid models' ``to_dataset`` gives them)."""
 
 
-def snapshot_encoding(dataset):
+def snapshot_encoding(dataset, shards=None):
     """Zarr encoding of a snapshot's variables: Blosc LZ4 with byte shuffle (the first write of a store).
+
+    ``shards`` (one length per dimension of the variables, e.g. a rank
+    block's ``(1, rows, cols)``), when given, makes each variable a Zarr v3
+    sharded array: a shard is what one rank writes whole, and readers
+    fetch its inner chunks (:func:`inner_chunks`) one by one.
 
     Zarr's default (Zstandard) took 0.28 s to write a 4096^2 float32
     field here and stored it in 46 MB; LZ4 after a byte shuffle took 0.11 s
@@ -66,16 +78,57 @@ def snapshot_encoding(dataset):
     >>> encoding = snapshot_encoding(xr.Dataset({"h": ("x", np.ones(4))}, coords={"x": np.arange(4.0)}))
     >>> list(encoding), type(encoding["h"]["compressors"][0]).__name__
     (['h'], 'BloscCodec')
+    >>> {k: v for k, v in snapshot_encoding(xr.Dataset({"h": ("x", np.ones(2048))}), (2048,))["h"].items()
+    ...  if k != "compressors"}
+    {'shards': (2048,), 'chunks': (512,)}
     """
     from zarr.codecs import BloscCodec
 
-    return {name: {"compressors": [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]}
-            for name in dataset.data_vars}
+    encoding = {name: {"compressors": [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]}
+                for name in dataset.data_vars}
+    if shards is not None and tuple(inner_chunks(shards)) != tuple(shards):
+        for name in encoding:
+            encoding[name].update(shards=tuple(shards), chunks=inner_chunks(shards))
+    return encoding
+
+
+INNER_CHUNK = 512
+"""Cells per side of a sharded store's inner chunks at most (1 MiB of float32 in 2-D): what a reader fetches."""
+
+
+def inner_chunks(shard, most=None):
+    """The inner chunk shape of ``shard``: along each axis the largest divisor of its length up to ``most``.
+
+    ``most`` defaults to :data:`INNER_CHUNK`.
+
+    An axis whose largest such divisor is under an eighth of ``most`` (a
+    length with no small factors) is left whole: thin chunks read slower
+    than whole shards.
+
+    Examples
+    --------
+    >>> inner_chunks((1, 2048, 4096)), inner_chunks((1, 24, 1031))
+    ((1, 512, 512), (1, 24, 1031))
+    """
+    most = INNER_CHUNK if most is None else most
+
+    def along(length):
+        if length <= most:
+            return length
+        best = max(d for d in range(1, most + 1) if length % d == 0)
+        return best if best >= most // 8 else length
+
+    return tuple(along(int(length)) for length in shard)
 
 
 def chunk_size(bounds):
     """The largest chunk length that divides every block of ``bounds`` (``[(start, stop), ...]`` along one axis)."""
     return math.gcd(*(int(edge) for pair in bounds for edge in pair))
+
+
+def block_chunks(decomposition):
+    """``(1, rows, cols)``: the largest piece of a snapshot that divides every block (a chunk, or a shard)."""
+    return (1, chunk_size(decomposition.y_bounds), chunk_size(decomposition.x_bounds))
 
 
 def rank_writable(model, executor, fields=None):
@@ -118,7 +171,7 @@ def template(model, decomposition, time, step, names, attrs):
     import xarray as xr
 
     ny, nx = model.shape
-    chunks = (1, chunk_size(decomposition.y_bounds), chunk_size(decomposition.x_bounds))
+    chunks = block_chunks(decomposition)
     if min(chunks[1:]) < SMALL_CHUNK:
         warnings.warn(f"Zarr output: chunks of {chunks[1]} x {chunks[2]} cells, the largest that divide every "
                       f"block (rows {decomposition.y_bounds}, columns {decomposition.x_bounds}); many small "
@@ -140,11 +193,13 @@ class RankSnapshots:
     bounded queue (:data:`QUEUE_DEPTH` jobs; a full queue makes the next
     snapshot wait): the ranks copy their owned cells off the device once,
     queue the write and return, so the next steps run while the snapshot
-    is written. The derived variables of a snapshot read cells of other
-    ranks from the store: they are queued at the next snapshot (or at
+    is written. That work runs inside the epoch (:class:`GridSnapshot`),
+    so a snapshot drains no epoch pipeline: the client only lengthens the
+    store's arrays. The derived variables of a snapshot read cells of
+    other ranks from the store: they are queued at the next snapshot (or at
     :meth:`finish`), once every rank's fields are written. A failed write
-    raises on the client at the next snapshot or at :meth:`finish`, with
-    the worker's error.
+    fails the next snapshot's epoch, or raises in :meth:`finish`, with the
+    worker's error.
 
     Parameters
     ----------
@@ -157,20 +212,24 @@ class RankSnapshots:
         self._derived = None  # (time index, names) of the last snapshot: its derived variables still to write
 
     def write(self, executor, model, first, time, step, names, attrs):
-        """Write one snapshot of the run of ``executor`` (``first`` creates the store, otherwise it is appended)."""
-        self._queue_derived(executor)
+        """Queue one snapshot of the run of ``executor``, written by its ranks after the steps queued so far.
+
+        ``first`` creates the store, otherwise it is appended.
+        """
         if first:
             ds = template(model, executor.decomposition, time, step, names, attrs)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-                ds.to_zarr(self.path, mode="w", consolidated=True, compute=False, encoding=snapshot_encoding(ds))
+                # shards aligned with the blocks: each rank writes whole shards, readers fetch inner chunks
+                ds.to_zarr(self.path, mode="w", consolidated=True, compute=False,
+                           encoding=snapshot_encoding(ds, block_chunks(executor.decomposition)))
             index = 0
         else:
             # the store's arrays one longer along time: a tenth of what xarray's append of a template costs
             index = extend_time(self.path, time, step)
-        fields = [name for name in names if name in model.field_names]
-        derived = [name for name in names if name not in model.field_names]
-        executor.on_workers(queue_field_regions, self.path, index, fields, phase="snapshot")
+        fields = tuple(name for name in names if name in model.field_names)
+        derived = tuple(name for name in names if name not in model.field_names)
+        executor.request_on_ranks(GridSnapshot(self.path, index, fields, self._derived))
         self._derived = (index, derived) if derived else None
 
     def finish(self, executor):
@@ -191,6 +250,55 @@ class RankSnapshots:
         # every rank's fields of that snapshot written (and their errors raised) before any rank reads them
         executor.on_workers(wait_writes, self.path, phase="snapshot-wait")
         executor.on_workers(queue_derived_regions, self.path, index, names, phase="snapshot-derived")
+
+
+@dataclass(frozen=True)
+class GridSnapshot:
+    """One snapshot's work on every rank of a grid run: the previous snapshot's derived variables, then its fields.
+
+    Called by the engine inside the epoch (``task(context, state)``). The
+    derived variables of the previous snapshot (``derived``: its time
+    index and names, or None) read other ranks' cells from the store, so
+    each rank first waits for its worker's queued writes and then for every
+    rank (a barrier); those writes had the steps since that snapshot to
+    run. Then the rank copies its owned cells (the one copy off the
+    device) and queues the writes on its worker's background thread: the
+    next steps run while it writes.
+
+    Examples
+    --------
+    >>> GridSnapshot("/tmp/run.zarr", 2, ("h", "u", "v"), (1, ("vorticity",))).what
+    'a grid snapshot'
+    """
+
+    path: str
+    index: int  # the snapshot's place along ``time``
+    fields: tuple  # the state fields to write
+    derived: tuple = None  # (time index, names) of the previous snapshot's derived variables still to write
+    what = "a grid snapshot"
+
+    def __call__(self, context, state):
+        writes = background_writes(self.path)
+        rank = context.rank
+        region = context.decomposition.piece_region(rank)
+        rows, cols = slice(*region["rows"]), slice(*region["cols"])
+        derived = None
+        if self.derived is None:
+            writes.check()  # an earlier snapshot's failed write fails this epoch, with its error
+        else:
+            writes.wait()  # this worker's writes, the previous snapshot's fields among them (raises a failed one)
+            context.comm.barrier()  # and every other worker's: the derived variables read across the blocks
+            derived = (context.model.with_backend("numpy"), *self.derived)
+        copies = [(rank, rows, cols, _host_copy(context.model, state))] if self.fields else []
+        path, index, fields = self.path, self.index, self.fields
+
+        def job():
+            if derived is not None:
+                write_derived_regions(derived[0], path, derived[1], derived[2], [(rows, cols)])
+            if copies:
+                write_field_regions(path, index, fields, copies)
+
+        writes.submit(job)
 
 
 def extend_time(path, time, step):
@@ -305,15 +413,6 @@ def _host_copy(model, state):
               for s, h in zip((getattr(state, f.name) for f in dataclass_fields(state)),
                               (getattr(host, f.name) for f in dataclass_fields(host)))]
     return type(host)(*copies)
-
-
-def queue_field_regions(spec, ranks, results, path, index, names):
-    """Each rank of this worker copies its owned cells and queues their write at time ``index`` (a worker task)."""
-    model = on_worker(spec.model)
-    copies = [(rank, rows, cols, _host_copy(model, spec.decomposition.model_state(getattr(result, "carried", result))))
-              for (rank, rows, cols), result in zip(_regions(spec, ranks), results)]
-    background_writes(path).submit(lambda: write_field_regions(path, index, names, copies))
-    return len(ranks)
 
 
 def write_field_regions(path, index, names, copies):
