@@ -9,8 +9,8 @@ item gets never depend on how many items there are, on their order or on
 how they are split between ranks: one process over every id and P ranks
 over theirs draw the same floats.
 
-This is the stream of :mod:`hpcgpu.workloads.md.setup` (the same key
-mixing and counters), for any model; ``step`` may number the attempts of
+Any model draws from it (:mod:`hpcgpu.workloads.md.setup` makes its
+Gaussians from :func:`counter_bits`); ``step`` may number the attempts of
 a rejection sampler (each attempt a fresh stream of the same item).
 
 Examples
@@ -27,7 +27,7 @@ import numpy as np
 
 from hpcgpu.errors import ConfigError
 
-__all__ = ["stream_key", "uniforms"]
+__all__ = ["counter_bits", "stream_key", "uniforms"]
 
 _MASK = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment: 2**64 / golden ratio, odd
@@ -57,6 +57,28 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
+def counter_bits(key, counters):
+    """The splitmix64 outputs (uint64) at ``counters`` of the sequence keyed ``key``.
+
+    Output ``c`` of the sequence is the mix of ``key + c * gamma`` (64-bit
+    wrap-around), so any counter is drawn without the ones before it.
+
+    Parameters
+    ----------
+    key : int
+        A :func:`stream_key`.
+    counters : numpy.ndarray or cupy.ndarray
+        uint64 counters; the result is an array of the same kind and shape.
+
+    Examples
+    --------
+    >>> bits = counter_bits(stream_key(7, 2, 12345), np.arange(1, 4, dtype=np.uint64))
+    >>> hex(int(bits[0])), bits.dtype
+    ('0xd1aee17f4ca29769', dtype('uint64'))
+    """
+    return _mix(np.uint64(key) + counters * np.uint64(_GAMMA))
+
+
 def uniforms(xp, key, ids, count, open_below=False):
     """Uniform deviates ``(count, len(ids))`` in float64, a function of ``(key, id, slot)`` only.
 
@@ -74,10 +96,9 @@ def uniforms(xp, key, ids, count, open_below=False):
         raise ConfigError(f"count must be >= 1; got {count}")
     with np.errstate(over="ignore"):
         base = xp.asarray(ids).astype(np.uint64) * np.uint64(count)
-        key, gamma = np.uint64(key), np.uint64(_GAMMA)
         out = xp.empty((count, base.shape[0]), dtype=np.float64)
         shift = 1.0 if open_below else 0.0
         for slot in range(count):
-            bits = _mix(key + (base + np.uint64(slot + 1)) * gamma) >> np.uint64(11)
+            bits = counter_bits(key, base + np.uint64(slot + 1)) >> np.uint64(11)
             out[slot] = (bits.astype(np.float64) + shift) * 2.0**-53
     return out

@@ -275,27 +275,23 @@ def _simd_targets(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot
     restore_fp_mode(fp_mode)
 
 
-# One parallel kernel per width, the width a literal: a width the CPU lacks is never compiled
-# (numba.literally on a kernel argument cost 24 ms of dispatch per call).
-@njit(parallel=True, **_OPTS)
-def _direct_kernel_avx2(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out, guard, potential,
-                        n_chunks):
-    n_targets = tx.shape[0]
-    for chunk in prange(n_chunks):
-        _simd_targets(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out, guard, potential, 8,
-                      chunk * n_targets // n_chunks, (chunk + 1) * n_targets // n_chunks)
+def _simd_kernel(lanes):
+    """The parallel kernel of the ``lanes``-wide float32 sweep (8: AVX2, 16: AVX-512).
+
+    One kernel per width, the width a constant of its closure (Numba types it
+    as a literal): a width the CPU lacks is never compiled, and
+    ``numba.literally`` on a kernel argument cost 24 ms of dispatch per call.
+    """
+    @njit(parallel=True, **_OPTS)
+    def kernel(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out, guard, potential, n_chunks):
+        n_targets = tx.shape[0]
+        for chunk in prange(n_chunks):
+            _simd_targets(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out, guard, potential,
+                          lanes, chunk * n_targets // n_chunks, (chunk + 1) * n_targets // n_chunks)
+    return kernel
 
 
-@njit(parallel=True, **_OPTS)
-def _direct_kernel_avx512(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out, guard, potential,
-                          n_chunks):
-    n_targets = tx.shape[0]
-    for chunk in prange(n_chunks):
-        _simd_targets(tx, ty, tz, sx, sy, sz, sm, eps2, G, self_offset, acc_out, pot_out, guard, potential, 16,
-                      chunk * n_targets // n_chunks, (chunk + 1) * n_targets // n_chunks)
-
-
-_SIMD_KERNELS = {"explicit_avx2": _direct_kernel_avx2, "explicit_avx512": _direct_kernel_avx512}
+_SIMD_KERNELS = {"explicit_avx2": _simd_kernel(8), "explicit_avx512": _simd_kernel(16)}
 
 
 def _chunks(n_targets):

@@ -5,12 +5,12 @@ mass = k_B = 1``): lengths in sigma, energies in epsilon, time in
 ``sigma sqrt(mass / epsilon)``, temperature in ``epsilon / k_B``, pressure in
 ``epsilon / sigma**3``.
 
-Random numbers are counter based: a Gaussian an atom receives is a pure
-function of ``(seed, stream, step, atom id)`` -- splitmix64 (Steele, Lea and
-Flood 2014) hashes the counter to 64 random bits, two of those give two
-uniforms and Box-Muller turns them into two normal deviates. So the noise an
-atom gets never depends on how many atoms there are, how they are ordered or
-how they are split between workers.
+Random numbers are counter based (:mod:`hpcgpu.random_streams`): a Gaussian
+an atom receives is a pure function of ``(seed, stream, step, atom id)`` --
+splitmix64 (Steele, Lea and Flood 2014) hashes the counter to 64 random
+bits, two of those give two uniforms and Box-Muller turns them into two
+normal deviates. So the noise an atom gets never depends on how many atoms
+there are, how they are ordered or how they are split between workers.
 """
 
 import math
@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from hpcgpu.errors import ConfigError
+from hpcgpu.random_streams import counter_bits, stream_key
 from hpcgpu.validation import check_float, check_int
 
 __all__ = ["geometry", "fcc_lattice", "fcc_positions", "fcc_sites", "atom_ids", "stream_key", "gaussians",
@@ -28,12 +29,6 @@ STREAM_VELOCITIES = 1
 """Random stream of the initial Maxwell-Boltzmann velocities."""
 STREAM_LANGEVIN = 2
 """Random stream of the Langevin thermostat's noise."""
-
-_MASK = (1 << 64) - 1
-_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment: 2**64 / golden ratio, odd
-_M1 = 0xBF58476D1CE4E5B9
-_M2 = 0x94D049BB133111EB
-
 
 def geometry(n_cells, density=None, box=None):
     """Unit cells ``(nx, ny, nz)`` and box sides of an fcc lattice at ``density`` or in ``box``.
@@ -142,28 +137,6 @@ def atom_ids(backend, ids, n):
     return backend.asarray(host.astype(np.int64))
 
 
-def _mix_int(z):
-    """splitmix64's output function on a Python int (64-bit wrap-around)."""
-    z = ((z ^ (z >> 30)) * _M1) & _MASK
-    z = ((z ^ (z >> 27)) * _M2) & _MASK
-    return z ^ (z >> 31)
-
-
-def stream_key(seed, stream, step):
-    """The 64-bit key of one random stream at one step (a Python int)."""
-    key = seed & _MASK
-    for word in (stream, step):
-        key = _mix_int((key + _GAMMA) & _MASK) ^ (word & _MASK)
-    return _mix_int((key + _GAMMA) & _MASK)
-
-
-def _mix(z):
-    """splitmix64's output function on uint64 arrays (NumPy or CuPy wrap around silently)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
-    return z ^ (z >> np.uint64(31))
-
-
 def gaussians(xp, key, ids, count=3):
     """Standard normal deviates ``(count, N)`` (float64), a function of ``(key, id)`` only.
 
@@ -175,13 +148,11 @@ def gaussians(xp, key, ids, count=3):
     if not 1 <= count <= 4:
         raise ConfigError(f"count must be between 1 and 4; got {count}")
     base = ids.astype(np.uint64) * np.uint64(4)
-    key = np.uint64(key)
-    gamma = np.uint64(_GAMMA)
     scale = 2.0**-53
     out = xp.empty((count, ids.shape[0]), dtype=np.float64)
     for pair in range((count + 1) // 2):
-        z1 = _mix(key + (base + np.uint64(2 * pair + 1)) * gamma)
-        z2 = _mix(key + (base + np.uint64(2 * pair + 2)) * gamma)
+        z1 = counter_bits(key, base + np.uint64(2 * pair + 1))
+        z2 = counter_bits(key, base + np.uint64(2 * pair + 2))
         u1 = ((z1 >> np.uint64(11)).astype(np.float64) + 1.0) * scale
         angle = (z2 >> np.uint64(11)).astype(np.float64) * (2.0 * math.pi * scale)
         radius = xp.sqrt(-2.0 * xp.log(u1))
