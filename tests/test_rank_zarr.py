@@ -190,3 +190,24 @@ def test_a_store_of_blocks_larger_than_the_inner_chunk_is_sharded_one_shard_per_
         files = [f for f in (tmp_path / "ranks.zarr" / name / "c").rglob("*") if f.is_file()]
         assert len(files) == 4 * 2, (name, len(files))
     sim.close()
+
+
+def test_derived_variables_take_the_blocks_own_cells_from_its_copy_and_only_the_rest_from_the_store(tmp_path):
+    """The store holds NaN in the block: a vorticity equal to the whole grid's proves no own cell was read back."""
+    import zarr
+
+    from hpcgpu.io.rank_zarr import write_derived_regions
+
+    model = ShallowWater("unstable_jet", nx=24, ny=20, backend="numpy", boundary="periodic")
+    state = model.initial_state()
+    state = type(state)(*(a + 0.01 * np.arange(a.size).reshape(a.shape) for a in state.arrays()))
+    group = zarr.open_group(tmp_path / "s.zarr", mode="w")
+    rows, cols = slice(5, 15), slice(8, 20)
+    for name in ("u", "v", "h", "vorticity"):
+        values = getattr(state, name, np.zeros_like(state.h)).copy()
+        values[rows, cols] = np.nan  # the block's own cells: never to be read from here
+        group.create_array(name, shape=(1, 20, 24), chunks=(1, 5, 4), dtype=values.dtype)[0] = values
+    own = type(state)(*(a[rows, cols].copy() for a in state.arrays()))
+    write_derived_regions(model, str(tmp_path / "s.zarr"), 0, ["vorticity"], [(rows, cols)], [own])
+    got = group["vorticity"][0, rows, cols]
+    np.testing.assert_array_equal(got, model.vorticity(state).astype(model.dtype)[rows, cols])

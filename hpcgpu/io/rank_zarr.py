@@ -37,6 +37,7 @@ Examples
 """
 
 import math
+import os
 import queue
 import threading
 import warnings
@@ -50,7 +51,8 @@ from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
 __all__ = ["INNER_CHUNK", "QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "GridSnapshot",
-           "RankSnapshots", "background_writes", "block_chunks", "chunk_size", "drop_writes", "finish_writes", "inner_chunks", "rank_writable", "template", "wait_writes"]
+           "RankSnapshots", "background_writes", "block_chunks", "chunk_size", "drop_writes", "finish_writes", "index_runs", "inner_chunks",
+           "rank_writable", "read_cells", "template", "wait_writes"]
 
 SMALL_CHUNK = 8
 """Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
@@ -288,13 +290,22 @@ class GridSnapshot:
         else:
             writes.wait()  # this worker's writes, the previous snapshot's fields among them (raises a failed one)
             context.comm.barrier()  # and every other worker's: the derived variables read across the blocks
-            derived = (context.model.with_backend("numpy"), *self.derived)
-        copies = [(rank, rows, cols, _host_copy(context.model, state))] if self.fields else []
+            index, names = self.derived
+            # the rank's own cells of that snapshot from its host copy, kept for this: only the cells
+            # beyond the block are read back from the store
+            held = writes.held.pop(rank, None)
+            derived = (context.model.with_backend("numpy"), index, names,
+                       held[1] if held is not None and held[0] == index else None)
+        host = _host_copy(context.model, state)
+        copies = [(rank, rows, cols, host)] if self.fields else []
+        if self.fields:
+            writes.held[rank] = (self.index, host)
         path, index, fields = self.path, self.index, self.fields
 
         def job():
             if derived is not None:
-                write_derived_regions(derived[0], path, derived[1], derived[2], [(rows, cols)])
+                model, at, names, own = derived
+                write_derived_regions(model, path, at, names, [(rows, cols)], [own])
             if copies:
                 write_field_regions(path, index, fields, copies)
 
@@ -360,6 +371,7 @@ class BackgroundWrites:
         self._queue = queue.Queue(maxsize=depth)
         self._errors = []
         self.timings = []  # what the jobs report: e.g. each rank's bytes and seconds of a snapshot
+        self.held = {}  # rank -> (time index, host state): its last snapshot's cells, for that one's derived variables
         self._thread = threading.Thread(target=self._loop, name="hpcgpu-rank-writes", daemon=True)
         self._thread.start()
 
@@ -386,6 +398,7 @@ class BackgroundWrites:
         self._thread.join()
 
     def _loop(self):
+        _lower_priority()
         while True:
             job = self._queue.get()
             try:
@@ -396,6 +409,27 @@ class BackgroundWrites:
                 self._errors.append(error)
             finally:
                 self._queue.task_done()
+
+
+WRITER_NICENESS = 10
+"""How much lower than the stepping threads the writer threads run (Linux ``nice`` increment; 0 leaves them equal)."""
+
+
+def _lower_priority():
+    """Lower this thread's scheduling priority (Linux: per thread), so that stepping gets a busy core first.
+
+    The writes then take the cores' idle time (a rank waiting for a
+    message, a GPU step) before the stepping's. Threads this one starts
+    (zarr's I/O loop and codec pool, when a write starts them) inherit it.
+    Elsewhere, or without permission, nothing changes.
+    """
+    if WRITER_NICENESS <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICENESS))
+    except OSError:  # not permitted here: the writes run at the stepping's priority
+        pass
 
 
 def background_writes(path):
@@ -436,28 +470,80 @@ def write_field_regions(path, index, names, copies):
 def queue_derived_regions(spec, ranks, results, path, index, names):
     """Each rank of this worker queues the write of its region's derived variables at time ``index`` (a worker task)."""
     model = on_worker(spec.model).with_backend("numpy")
+    writes = background_writes(path)
     regions = [(rows, cols) for _, rows, cols in _regions(spec, ranks)]
-    background_writes(path).submit(lambda: write_derived_regions(model, path, index, names, regions))
+    held = [writes.held.pop(rank, None) for rank in ranks]
+    hosts = [h[1] if h is not None and h[0] == index else None for h in held]
+    writes.submit(lambda: write_derived_regions(model, path, index, names, regions, hosts))
     return len(ranks)
 
 
-def write_derived_regions(model, path, index, names, regions):
+def write_derived_regions(model, path, index, names, regions, hosts=None):
     """Write the derived variables ``names`` of ``regions`` at time ``index``.
 
     They are computed by ``model.derived_output_block`` from the state
-    fields already in the store (the cells beyond each region included).
+    fields at that time: the region's own cells from ``hosts`` (per
+    region, its host state of that snapshot, or None) where given, every
+    other cell (those beyond the region) read from the store.
     """
     import zarr
 
     group = zarr.open_group(path, mode="r+")
+    for (rows, cols), host in zip(regions, hosts or [None] * len(regions)):
 
-    def read(field, rows, cols):
-        return group[field].oindex[index, np.asarray(rows), np.asarray(cols)]
+        def read(field, row_index, col_index, rows=rows, cols=cols, host=host):
+            return read_cells(group[field], index, row_index, col_index,
+                              None if host is None else (rows, cols, getattr(host, field)))
 
-    for rows, cols in regions:
         values = model.derived_output_block(read, rows, cols)
         for name in names:
             group[name][index, rows, cols] = values[name]
+
+
+def index_runs(indices, cuts=()):
+    """``[(start, stop), ...]``: the runs of consecutive values of ``indices``, in order, also cut at ``cuts``.
+
+    Examples
+    --------
+    >>> index_runs([7, 0, 1, 2, 3]), index_runs([1, 2, 3, 4], cuts=(3,))
+    ([(7, 8), (0, 4)], [(1, 3), (3, 5)])
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    if indices.size == 0:
+        return []
+    breaks = np.flatnonzero((np.diff(indices) != 1) | np.isin(indices[1:], cuts)) + 1
+    return [(int(run[0]), int(run[-1]) + 1) for run in np.split(indices, breaks)]
+
+
+def read_cells(array, index, rows, cols, local=None):
+    """The cells ``rows`` x ``cols`` (index sequences) of a Zarr array at time ``index``, read run by run.
+
+    Zarr's orthogonal indexing with integer arrays handles every index
+    on its own; a block with a wrapped neighbour row is a few contiguous
+    runs, each read as a slice of the chunks it touches. ``local``
+    (``(row slice, column slice, values)``: a block's own cells at that
+    time, in memory) serves the cells it holds without reading them.
+
+    Examples
+    --------
+    >>> cells = np.arange(24.0).reshape(1, 4, 6)
+    >>> read_cells(cells, 0, [3, 0, 1], [5, 0])
+    array([[23., 18.],
+           [ 5.,  0.],
+           [11.,  6.]])
+    >>> read_cells(cells, 0, [3, 0], [0, 1], (slice(0, 2), slice(0, 2), -cells[0, :2, :2]))
+    array([[18., 19.],
+           [-0., -1.]])
+    """
+    cuts = ((), ()) if local is None else ((local[0].start, local[0].stop), (local[1].start, local[1].stop))
+
+    def piece(r0, r1, c0, c1):
+        if local is not None and cuts[0][0] <= r0 and r1 <= cuts[0][1] and cuts[1][0] <= c0 and c1 <= cuts[1][1]:
+            return local[2][r0 - cuts[0][0]:r1 - cuts[0][0], c0 - cuts[1][0]:c1 - cuts[1][0]]
+        return array[index, r0:r1, c0:c1]
+
+    return np.block([[piece(r0, r1, c0, c1) for c0, c1 in index_runs(cols, cuts[1])]
+                     for r0, r1 in index_runs(rows, cuts[0])])
 
 
 def wait_writes(spec, ranks, results, path):
