@@ -11,7 +11,8 @@ pytest.importorskip("zarr")
 
 from hpcgpu import Simulation  # noqa: E402
 from hpcgpu.io import ZarrWriter  # noqa: E402
-from hpcgpu.io.rank_zarr import BackgroundWrites, chunk_size  # noqa: E402
+from hpcgpu.io.rank_zarr import chunk_size  # noqa: E402
+from hpcgpu.io.writer_threads import BackgroundWrites  # noqa: E402
 from hpcgpu.partition.engine import PartitionedExecutor  # noqa: E402
 from hpcgpu.schedules import Every  # noqa: E402
 from hpcgpu.workloads.weather import ShallowWater  # noqa: E402
@@ -211,3 +212,19 @@ def test_derived_variables_take_the_blocks_own_cells_from_its_copy_and_only_the_
     write_derived_regions(model, str(tmp_path / "s.zarr"), 0, ["vorticity"], [(rows, cols)], [own])
     got = group["vorticity"][0, rows, cols]
     np.testing.assert_array_equal(got, model.vorticity(state).astype(model.dtype)[rows, cols])
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread priorities are a Linux feature")
+def test_the_writer_thread_runs_at_a_lower_priority_than_its_caller():
+    import threading
+
+    from hpcgpu.io.writer_threads import WRITER_NICENESS
+
+    def niceness():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    writes, seen = BackgroundWrites(), []
+    writes.submit(lambda: seen.append(niceness()))
+    writes.wait()
+    writes.stop()
+    assert seen == [min(19, niceness() + WRITER_NICENESS)]

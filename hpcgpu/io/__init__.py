@@ -5,7 +5,8 @@
     that appends snapshots of the fields on a schedule, and
     :func:`open_output` to read a run back (xarray); on a partitioned run
     the ranks write them (:mod:`~hpcgpu.io.rank_zarr` for grids,
-    :mod:`~hpcgpu.io.particle_zarr` for particles, by id);
+    :mod:`~hpcgpu.io.particle_zarr` for particles, by id, both on the
+    workers' :mod:`~hpcgpu.io.writer_threads`);
 :mod:`~hpcgpu.io.png_panels`
     :func:`save_panels`, colour maps of 2D fields for the command line;
 :mod:`~hpcgpu.io.html_views`

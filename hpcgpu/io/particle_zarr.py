@@ -20,7 +20,7 @@ snapshot is then:
 3. each rank sorts what it received by id, checks that it holds every id
    of its range once, and queues the write of its chunks of the new time
    index on its worker's background thread (the bounded queue of
-   :mod:`hpcgpu.io.rank_zarr`); the next steps run while it writes. The
+   :mod:`hpcgpu.io.writer_threads`); the next steps run while it writes. The
    first snapshot also writes the particle coordinate (``atom``,
    ``body``: 0 to N-1) this way.
 
@@ -50,7 +50,8 @@ from time import perf_counter
 import numpy as np
 
 from hpcgpu.errors import ConfigError
-from hpcgpu.io.rank_zarr import TIME_ATTRS, background_writes, finish_writes
+from hpcgpu.io.rank_zarr import TIME_ATTRS
+from hpcgpu.io.writer_threads import background_writes, finish_writes
 from hpcgpu.partition.all_pairs import AllPairsDecomposition
 from hpcgpu.partition.bricks import BrickDecomposition
 from hpcgpu.partition.decomposition import on_worker

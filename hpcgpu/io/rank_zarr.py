@@ -37,9 +37,6 @@ Examples
 """
 
 import math
-import os
-import queue
-import threading
 import warnings
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
@@ -47,12 +44,13 @@ from time import perf_counter
 
 import numpy as np
 
+from hpcgpu.io.writer_threads import background_writes, finish_writes, wait_writes
 from hpcgpu.partition.decomposition import on_worker
 from hpcgpu.rank_checkpoints import writes_pieces
 
-__all__ = ["INNER_CHUNK", "QUEUE_DEPTH", "SMALL_CHUNK", "TIME_ATTRS", "BackgroundWrites", "GridSnapshot",
-           "RankSnapshots", "background_writes", "block_chunks", "chunk_size", "drop_writes", "finish_writes", "index_runs", "inner_chunks",
-           "rank_writable", "read_cells", "template", "wait_writes"]
+__all__ = ["INNER_CHUNK", "SMALL_CHUNK", "TIME_ATTRS", "GridSnapshot", "RankSnapshots", "block_chunks", "chunk_size",
+           "index_runs", "inner_chunks", "rank_writable", "read_cells", "template", "write_derived_regions",
+           "write_field_regions"]
 
 SMALL_CHUNK = 8
 """Chunks narrower than this (cells, along y or x) draw a warning: the blocks share no larger divisor."""
@@ -192,8 +190,8 @@ class RankSnapshots:
     """The rank-written snapshots of one store: metadata on the client, regions on background threads of the workers.
 
     Each worker writes on one background thread per store, fed by a
-    bounded queue (:data:`QUEUE_DEPTH` jobs; a full queue makes the next
-    snapshot wait): the ranks copy their owned cells off the device once,
+    bounded queue (:mod:`hpcgpu.io.writer_threads`; a full queue makes
+    the next snapshot wait): the ranks copy their owned cells off the device once,
     queue the write and return, so the next steps run while the snapshot
     is written. That work runs inside the epoch (:class:`GridSnapshot`),
     so a snapshot drains no epoch pipeline: the client only lengthens the
@@ -347,98 +345,6 @@ def _regions(spec, ranks):
         yield rank, slice(*region["rows"]), slice(*region["cols"])
 
 
-QUEUE_DEPTH = 2
-"""Snapshots a worker may hold queued for writing (host copies of its ranks' cells) before the next one waits."""
-
-_WRITERS = {}  # per worker process: store path -> BackgroundWrites
-_WRITERS_LOCK = threading.Lock()
-
-
-class BackgroundWrites:
-    """A thread that runs queued write jobs in order; the first failure is kept for :meth:`wait`.
-
-    Examples
-    --------
-    >>> writes = BackgroundWrites()
-    >>> out = []
-    >>> writes.submit(lambda: out.append(1))
-    >>> writes.wait(); out
-    [1]
-    >>> writes.stop()
-    """
-
-    def __init__(self, depth=QUEUE_DEPTH):
-        self._queue = queue.Queue(maxsize=depth)
-        self._errors = []
-        self.timings = []  # what the jobs report: e.g. each rank's bytes and seconds of a snapshot
-        self.held = {}  # rank -> (time index, host state): its last snapshot's cells, for that one's derived variables
-        self._thread = threading.Thread(target=self._loop, name="hpcgpu-rank-writes", daemon=True)
-        self._thread.start()
-
-    def submit(self, job):
-        """Queue ``job`` (a callable); blocks while the queue is full."""
-        self._queue.put(job)
-
-    def wait(self):
-        """Block until every queued job ran; raise the first error since the last wait."""
-        self._queue.join()
-        errors, self._errors = self._errors, []
-        if errors:
-            raise errors[0]
-
-    def check(self):
-        """Raise the first error of the jobs run since the last wait or check, without waiting for the others."""
-        if self._errors:
-            errors, self._errors = self._errors, []
-            raise errors[0]
-
-    def stop(self):
-        """End the thread once the queued jobs ran."""
-        self._queue.put(None)
-        self._thread.join()
-
-    def _loop(self):
-        _lower_priority()
-        while True:
-            job = self._queue.get()
-            try:
-                if job is None:
-                    return
-                job()
-            except BaseException as error:  # noqa: BLE001 - kept, and raised by wait() on the caller's side
-                self._errors.append(error)
-            finally:
-                self._queue.task_done()
-
-
-WRITER_NICENESS = 10
-"""How much lower than the stepping threads the writer threads run (Linux ``nice`` increment; 0 leaves them equal)."""
-
-
-def _lower_priority():
-    """Lower this thread's scheduling priority (Linux: per thread), so that stepping gets a busy core first.
-
-    The writes then take the cores' idle time (a rank waiting for a
-    message, a GPU step) before the stepping's. Threads this one starts
-    (zarr's I/O loop and codec pool, when a write starts them) inherit it.
-    Elsewhere, or without permission, nothing changes.
-    """
-    if WRITER_NICENESS <= 0 or not hasattr(os, "setpriority"):
-        return
-    try:
-        thread = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICENESS))
-    except OSError:  # not permitted here: the writes run at the stepping's priority
-        pass
-
-
-def background_writes(path):
-    with _WRITERS_LOCK:
-        if path not in _WRITERS:
-            _WRITERS[path] = BackgroundWrites()
-        return _WRITERS[path]
-
-
 def _host_copy(model, state):
     """The owned cells of ``state`` as NumPy arrays of their own: copied off the device once, or copied in host
     memory when they are views of the rank's live block (that the next steps overwrite)."""
@@ -544,43 +450,3 @@ def read_cells(array, index, rows, cols, local=None):
 
     return np.block([[piece(r0, r1, c0, c1) for c0, c1 in index_runs(cols, cuts[1])]
                      for r0, r1 in index_runs(rows, cuts[0])])
-
-
-def wait_writes(spec, ranks, results, path):
-    """Wait for this worker's queued writes to ``path``; raise the first that failed (a worker task)."""
-    background_writes(path).wait()
-
-
-def finish_writes(spec, ranks, results, path):
-    """Wait for this worker's queued writes to ``path`` and end its thread; raise the first failure (a worker task).
-
-    Returns the ranks' snapshot timings (``[{"rank", "bytes", "seconds"}]``).
-    """
-    with _WRITERS_LOCK:
-        writes = _WRITERS.get(path)
-    if writes is None:
-        return []
-    try:
-        writes.wait()
-    finally:
-        with _WRITERS_LOCK:
-            _WRITERS.pop(path, None)
-        writes.stop()
-    return writes.timings
-
-
-def drop_writes(spec, ranks, results, path):
-    """Wait for this worker's queued writes to ``path`` and end its thread, dropping their errors (a worker task).
-
-    For a run restarted after a lost worker: the writes queued before the
-    loss belong to snapshots the run writes again.
-    """
-    with _WRITERS_LOCK:
-        writes = _WRITERS.pop(path, None)
-    if writes is None:
-        return
-    try:
-        writes.wait()
-    except Exception:  # noqa: BLE001 - a snapshot that is written again
-        pass
-    writes.stop()

@@ -226,7 +226,7 @@ class ZarrWriter:
         """
         if self._pending_on is None or self._pending_on is simulation.executor:
             return
-        from hpcgpu.io.rank_zarr import drop_writes
+        from hpcgpu.io.writer_threads import drop_writes
 
         self._pending_on, self._rank_snapshots, self._particles_queued = None, None, False
         if callable(getattr(simulation.executor, "on_workers", None)):
