@@ -54,6 +54,22 @@ last bit.) Several targets per sweep (register blocking) was measured: no
 faster here (the sweep is bound by arithmetic, not loads). The explicit
 float32 sweeps keep this: each lane sums its own sources in index order.
 
+Fresh and cached code: Numba compiles each helper (``_sweep``, the ``prange``
+body) as a library of its own, optimises it, then links a ``linkonce_odr``
+copy into the kernel's module and optimises that again; its on-disk cache
+holds the twice-optimised object. The JIT binds a call to the copy of a
+symbol it loaded first, so the process that compiles runs the once-optimised
+copies and every process loading the cache the twice-optimised ones. The
+sweep must therefore compile to the same arithmetic either way. It did not
+with the coincident-pair guard on ``inv_r``: LLVM turned that select into a
+branch and, in one pass but not the other, sank ``sqrt`` into it next to the
+division; instruction selection fuses ``1/sqrt`` into ``rsqrt`` and a Newton
+step only within one block, so the scalar tail of the loop was ``sqrtss`` +
+``divss`` fresh and ``rsqrtss`` cached, and 15 of 201 float32 accelerations
+differed (up to 1.1e-5 relative) between a fresh and a resumed process. The
+guard now zeroes the products, a select of cheap operands that stays a blend
+(``tests/kernels/test_nbody_cache_bitwise.py`` compares the two paths).
+
 Subnormals are flushed inside the kernel (:mod:`hpcgpu.kernels.fpenv`).
 Inner loops are written ``for j in range(n)`` over contiguous arrays (see
 :func:`_sweep` for why).
@@ -187,9 +203,13 @@ def _sweep(x, y, z, sx, sy, sz, sm, eps2, zero, one, guard, potential, divide):
             inv_r = divide_inverse_sqrt(r2, one)
         else:
             inv_r = fast_inverse_sqrt(r2, one)
-        if guard:
-            inv_r = exclude_coincident(inv_r, r2, zero)
         weight, m_inv_r = pair_weights(sm[j], inv_r)
+        if guard:
+            # Zero the products, not inv_r: a select on inv_r itself lets LLVM
+            # turn it into a branch and sink the division into it, apart from
+            # its sqrt; see "Fresh and cached code" in the module docstring.
+            weight = exclude_coincident(weight, r2, zero)
+            m_inv_r = exclude_coincident(m_inv_r, r2, zero)
         ax += weight * dx
         ay += weight * dy
         az += weight * dz
