@@ -146,7 +146,7 @@ def _gather_row(array, row, first_col, cols, west_column, zero_west, zero_row, o
         out[j + 1] = np.float64(array[row, first_col + j])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")  # IEEE division: x / 0 is inf or NaN, as in NumPy
 def _block_bins(u, v, h, source_rows, zero_v_rows, west_column, zero_u_west, first_col, cols, rows,
                 coriolis, mean_depth, dx, dy, south_wall, north_wall, highs, lows, specials):
     """Bin every diagnostic's terms of the block, framed row by framed row (see the module's docstring).
