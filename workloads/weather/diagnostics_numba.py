@@ -184,14 +184,14 @@ def _block_bins(u, v, h, source_rows, zero_v_rows, west_column, zero_u_west, fir
                 add_to_int_bins(bits[q], highs[q], lows[q], specials[q])
         # the corners of row R - 1: the south-west corners of its cells
         f = coriolis[R - 1]
-        # corners on a wall count half (trapezoidal rule along y); halved twice where one row is both walls'
-        halvings = (1 if south_wall and R == 1 else 0) + (1 if north_wall and R == corners else 0)
         for j in range(cols):
             zeta = (Vn[j + 1] - Vn[j]) / dx - (Un[j + 1] - Ub[j + 1]) / dy
             h_q = 0.25 * (Hb[j] + Hb[j + 1] + Hn[j] + Hn[j + 1])
             absolute = f + zeta
-            density = 0.5 * (absolute * absolute) / h_q
-            for _ in range(halvings):
-                density *= 0.5
-            terms[4, j] = density
+            terms[4, j] = 0.5 * (absolute * absolute) / h_q
+        # corners on a wall count half (trapezoidal rule along y); halved twice where one row is both walls'
+        halvings = (1 if south_wall and R == 1 else 0) + (1 if north_wall and R == corners else 0)
+        for _ in range(halvings):
+            for j in range(cols):
+                terms[4, j] *= 0.5
         add_to_int_bins(bits[4], highs[4], lows[4], specials[4])
