@@ -49,8 +49,8 @@ import numpy as np
 
 from hpcgpu.errors import ConfigError
 
-__all__ = ["ExactPartial", "exact_partial", "exponent_bins", "exponent_bins_numba", "numba_available",
-           "CHUNK_ELEMENTS", "METHODS"]
+__all__ = ["ExactPartial", "exact_partial", "exact_partial_from_bins", "exponent_bins", "exponent_bins_numba",
+           "numba_available", "CHUNK_ELEMENTS", "METHODS"]
 
 CHUNK_ELEMENTS = 1 << 26
 """Elements binned per pass: a 27-bit half times ``2**26`` terms stays below ``2**53``, exact in float64."""
@@ -196,6 +196,38 @@ def exact_partial(values, *, method="auto"):
     return ExactPartial(units, int(values.size), nans, positive, negative)
 
 
+def exact_partial_from_bins(high, low, specials, count):
+    """The :class:`ExactPartial` that exponent bins hold: for kernels that bin values as they compute them.
+
+    Parameters
+    ----------
+    high, low : array_like of integers or integral floats, shape (2048,) or (2048, copies)
+        Per biased exponent ``e`` (first axis), the exact sums of ``sign *
+        (m >> 26)`` and ``sign * (m & (2**26 - 1))`` (``m`` the integer
+        significand), as :func:`exponent_bins` and
+        :func:`hpcgpu.exact_bins_numba.add_to_int_bins` make them; copies
+        along a second axis are added.
+    specials : array_like of int, shape (3,)
+        The counts of NaN, +inf and -inf.
+    count : int
+        How many elements went in, finite or not.
+
+    Returns
+    -------
+    ExactPartial
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> high, low, specials = exponent_bins(np, np.array([0.1, 0.2, -np.inf]))
+    >>> p = exact_partial_from_bins(high, low, specials, 3)
+    >>> p == exact_partial([0.1, 0.2, -np.inf]), float(exact_partial_from_bins(high, low, [0, 0, 0], 2))
+    (True, 0.30000000000000004)
+    """
+    nans, positive, negative = (int(c) for c in specials)
+    return ExactPartial(_bins_to_units(np.asarray(high), np.asarray(low)), int(count), nans, positive, negative)
+
+
 # (integer view, fraction bits, exponent bits, smallest subnormal) of the narrow floats
 _NARROW = {2: (np.int16, 10, 5, 2.0 ** -24), 4: (np.int32, 23, 8, 2.0 ** -149)}
 
@@ -312,12 +344,16 @@ def numba_available():
 
 
 def _bins_to_units(high, low):
-    """The exact sum the bins hold, in units of ``2**-1074`` (a Python integer)."""
-    used = np.flatnonzero((high != 0) | (low != 0))
+    """The exact sum the bins hold, in units of ``2**-1074`` (a Python integer); copies along axis 1 add."""
+    if high.ndim == 1:
+        high, low = high[:, None], low[:, None]
+    used = np.flatnonzero(((high != 0) | (low != 0)).any(axis=1))
     units = 0
     # bin e weighs 2**(max(e, 1) - 1075), i.e. 2**(max(e, 1) - 1) units; its high half 2**26 times more
-    for exponent, upper, lower in zip(used.tolist(), high[used].tolist(), low[used].tolist()):
-        units += ((int(upper) << 26) + int(lower)) << (max(exponent, 1) - 1)
+    # (Python integers: int64 copies could overflow when added in int64)
+    for exponent, uppers, lowers in zip(used.tolist(), high[used].tolist(), low[used].tolist()):
+        upper, lower = sum(int(x) for x in uppers), sum(int(x) for x in lowers)
+        units += ((upper << 26) + lower) << (max(exponent, 1) - 1)
     return units
 
 

@@ -286,3 +286,38 @@ def test_cupy_arrays_are_binned_on_the_device_and_agree_with_the_host(rng):
     assert exact_partial(cupy.asarray(singles)) == exact_partial(singles)
     with pytest.raises(ConfigError, match="method='numba' cannot sum these values"):
         exact_partial(device, method="numba")
+
+
+@SETTINGS
+@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), max_size=40),
+       pieces=st.integers(1, 5))
+def test_integer_bins_filled_piece_by_piece_fold_to_the_partial_of_all_the_values(values, pieces):
+    # a fused kernel bins row after row into the same integer bins and folds them once
+    from hpcgpu.exact_bins_numba import COPIES, add_to_int_bins
+    from hpcgpu.exact_sums import exact_partial_from_bins
+
+    values = np.array(values, dtype=np.float64)
+    highs, lows = np.zeros((2048, COPIES), np.int64), np.zeros((2048, COPIES), np.int64)
+    specials = np.zeros(3, np.int64)
+    for piece in np.array_split(values, pieces):
+        add_to_int_bins(np.ascontiguousarray(piece).view(np.int64), highs, lows, specials)
+    high, low, array_specials = exponent_bins(np, values)
+    np.testing.assert_array_equal(highs.sum(axis=1), high)
+    np.testing.assert_array_equal(lows.sum(axis=1), low)
+    np.testing.assert_array_equal(specials, array_specials)
+    assert exact_partial_from_bins(highs, lows, specials, values.size) == exact_partial(values, method="array")
+
+
+def test_folding_integer_bin_copies_does_not_overflow_int64():
+    from hpcgpu.exact_sums import exact_partial_from_bins
+
+    big = np.iinfo(np.int64).max
+    highs = np.zeros((2048, 4), np.int64)
+    highs[1023] = big  # four copies whose int64 sum would wrap around
+    lows = np.zeros_like(highs)
+    lows[0, :2] = -big
+    partial = exact_partial_from_bins(highs, lows, [0, 0, 0], 7)
+    assert partial.units == (4 * big << 26 << 1022) - 2 * big and partial.count == 7
+    # float bins of one copy, as exponent_bins gives them, fold as they did
+    high, low, specials = exponent_bins(np, np.array([0.1, -2.5, 3e-310]))
+    assert exact_partial_from_bins(high, low, specials, 3) == exact_partial([0.1, -2.5, 3e-310])

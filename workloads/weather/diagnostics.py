@@ -21,7 +21,7 @@ import numpy as np
 from hpcgpu.exact_sums import exact_partial
 from hpcgpu.workloads.sums import exact_total
 
-__all__ = ["block_sums", "combine_sums"]
+__all__ = ["block_sums", "combine_sums", "reference_block_sums", "uses_fused_sums"]
 
 
 def _extended(model, array, where, field):
@@ -52,9 +52,46 @@ def _extended(model, array, where, field):
     return block
 
 
+def uses_fused_sums(model):
+    """Whether :func:`block_sums` takes the fused Numba pass for ``model`` (its ``numba`` backend), else the arrays'.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> uses_fused_sums(ShallowWater("unstable_jet", nx=8, ny=8, backend="numpy"))
+    False
+    """
+    return model.backend.name == "numba"
+
+
 def block_sums(model, state, where):
     """Exact partial sums over a block's owned cells: see :meth:`ShallowWater.block_sums
-    <hpcgpu.workloads.weather.ShallowWater.block_sums>`."""
+    <hpcgpu.workloads.weather.ShallowWater.block_sums>`.
+
+    The ``numba`` backend's host blocks take one fused pass
+    (:func:`hpcgpu.workloads.weather.diagnostics_numba.fused_block_sums`),
+    equal partial for partial to :func:`reference_block_sums`, which the
+    other backends use.
+    """
+    if uses_fused_sums(model):
+        from hpcgpu.workloads.weather.diagnostics_numba import MAX_BLOCK_CELLS, fused_block_sums
+
+        if (where.rows.stop - where.rows.start + 1) * (where.cols.stop - where.cols.start) < MAX_BLOCK_CELLS:
+            return fused_block_sums(model, state, where)
+    return reference_block_sums(model, state, where)
+
+
+def reference_block_sums(model, state, where):
+    """:func:`block_sums` by array operations of the backend's module (NumPy or CuPy): the reference.
+
+    Examples
+    --------
+    >>> from hpcgpu.workloads.weather import ShallowWater
+    >>> from hpcgpu.partition.block_region import whole_grid
+    >>> model = ShallowWater("unstable_jet", nx=8, ny=8)
+    >>> reference_block_sums(model, model.initial_state(), whole_grid(model.shape, model.periodic))["cells"]
+    64
+    """
     g = model.grid
     U, V, H = (_extended(model, a, where, name) for a, name in zip(state.arrays(), "uvh"))
     south_wall, north_wall = where.sides[2] == "wall", where.sides[3] == "wall"
