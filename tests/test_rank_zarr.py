@@ -228,3 +228,15 @@ def test_the_writer_thread_runs_at_a_lower_priority_than_its_caller():
     writes.wait()
     writes.stop()
     assert seen == [min(19, niceness() + WRITER_NICENESS)]
+
+
+@pytest.mark.parametrize("text", ["-1", "20", "ten"])
+def test_a_bad_writer_niceness_names_the_variable_and_its_range(monkeypatch, text):
+    from hpcgpu.errors import ConfigError
+    from hpcgpu.io.writer_threads import NICENESS_ENV, writer_niceness
+
+    monkeypatch.setenv(NICENESS_ENV, text)
+    with pytest.raises(ConfigError, match=f"{NICENESS_ENV} must be an int from 0 .* to 19; got '{text}'"):
+        writer_niceness()
+    monkeypatch.setenv(NICENESS_ENV, "0")
+    assert writer_niceness() == 0

@@ -26,8 +26,8 @@ import os
 import queue
 import threading
 
-__all__ = ["QUEUE_DEPTH", "WRITER_NICENESS", "BackgroundWrites", "background_writes", "drop_writes",
-           "finish_writes", "wait_writes"]
+__all__ = ["NICENESS_ENV", "QUEUE_DEPTH", "WRITER_NICENESS", "BackgroundWrites", "background_writes",
+           "drop_writes", "finish_writes", "wait_writes", "writer_niceness"]
 
 QUEUE_DEPTH = 2
 """Snapshots a worker may hold queued for writing (host copies of its ranks' cells) before the next one waits."""
@@ -95,6 +95,31 @@ class BackgroundWrites:
 
 WRITER_NICENESS = 10
 """How much lower than the stepping threads the writer threads run (Linux ``nice`` increment; 0 leaves them equal)."""
+NICENESS_ENV = "HPCGPU_WRITER_NICENESS"
+"""The environment variable (of the workers) that sets another increment, 0 to 19."""
+
+
+def writer_niceness():
+    """The ``nice`` increment of the writer threads: :data:`NICENESS_ENV` if set, else :data:`WRITER_NICENESS`.
+
+    Examples
+    --------
+    >>> writer_niceness() == WRITER_NICENESS or NICENESS_ENV in os.environ
+    True
+    """
+    text = os.environ.get(NICENESS_ENV)
+    if text is None:
+        return WRITER_NICENESS
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        from hpcgpu.errors import ConfigError
+
+        raise ConfigError(f"{NICENESS_ENV} must be an int from 0 (writes as urgent as the stepping) to 19; "
+                          f"got {text!r}")
+    return value
 
 
 def _lower_priority():
@@ -105,11 +130,12 @@ def _lower_priority():
     (zarr's I/O loop and codec pool, when a write starts them) inherit it.
     Elsewhere, or without permission, nothing changes.
     """
-    if WRITER_NICENESS <= 0 or not hasattr(os, "setpriority"):
+    increment = writer_niceness()
+    if increment <= 0 or not hasattr(os, "setpriority"):
         return
     try:
         thread = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICENESS))
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + increment))
     except OSError:  # not permitted here: the writes run at the stepping's priority
         pass
 
