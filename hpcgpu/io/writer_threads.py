@@ -26,6 +26,8 @@ import os
 import queue
 import threading
 
+from hpcgpu.env_settings import env_number
+
 __all__ = ["NICENESS_ENV", "QUEUE_DEPTH", "WRITER_NICENESS", "BackgroundWrites", "background_writes",
            "drop_writes", "finish_writes", "wait_writes", "writer_niceness"]
 
@@ -107,19 +109,8 @@ def writer_niceness():
     >>> writer_niceness() == WRITER_NICENESS or NICENESS_ENV in os.environ
     True
     """
-    text = os.environ.get(NICENESS_ENV)
-    if text is None:
-        return WRITER_NICENESS
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 19:
-        from hpcgpu.errors import ConfigError
-
-        raise ConfigError(f"{NICENESS_ENV} must be an int from 0 (writes as urgent as the stepping) to 19; "
-                          f"got {text!r}")
-    return value
+    return env_number(NICENESS_ENV, WRITER_NICENESS, int, lambda v: 0 <= v <= 19,
+                      "an int from 0 (writes as urgent as the stepping) to 19")
 
 
 def _lower_priority():

@@ -49,11 +49,11 @@ Examples
 """
 
 import logging
-import math
-import os
+import os  # the doctests read os.environ
 import threading
 import time
 
+from hpcgpu.env_settings import env_number
 from hpcgpu.errors import ConfigError
 
 __all__ = ["HEARTBEAT_S", "Heartbeats", "SILENCE_ENV", "SILENCE_S", "silence_seconds"]
@@ -87,17 +87,8 @@ def silence_seconds():
     >>> silence_seconds() == SILENCE_S or SILENCE_ENV in os.environ
     True
     """
-    text = os.environ.get(SILENCE_ENV)
-    if text is None:
-        return SILENCE_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if value != 0 and not 3 * HEARTBEAT_S <= value <= 3600:
-        raise ConfigError(f"{SILENCE_ENV} must be 0 (off) or a number of seconds from {3 * HEARTBEAT_S:g} to "
-                          f"3600; got {text!r}")
-    return value
+    return env_number(SILENCE_ENV, SILENCE_S, float, lambda v: v == 0 or 3 * HEARTBEAT_S <= v <= 3600,
+                      f"0 (off) or a number of seconds from {3 * HEARTBEAT_S:g} to 3600")
 
 
 class Heartbeats:

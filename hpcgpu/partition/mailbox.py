@@ -22,11 +22,11 @@ Examples
 """
 
 import collections
-import math
 import os
 import threading
 import time
 
+from hpcgpu.env_settings import env_number
 from hpcgpu.errors import CommAborted, ConfigError, PeerLost
 from hpcgpu.partition.communicator import Request, raise_timeout
 
@@ -65,16 +65,8 @@ def poll_seconds():
     >>> poll_seconds() == POLL_SECONDS or POLL_ENV in os.environ
     True
     """
-    text = os.environ.get(POLL_ENV)
-    if text is None:
-        return POLL_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{POLL_ENV} must be a number of seconds between 0 and 1 (0: never poll); got {text!r}")
-    return value
+    return env_number(POLL_ENV, POLL_SECONDS, float, lambda v: 0.0 <= v <= 1.0,
+                      "a number of seconds between 0 and 1 (0: never poll)")
 
 
 class Mailbox:
