@@ -362,13 +362,12 @@ def write_field_regions(path, index, names, copies):
     """
     import zarr
 
-    group = zarr.open_group(path, mode="r+")
-    arrays = {name: group[name] for name in names}
+    arrays = _writable_arrays(path, names)
     for rank, rows, cols, host in copies:
         started, size = perf_counter(), 0
         for name, array in arrays.items():
             values = getattr(host, name)
-            array[index, rows, cols] = values
+            _write_region(array, index, rows, cols, values)
             size += values.nbytes
         background_writes(path).timings.append({"rank": rank, "bytes": size, "seconds": perf_counter() - started})
 
@@ -395,15 +394,38 @@ def write_derived_regions(model, path, index, names, regions, hosts=None):
     import zarr
 
     group = zarr.open_group(path, mode="r+")
+    opened = {}  # the fields read, each opened once (its metadata is a file read)
+    arrays = _writable_arrays(path, names)
     for (rows, cols), host in zip(regions, hosts or [None] * len(regions)):
 
         def read(field, row_index, col_index, rows=rows, cols=cols, host=host):
-            return read_cells(group[field], index, row_index, col_index,
+            if field not in opened:
+                opened[field] = group[field]
+            return read_cells(opened[field], index, row_index, col_index,
                               None if host is None else (rows, cols, getattr(host, field)))
 
         values = model.derived_output_block(read, rows, cols)
         for name in names:
-            group[name][index, rows, cols] = values[name]
+            _write_region(arrays[name], index, rows, cols, values[name])
+
+
+def _writable_arrays(path, names):
+    """The arrays ``names`` of the store at ``path``, set to write every chunk they are given.
+
+    Zarr skips a chunk that holds only the fill value, and finds out by
+    comparing every cell (a third of a snapshot's write time here): a
+    snapshot's chunks are never all fill, so every one is written unread.
+    """
+    import zarr
+
+    group = zarr.open_group(path, mode="r+")
+    return {name: group[name].with_config({"write_empty_chunks": True}) for name in names}
+
+
+def _write_region(array, index, rows, cols, values):
+    """``array[index, rows, cols] = values``, given as the whole piece (time axis included): Zarr then encodes
+    a whole shard or chunk from ``values`` itself, with no copy into a fresh chunk first."""
+    array[index:index + 1, rows, cols] = values[np.newaxis]
 
 
 def index_runs(indices, cuts=()):
@@ -428,7 +450,8 @@ def read_cells(array, index, rows, cols, local=None):
     on its own; a block with a wrapped neighbour row is a few contiguous
     runs, each read as a slice of the chunks it touches. ``local``
     (``(row slice, column slice, values)``: a block's own cells at that
-    time, in memory) serves the cells it holds without reading them.
+    time, in memory) serves the cells it holds without reading them; cells
+    that are all in ``local`` come back as a view of it (read-only use).
 
     Examples
     --------
@@ -448,5 +471,6 @@ def read_cells(array, index, rows, cols, local=None):
             return local[2][r0 - cuts[0][0]:r1 - cuts[0][0], c0 - cuts[1][0]:c1 - cuts[1][0]]
         return array[index, r0:r1, c0:c1]
 
-    return np.block([[piece(r0, r1, c0, c1) for c0, c1 in index_runs(cols, cuts[1])]
-                     for r0, r1 in index_runs(rows, cuts[0])])
+    pieces = [[piece(r0, r1, c0, c1) for c0, c1 in index_runs(cols, cuts[1])] for r0, r1 in index_runs(rows, cuts[0])]
+    # one piece (a block's own cells) is handed over as it is, a view of ``local`` included: not joined into a copy
+    return pieces[0][0] if len(pieces) == 1 and len(pieces[0]) == 1 else np.block(pieces)

@@ -451,14 +451,20 @@ class ShallowWater(GridBlocks):
         """
         (ny, nx), (periodic_x, periodic_y) = self.shape, self.periodic
         row_index, col_index = np.arange(rows.start, rows.stop), np.arange(cols.start, cols.stop)
-        west = np.concatenate([[(cols.start - 1) % nx if periodic_x or cols.start else 0], col_index])
-        south = np.concatenate([[(rows.start - 1) % ny if periodic_y or rows.start else 0], row_index])
-        V, U = read("v", row_index, west), read("u", south, col_index)
-        # (V[:, 1:] - V[:, :-1]) / dx - (U[1:] - U[:-1]) / dy, the same operations in place: two
-        # block-sized temporaries instead of five (a snapshot computes it while the run steps)
-        zeta = np.subtract(V[:, 1:], V[:, :-1])
+        west = [(cols.start - 1) % nx if periodic_x or cols.start else 0]
+        south = [(rows.start - 1) % ny if periodic_y or rows.start else 0]
+        # the block and the one column (row) beyond it read apart: no block-sized join of the two
+        V, V_west = read("v", row_index, col_index), read("v", row_index, west)
+        U, U_south = read("u", row_index, col_index), read("u", south, col_index)
+        # (V[:, 1:] - V[:, :-1]) / dx - (U[1:] - U[:-1]) / dy with the neighbour's cells in front, the
+        # same operations written into two block-sized arrays (a snapshot computes it while the run steps)
+        zeta = np.empty(V.shape, dtype=np.result_type(V, V_west))
+        np.subtract(V[:, 1:], V[:, :-1], out=zeta[:, 1:])
+        np.subtract(V[:, :1], V_west, out=zeta[:, :1])
         zeta /= self.grid.dx
-        du_dy = np.subtract(U[1:, :], U[:-1, :])
+        du_dy = np.empty(U.shape, dtype=np.result_type(U, U_south))
+        np.subtract(U[1:, :], U[:-1, :], out=du_dy[1:, :])
+        np.subtract(U[:1, :], U_south, out=du_dy[:1, :])
         du_dy /= self.grid.dy
         zeta -= du_dy
         return {"vorticity": zeta.astype(self.dtype, copy=False)}
