@@ -433,6 +433,7 @@ class Simulation(Checkpointing, ScheduledEvents):
             # diagnostics and checkpoints with the step that failed, not the last one queued.
             self.step, self.time = error.step, error.step * self.dt
             self._checked_step = None
+            self._discard_unchecked_writes(error.step)
             raise
         finally:
             if bar is not None:
@@ -492,8 +493,8 @@ class Simulation(Checkpointing, ScheduledEvents):
         try:
             if self._records and self._records[-1]["step"] != self.step and getattr(self._executor, "usable", True):
                 self.record_diagnostics()
-        except UnstableSimulation:  # reported by run(); close() often runs in a finally, masking the real error
-            pass
+        except UnstableSimulation as error:  # reported by run(); close() often runs in a finally, masking it
+            self._discard_unchecked_writes(error.step)
         finally:
             self._executor.close()
 

@@ -90,14 +90,24 @@ class ScheduledEvents:
         if diag or force_check:
             self._executor.request_diagnostics(step)
         # Callbacks and writers see the state: every check up to now must pass first,
-        # so that nothing is written from a run that has blown up.
-        self._flush(block=bool(callbacks or writers or save))
+        # so that nothing is written from a run that has blown up. A writer whose write
+        # runs on the ranks, behind the check just queued, needs no wait: the ranks stop
+        # at a failed check, and the writer drops what it queued after (discard_from).
+        on_ranks = [w for w in writers if _writes_behind_checks(w, self)]
+        self._flush(block=bool(callbacks or len(on_ranks) < len(writers) or save))
         for function, _ in callbacks:
             function(self)
         for writer in writers:
             writer.write(self)
         if save:
             self.write_checkpoint(self._checkpoint[0])
+
+    def _discard_unchecked_writes(self, step):
+        """After a failed check at ``step``: writers drop the snapshots of that step and later they queued."""
+        for writer in self._writers:
+            discard = getattr(writer, "discard_from", None)
+            if callable(discard):
+                discard(self, step)
 
     def _flush(self, block=False):
         """Take in finished checks and diagnostics; raise on the first failed check."""
@@ -133,6 +143,17 @@ class ScheduledEvents:
             raise UnstableSimulation(
                 f"{self.name}: {when}: CFL number {cfl:.3g} exceeds the stable limit {limit:.3g}; "
                 f"reduce dt (now {self.dt:g}).", step=step, field="cfl", cfl=cfl)
+
+
+def _writes_behind_checks(writer, simulation):
+    """Whether ``writer``'s next write only queues work on the ranks, behind the checks queued before it.
+
+    A writer says so with ``writes_behind_checks(simulation)``, and then
+    takes back what a failed check stopped with ``discard_from(simulation,
+    step)`` (:class:`~hpcgpu.io.ZarrWriter` on a partitioned run).
+    """
+    ask = getattr(writer, "writes_behind_checks", None)
+    return callable(ask) and callable(getattr(writer, "discard_from", None)) and bool(ask(simulation))
 
 
 class DeferredInterrupt:

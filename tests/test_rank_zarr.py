@@ -240,3 +240,20 @@ def test_a_bad_writer_niceness_names_the_variable_and_its_range(monkeypatch, tex
         writer_niceness()
     monkeypatch.setenv(NICENESS_ENV, "0")
     assert writer_niceness() == 0
+
+
+def test_a_host_copy_reuses_a_spare_state_of_the_same_shapes_and_never_aliases_the_live_block():
+    from hpcgpu.io.rank_zarr import _host_copy
+
+    model = ShallowWater("unstable_jet", nx=16, ny=8, backend="numpy")
+    live = model.initial_state()
+    spare = _host_copy(model, live)
+    assert all(not np.shares_memory(c, a) for c, a in zip(spare.arrays(), live.arrays()))
+    later = type(live)(*(a + 1.0 for a in live.arrays()))
+    copy = _host_copy(model, later, spare)
+    for name in model.field_names:
+        assert getattr(copy, name) is getattr(spare, name), name  # copied into the spare's array
+        np.testing.assert_array_equal(getattr(copy, name), getattr(later, name))
+    other = ShallowWater("unstable_jet", nx=8, ny=8, backend="numpy")
+    fresh = _host_copy(other, other.initial_state(), spare)  # other shapes: new arrays, the spare untouched
+    assert all(f is not s for f, s in zip(fresh.arrays(), spare.arrays()))

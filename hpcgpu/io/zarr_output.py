@@ -85,6 +85,8 @@ class ZarrWriter:
         self._particles = None  # a partitioned particle run's: the run's layout, asked of the ranks once
         self._particles_queued = False  # snapshots queued on the ranks since the last flush
         self._pending_on = None  # the executor whose ranks still write snapshots (since the last flush)
+        self._queued = []  # (step, snapshots before it, last step before it) of each queued on ranks since the flush
+        self._alignment = (None, None)  # (executor, whether its blocks cover whole chunks of the store)
         if append and os.path.exists(self.path):
             import xarray as xr
 
@@ -146,7 +148,7 @@ class ZarrWriter:
                 raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
             names = [name for name in names if name in self.fields]
         first = self.snapshots == 0
-        if not first and not _blocks_fill_whole_chunks(self.path, names[0], executor.decomposition):
+        if not first and not self._aligned(executor, names[0]):
             # a run resumed on another layout: two ranks would write one chunk at once (a lost update)
             if not self._warned_layout:
                 warnings.warn(f"Zarr output {self.path}: the store's chunks do not align with this run's blocks "
@@ -156,9 +158,12 @@ class ZarrWriter:
             return False
         if first and os.path.exists(self.path):
             shutil.rmtree(self.path)
+        if first:
+            self._alignment = (executor, True)  # the store is made now, chunked by these blocks
         if self._rank_snapshots is None:
             # absolute: a worker's working directory need not be the client's
             self._rank_snapshots = rank_zarr.RankSnapshots(os.path.abspath(self.path))
+        self._queued.append((simulation.step, self.snapshots, self._last_step))
         self._rank_snapshots.write(executor, model, first, simulation.time, simulation.step, names,
                                    {**model.attributes(), "run_name": simulation.name})
         self._pending_on = executor
@@ -192,6 +197,7 @@ class ZarrWriter:
         first = self.snapshots == 0
         if first and os.path.exists(self.path):
             shutil.rmtree(self.path)
+        self._queued.append((simulation.step, self.snapshots, self._last_step))
         self._particles.write(executor, first, simulation.time, simulation.step, names,
                               {**_attributes(simulation.model, schema), "run_name": simulation.name})
         self._particles_queued = True
@@ -212,8 +218,58 @@ class ZarrWriter:
         if self._particles_queued:
             self._particles_queued = False
             self._particles.finish(simulation.executor)
-        self._pending_on = None
+        self._pending_on, self._queued = None, []
         self._written = (self.snapshots, self._last_step)
+
+    def writes_behind_checks(self, simulation):
+        """Whether the next :meth:`write` only queues the snapshot on the ranks of ``simulation``'s partitioned run.
+
+        The ranks run it behind the health check of its step, and stop at
+        that check if it fails: the driver goes on stepping instead of
+        waiting for the check first (which would empty the queue of
+        epochs at every snapshot), and a failed check takes the snapshot
+        back out (:meth:`discard_from`).
+        """
+        from hpcgpu.io import particle_zarr, rank_zarr
+
+        executor = simulation.executor
+        if self._pending_on is not None and self._pending_on is not executor:
+            return False  # a restart after a lost worker: the writes of the old ranks are dropped first
+        if rank_zarr.rank_writable(simulation.model, executor, self.fields):
+            names = [name for name in simulation.model.output_variables() if self.fields is None or name in self.fields]
+            return bool(names) and (self.snapshots == 0 or self._aligned(executor, names[0]))
+        # particles: once the first snapshot asked the ranks for the run's layout
+        return (isinstance(self._particles, particle_zarr.ParticleSnapshots) and self._particles_queued
+                and particle_zarr.particle_writable(executor))
+
+    def discard_from(self, simulation, step):
+        """Take the snapshots of ``step`` and later out of the store, and finish writing the ones before.
+
+        Called by :class:`~hpcgpu.Simulation` after a health check failed
+        at ``step``: the ranks stopped at that check, before the snapshots
+        queued behind it (:meth:`writes_behind_checks`), so those hold no
+        values and are cut along ``time``. A failed write of an earlier
+        snapshot is reported as a warning (the failed check is the error).
+        """
+        dropped = [entry for entry in self._queued if entry[0] >= step]
+        if dropped:
+            _, count, last_step = dropped[0]
+            self._queued = [entry for entry in self._queued if entry[0] < step]
+            if self._rank_snapshots is not None:
+                self._rank_snapshots.discard_from(count)
+            _cut_time(self.path, count)
+            self.snapshots, self._last_step = count, last_step
+        try:
+            self.flush(simulation)  # the derived variables of the last snapshot kept, as close() would
+        except Exception as error:  # noqa: BLE001 - reported beside the failed check, which is raised
+            warnings.warn(f"Zarr output {self.path}: a snapshot before the failed check at step {step} was not "
+                          f"written whole: {error}", RuntimeWarning, stacklevel=2)
+
+    def _aligned(self, executor, name):
+        """Whether the blocks of ``executor`` cover whole chunks of ``name`` in the store (asked once per executor)."""
+        if self._alignment[0] is not executor:
+            self._alignment = (executor, _blocks_fill_whole_chunks(self.path, name, executor.decomposition))
+        return self._alignment[1]
 
     def _rewind_lost(self, simulation):
         """After a restart from a checkpoint (a lost worker), forget the snapshots the old ranks may not have written.
@@ -228,7 +284,7 @@ class ZarrWriter:
             return
         from hpcgpu.io.writer_threads import drop_writes
 
-        self._pending_on, self._rank_snapshots, self._particles_queued = None, None, False
+        self._pending_on, self._rank_snapshots, self._particles_queued, self._queued = None, None, False, []
         if callable(getattr(simulation.executor, "on_workers", None)):
             simulation.executor.on_workers(drop_writes, os.path.abspath(self.path), phase="snapshot-drop")
         count, last_step = self._written
