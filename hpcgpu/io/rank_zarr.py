@@ -313,8 +313,7 @@ class GridSnapshot:
                        held[1] if held is not None and held[0] == index else None)
         # free host copies of this rank's cells live in its cache, for the session: snapshot after snapshot,
         # and store after store (a run resumed, a writer's next run), each copy goes to memory already mapped
-        spares = getattr(context, "cache", None)
-        spares = writes.spare if spares is None else spares
+        spares = context.cache
         host = _host_copy(context.model, state, spares.pop(SPARE_KEY, None))
         copies = [(rank, rows, cols, host)] if self.fields else []
         keeps_copy = bool(self.fields) and self.keeps_copy
@@ -404,7 +403,7 @@ def write_field_regions(path, index, names, copies):
     """
     import zarr
 
-    arrays = _writable_arrays(path, names)
+    arrays = _writable_arrays(zarr.open_group(path, mode="r+"), names)
     for rank, rows, cols, host in copies:
         started, size = perf_counter(), 0
         for name, array in arrays.items():
@@ -448,7 +447,7 @@ def write_derived_regions(model, path, index, names, regions, hosts=None):
 
     group = zarr.open_group(path, mode="r+")
     opened = {}  # the fields read, each opened once (its metadata is a file read)
-    arrays = _writable_arrays(path, names)
+    arrays = _writable_arrays(group, names)
     for (rows, cols), host in zip(regions, hosts or [None] * len(regions)):
 
         def read(field, row_index, col_index, rows=rows, cols=cols, host=host):
@@ -462,16 +461,13 @@ def write_derived_regions(model, path, index, names, regions, hosts=None):
             _write_region(arrays[name], index, rows, cols, values[name])
 
 
-def _writable_arrays(path, names):
-    """The arrays ``names`` of the store at ``path``, set to write every chunk they are given.
+def _writable_arrays(group, names):
+    """The arrays ``names`` of the Zarr ``group``, set to write every chunk they are given.
 
     Zarr skips a chunk that holds only the fill value, and finds out by
     comparing every cell (a third of a snapshot's write time here): a
     snapshot's chunks are never all fill, so every one is written unread.
     """
-    import zarr
-
-    group = zarr.open_group(path, mode="r+")
     return {name: group[name].with_config({"write_empty_chunks": True}) for name in names}
 
 

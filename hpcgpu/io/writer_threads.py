@@ -56,9 +56,6 @@ class BackgroundWrites:
         self._errors = []
         self.timings = []  # what the jobs report: e.g. each rank's bytes and seconds of a snapshot
         self.held = {}  # rank -> (time index, host state): its last snapshot's cells, for that one's derived variables
-        # "snapshot-host-copy" -> a host state no queued job reads any more, for a rank without a cache of its own
-        # (hpcgpu.io.rank_zarr.SPARE_KEY): the next snapshot copies into its arrays, not into fresh memory
-        self.spare = {}
         self._thread = threading.Thread(target=self._loop, name="hpcgpu-rank-writes", daemon=True)
         self._thread.start()
 

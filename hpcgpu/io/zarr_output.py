@@ -141,12 +141,7 @@ class ZarrWriter:
         model, executor = simulation.model, simulation.executor
         if not rank_zarr.rank_writable(model, executor, self.fields):
             return False
-        names = list(model.output_variables())
-        if self.fields is not None:
-            missing = set(self.fields) - set(names)
-            if missing:
-                raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
-            names = [name for name in names if name in self.fields]
+        names = self._grid_names(model)
         first = self.snapshots == 0
         if not first and not self._aligned(executor, names[0]):
             # a run resumed on another layout: two ranks would write one chunk at once (a lost update)
@@ -236,8 +231,8 @@ class ZarrWriter:
         if self._pending_on is not None and self._pending_on is not executor:
             return False  # a restart after a lost worker: the writes of the old ranks are dropped first
         if rank_zarr.rank_writable(simulation.model, executor, self.fields):
-            names = [name for name in simulation.model.output_variables() if self.fields is None or name in self.fields]
-            return bool(names) and (self.snapshots == 0 or self._aligned(executor, names[0]))
+            names = self._grid_names(simulation.model)  # a field it lacks: write() raises the ConfigError
+            return self.snapshots == 0 or self._aligned(executor, names[0])
         # particles: once the first snapshot asked the ranks for the run's layout
         return (isinstance(self._particles, particle_zarr.ParticleSnapshots) and self._particles_queued
                 and particle_zarr.particle_writable(executor))
@@ -264,6 +259,16 @@ class ZarrWriter:
         except Exception as error:  # noqa: BLE001 - reported beside the failed check, which is raised
             warnings.warn(f"Zarr output {self.path}: a snapshot before the failed check at step {step} was not "
                           f"written whole: {error}", RuntimeWarning, stacklevel=2)
+
+    def _grid_names(self, model):
+        """The output variables of a grid model this writer keeps (all, or ``fields``; an unknown one is an error)."""
+        names = list(model.output_variables())
+        if self.fields is not None:
+            missing = set(self.fields) - set(names)
+            if missing:
+                raise ConfigError(f"fields {sorted(missing)} are not outputs of {model!r}; valid: {sorted(names)}")
+            names = [name for name in names if name in self.fields]
+        return names
 
     def _aligned(self, executor, name):
         """Whether the blocks of ``executor`` cover whole chunks of ``name`` in the store (asked once per executor)."""
